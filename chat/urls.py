@@ -1,0 +1,16 @@
+from __future__ import annotations
+
+from django.urls import path
+
+from chat import views
+
+app_name = "chat"
+
+urlpatterns = [
+    path("", views.home, name="home"),
+    path("signup/", views.signup, name="signup"),
+    path("c/new/", views.new_conversation, name="new_conversation"),
+    path("c/<str:conversation_id>/", views.conversation, name="conversation"),
+    path("c/<str:conversation_id>/rename/", views.rename_conversation, name="rename_conversation"),
+    path("c/<str:conversation_id>/delete/", views.delete_conversation, name="delete_conversation"),
+]

