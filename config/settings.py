@@ -180,6 +180,8 @@ else:
             **embedded_database(EMBEDDED_PG_DIR),
         }
     }
+    # Lets a test start a server process on the test database.
+    DATABASES["default"]["NAME"] = env_str("RECOLLECT_DB_NAME", DATABASES["default"]["NAME"])
 DATABASES["default"]["CONN_MAX_AGE"] = 0
 DATABASES["default"].setdefault("OPTIONS", {})
 DATABASES["default"]["TEST"] = {"NAME": env_str("TEST_DATABASE_NAME", "test_recollect")}
