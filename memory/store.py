@@ -124,12 +124,13 @@ def store_message(
     metadata: dict[str, Any] | None = None,
     external_id: str | None = None,
     allow_empty: bool = False,
-    embed: bool = True,
+    embed: bool | None = None,
 ) -> Message:
     """Store one message (chunked above the threshold) and its passages; return it.
 
-    With embed=False the passages are stored without vectors (keyword search already finds
-    them) and `embed_pending` fills them in later, off the path of a chat turn.
+    embed=None embeds inline up to EMBED_INLINE_MAX_PASSAGES passages and leaves a longer text
+    to background work; embed=False always leaves it to background work (keyword search finds
+    the text at once either way); embed=True always embeds inline.
     """
     [message] = store_messages(
         owner,
@@ -142,7 +143,7 @@ def store_message(
 
 
 def store_messages(
-    owner, conversation: Conversation, items: Sequence[NewMessage], *, embed: bool = True
+    owner, conversation: Conversation, items: Sequence[NewMessage], *, embed: bool | None = True
 ) -> list[Message]:
     """Store several messages of one conversation in order, in one transaction."""
     if conversation.owner_id != owner.pk:
@@ -268,9 +269,14 @@ def _tool_call_passages(call: ToolCall, message: Message) -> list[Passage]:
     ]
 
 
-def _save_passages(passages: list[Passage], *, embed: bool) -> None:
+def _save_passages(passages: list[Passage], *, embed: bool | None) -> None:
     for p in passages:
         p.text_hash = text_hash(p.text)
+    if embed is None:
+        embed = len(passages) <= settings.EMBED_INLINE_MAX_PASSAGES
+    if not embed and passages:
+        owner_id = passages[0].owner_id
+        transaction.on_commit(lambda: queue_embedding(owner_id))
     if embed and passages:
         embedder = get_embedder()
         vectors = embedder.embed([p.text for p in passages])
@@ -290,7 +296,7 @@ def store_tool_call(
     timestamp: dt.datetime | None = None,
     is_error: bool = False,
     duration_ms: int | None = None,
-    embed: bool = True,
+    embed: bool | None = None,
 ) -> ToolCall:
     """Store a tool call of `message` (CALLED_BY); a large result is chunked like a message."""
     if message.owner_id != owner.pk:
@@ -340,6 +346,16 @@ def store_tool_call(
             passages.extend(_tool_call_passages(unit, message))
         _save_passages(passages, embed=embed)
     return call
+
+
+def queue_embedding(owner_id: int) -> None:
+    """Ask background work to embed what was stored without vectors; never fails the caller."""
+    try:
+        from memory.embedding_tasks import embed_pending_passages
+
+        embed_pending_passages.enqueue(owner_id)
+    except Exception:  # noqa: BLE001 - the passages stay findable by keyword; reembed catches up
+        logger.exception("could not queue embedding work")
 
 
 def embed_pending(owner=None, *, batch: int = 256, progress=None) -> int:
@@ -435,7 +451,7 @@ def update_message(owner, message_id: str, new_content: str) -> Message:
         passages = []
         for unit in chunks or [message]:
             passages.extend(_message_passages(message, unit))
-        _save_passages(passages, embed=True)
+        _save_passages(passages, embed=None)
     return message
 
 

@@ -1,39 +1,241 @@
+"""The storage API of seed 000 §6, against the real Postgres."""
+
 from __future__ import annotations
 
 import pytest
 
 from memory import store
-from memory.errors import ChunkEditError, InvalidContent, NotFound
-from memory.models import Message, Passage
+from memory.errors import ChunkEditError, DeletedMessageError, InvalidContent, NotFound
+from memory.models import Message, Passage, ToolCall
+from memory.search import search
+from memory.tokens import count_tokens
 
 
-def test_it_stores_a_short_message_with_a_passage(owner, conversation):
+@pytest.fixture
+def small_chunks(settings):
+    """Chunk above 100 tokens (with 10 overlapping) so chunking needs no huge texts."""
+    settings.INDEX_CHUNK_THRESHOLD = 100
+    settings.INDEX_CHUNK_OVERLAP = 10
+    return settings
+
+
+def words(n: int, word: str = "alpha") -> str:
+    return " ".join(f"{word}{i}" for i in range(n))
+
+
+def test_it_stores_a_short_message_with_one_embedded_passage(owner, conversation):
     m = store.store_message(owner, conversation, "user", "My Redis ticket is INFRA-992.")
     assert m.position == 0
-    assert m.token_count > 0
-    assert m.snippet.startswith("My Redis")
-    passages = list(Passage.objects.filter(logical_message=m))
-    assert len(passages) == 1
-    assert passages[0].embedding is not None
-    assert passages[0].embedding_model == "all-MiniLM-L6-v2"
+    assert m.token_count == count_tokens("My Redis ticket is INFRA-992.")
+    assert m.snippet == "My Redis ticket is INFRA-992."
+    [passage] = Passage.objects.filter(logical_message=m)
+    assert passage.embedding is not None
+    assert passage.embedding_model == "all-MiniLM-L6-v2"
+    assert len(passage.embedding) == 384
 
 
-def test_it_refuses_empty_messages(owner, conversation):
-    with pytest.raises(InvalidContent):
-        store.store_message(owner, conversation, "user", "   \n ")
+def test_it_orders_messages_by_position_and_links_replies(owner, conversation):
+    first = store.store_message(owner, conversation, "user", "question")
+    second = store.store_message(owner, conversation, "assistant", "answer", parent_id=first.pk)
+    assert (first.position, second.position) == (0, 1)
+    assert second.parent_id == first.pk
+    assert list(first.replies.all()) == [second]
+
+
+def test_it_snips_to_the_snippet_length(owner, conversation, settings):
+    settings.INDEX_SNIPPET_LENGTH = 20
+    m = store.store_message(owner, conversation, "user", "one two three four five six seven eight")
+    assert len(m.snippet) <= 20
+    assert m.snippet.endswith("…")
+
+
+@pytest.mark.parametrize("content", ["", "   ", "\n\t "])
+def test_it_refuses_empty_messages(owner, conversation, content):
+    with pytest.raises(InvalidContent, match="empty"):
+        store.store_message(owner, conversation, "user", content)
     assert not Message.objects.exists()
 
 
-def test_it_refuses_editing_a_chunk(owner, conversation, settings):
-    settings.INDEX_CHUNK_THRESHOLD = 100
-    settings.INDEX_CHUNK_OVERLAP = 10
-    m = store.store_message(owner, conversation, "user", "word " * 500)
+def test_it_refuses_an_unknown_role(owner, conversation):
+    with pytest.raises(InvalidContent, match="role"):
+        store.store_message(owner, conversation, "robot", "hello")
+
+
+def test_it_keeps_a_message_with_nul_bytes_and_says_so(owner, conversation):
+    m = store.store_message(owner, conversation, "user", "before\x00after")
+    m.refresh_from_db()
+    assert m.content == "before\u2400after"
+    assert m.metadata["nul_bytes_replaced"] == 1
+
+
+def test_it_chunks_a_long_message_keeping_role_timestamp_and_parent(owner, conversation, small_chunks):
+    parent = store.store_message(owner, conversation, "user", "start")
+    text = words(400)
+    m = store.store_message(owner, conversation, "assistant", text, parent_id=parent.pk, embed=True)
+    chunks = list(m.chunks.order_by("chunk_index"))
+    assert len(chunks) >= 4
+    assert [c.chunk_index for c in chunks] == list(range(len(chunks)))
+    assert all(c.is_chunk and c.role == "assistant" for c in chunks)
+    assert all(c.timestamp == m.timestamp and c.parent_id == parent.pk for c in chunks)
+    assert all(c.token_count <= 100 for c in chunks)
+    assert m.content == text  # the whole text is kept on the message itself
+    assert m.snippet == chunks[0].snippet
+    # The chunks cover the text: first starts it, last ends it, neighbours overlap.
+    assert text.startswith(chunks[0].content)
+    assert text.endswith(chunks[-1].content)
+    # Passages hang off the chunks, not the whole message, so nothing is embedded twice.
+    assert not Passage.objects.filter(message=m).exists()
+    assert Passage.objects.filter(logical_message=m).count() >= len(chunks)
+
+
+def test_it_refuses_editing_a_chunk(owner, conversation, small_chunks):
+    m = store.store_message(owner, conversation, "user", words(300), embed=False)
     chunk = m.chunks.first()
-    with pytest.raises(ChunkEditError):
-        store.update_message(owner, chunk.pk, "new")
+    with pytest.raises(ChunkEditError, match=m.pk):
+        store.update_message(owner, chunk.pk, "new text")
+    chunk.refresh_from_db()
+    assert chunk.content != "new text"
 
 
-def test_it_hides_other_users_messages(owner, stranger, conversation):
-    m = store.store_message(owner, conversation, "user", "secret plans")
+def test_an_edit_keeps_the_id_and_the_history(owner, conversation):
+    m = store.store_message(owner, conversation, "user", "The deploy is on Monday.")
+    edited = store.update_message(owner, m.pk, "The deploy is on Thursday.")
+    assert edited.pk == m.pk
+    edited.refresh_from_db()
+    assert edited.edited
+    assert edited.content == "The deploy is on Thursday."
+    assert [h["previous_content"] for h in edited.edit_history] == ["The deploy is on Monday."]
+    [passage] = Passage.objects.filter(logical_message=m)
+    assert passage.text == "The deploy is on Thursday."
+    assert passage.embedding is not None
+    hits = search(owner, "Thursday deploy").hits
+    assert hits and hits[0].id == m.pk
+    assert not any("Monday" in h.snippet for h in hits)
+
+
+def test_an_edit_rechunks_when_the_text_grows_past_the_threshold(owner, conversation, small_chunks):
+    m = store.store_message(owner, conversation, "user", "short text")
+    store.update_message(owner, m.pk, words(300, "grown"))
+    m.refresh_from_db()
+    assert m.chunks.count() >= 3
+    assert not Passage.objects.filter(message=m).exists()
+    assert Passage.objects.filter(logical_message=m).count() >= 3
+
+
+def test_an_edit_unchunks_when_the_text_shrinks_below_the_threshold(owner, conversation, small_chunks):
+    m = store.store_message(owner, conversation, "user", words(300), embed=True)
+    old_chunk_ids = set(m.chunks.values_list("pk", flat=True))
+    store.update_message(owner, m.pk, "now it is short")
+    assert not Message.objects.filter(pk__in=old_chunk_ids).exists()  # no orphaned chunks
+    assert m.chunks.count() == 0
+    [passage] = Passage.objects.filter(logical_message=m)
+    assert passage.message_id == m.pk and passage.text == "now it is short"
+
+
+def test_an_edit_of_an_empty_text_is_refused_and_loses_nothing(owner, conversation):
+    m = store.store_message(owner, conversation, "user", "keep me")
+    with pytest.raises(InvalidContent):
+        store.update_message(owner, m.pk, "  ")
+    m.refresh_from_db()
+    assert m.content == "keep me" and not m.edited
+
+
+def test_a_deleted_message_is_never_found_and_restore_brings_it_back(owner, conversation):
+    m = store.store_message(owner, conversation, "user", "The vault code is 7714.")
+    store.delete_message(owner, m.pk)
+    assert search(owner, "vault code 7714").hits == []
     with pytest.raises(NotFound):
-        store.get_message(stranger, m.pk)
+        store.get_message(owner, m.pk)
+    with pytest.raises(DeletedMessageError):
+        store.update_message(owner, m.pk, "changed")
+    store.restore_message(owner, m.pk)
+    assert [h.id for h in search(owner, "vault code 7714").hits] == [m.pk]
+
+
+def test_deleting_a_chunked_message_hides_its_chunks_too(owner, conversation, small_chunks):
+    m = store.store_message(owner, conversation, "user", words(300, "zebra"), embed=True)
+    store.delete_message(owner, m.pk)
+    assert search(owner, "zebra250").hits == []
+    assert not Message.objects.visible_to(owner).filter(chunk_parent=m).exists()
+
+
+def test_forget_removes_content_chunks_passages_and_tool_calls(owner, conversation, small_chunks):
+    question = store.store_message(owner, conversation, "user", "question")
+    m = store.store_message(owner, conversation, "assistant", words(300), parent_id=question.pk, embed=True)
+    reply = store.store_message(owner, conversation, "user", "thanks", parent_id=m.pk)
+    store.store_tool_call(owner, m, "vector_search", {"query": "x"}, {"hits": []})
+    store.forget_message(owner, m.pk)
+    assert not Message.objects.filter(pk=m.pk).exists()
+    assert not Message.objects.filter(chunk_parent_id=m.pk).exists()
+    assert not Passage.objects.filter(logical_message_id=m.pk).exists()
+    assert not ToolCall.objects.filter(message_id=m.pk).exists()
+    reply.refresh_from_db()
+    assert reply.parent_id == question.pk  # the thread stays connected
+
+
+def test_it_stores_a_tool_call_and_chunks_a_large_result(owner, conversation, small_chunks):
+    m = store.store_message(owner, conversation, "assistant", "let me look")
+    call = store.store_tool_call(owner, m, "web_search", {"query": "oauth"}, {"text": words(300)}, embed=True)
+    assert call.message_id == m.pk
+    assert call.chunks.count() >= 3
+    passages = Passage.objects.filter(tool_call__in=[call, *call.chunks.all()])
+    assert passages.exists()
+    small = store.store_tool_call(owner, m, "get_message_by_id", {"id": "x"}, {"error": "none"})
+    [p] = Passage.objects.filter(tool_call=small)
+    assert p.text.startswith('get_message_by_id: {"id": "x"} -> ')
+
+
+def test_a_five_megabyte_message_is_stored_whole_and_chunked(owner, conversation):
+    sentence = "The quick brown fox jumps over the lazy dog near the river bank. "
+    text = sentence * (5_000_000 // len(sentence) + 1)
+    m = store.store_message(owner, conversation, "user", text)  # long: embedded in background
+    m.refresh_from_db()
+    assert m.content == text
+    chunks = list(m.chunks.order_by("chunk_index"))
+    assert len(chunks) > 200
+    assert text.endswith(chunks[-1].content)
+    # Every passage is stored (keyword-searchable at once), vectors come from background work.
+    assert Passage.objects.filter(logical_message=m).count() > len(chunks)
+
+
+def test_the_last_sentence_of_a_20000_token_message_is_found_by_meaning_and_keyword(owner, conversation):
+    filler = " ".join(
+        f"Paragraph {i} describes the quarterly logistics review of warehouse {i} in general terms."
+        for i in range(1400)
+    )
+    last = "Finally, the launch password for the submarine is violet-harbor-58."
+    m = store.store_message(owner, conversation, "user", f"{filler} {last}", embed=True)
+    assert m.token_count >= 20000
+    store.store_message(owner, conversation, "user", "Let us talk about cooking pasta instead.")
+    by_meaning = search(owner, "What is the secret code to launch the submarine?", limit=3).hits
+    assert by_meaning and by_meaning[0].message_id == m.pk
+    assert by_meaning[0].vector_rank == 1
+    assert "violet-harbor-58" in by_meaning[0].passage_text
+    by_keyword = search(owner, "violet-harbor-58", limit=3).hits
+    assert by_keyword and by_keyword[0].message_id == m.pk and by_keyword[0].keyword_rank == 1
+
+
+def test_a_stranger_sees_none_of_it(owner, stranger, conversation, stranger_conversation):
+    m = store.store_message(owner, conversation, "user", "secret plans for the heist")
+    for call in (
+        lambda: store.get_message(stranger, m.pk),
+        lambda: store.get_message_with_chunks(stranger, m.pk),
+        lambda: store.update_message(stranger, m.pk, "hijacked"),
+        lambda: store.delete_message(stranger, m.pk),
+        lambda: store.restore_message(stranger, m.pk),
+        lambda: store.forget_message(stranger, m.pk),
+        lambda: store.store_message(stranger, conversation, "user", "sneaky"),
+        lambda: store.store_message(stranger, stranger_conversation, "user", "reply", parent_id=m.pk),
+        lambda: store.store_tool_call(stranger, m, "x", {}, {}),
+        lambda: store.get_conversation(stranger, conversation.pk),
+    ):
+        with pytest.raises(NotFound):
+            call()
+    assert search(stranger, "secret plans heist").hits == []
+    m.refresh_from_db()
+    assert m.content == "secret plans for the heist" and not m.deleted
+
+
+def test_an_unknown_id_is_a_clear_not_found(owner):
+    with pytest.raises(NotFound, match="message 01NOPE not found"):
+        store.get_message(owner, "01NOPE")

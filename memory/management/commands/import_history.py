@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import sys
 from collections import OrderedDict
 from pathlib import Path
 
@@ -97,7 +98,7 @@ class Command(BaseCommand):
             user.save()
             self.stderr.write(f"created user {user.username!r} (set a password with "
                               f"`manage.py changepassword {user.username}`)")
-        stream = self.stdin if path == "-" else open(path, encoding="utf-8", errors="replace")  # noqa: SIM115
+        stream = sys.stdin if path == "-" else open(path, encoding="utf-8", errors="replace")  # noqa: SIM115
         total = None
         if path != "-":
             with open(path, "rb") as fh:
@@ -128,7 +129,7 @@ class Command(BaseCommand):
                 if pending:
                     self._flush(pending)
             finally:
-                if stream is not self.stdin:
+                if stream is not sys.stdin:
                     stream.close()
         summary = (f"imported {self.added} messages, skipped {self.skipped} already present, "
                    f"{self.bad} bad lines")

@@ -1,0 +1,47 @@
+# Recollect. The README's two commands: `make run` and `make test`.
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+HOST ?= 127.0.0.1
+PORT ?= 8000
+export XDG_RUNTIME_DIR ?= /tmp/recollect-runtime-$(shell id -u)
+
+.PHONY: run test install system-deps lint bench clean-data
+
+# Python packages, into a project virtualenv; redone only when pyproject.toml changes.
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e ".[dev]"
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+# What the tests need from Debian: Chromium for browser tests, Redis for the scale-out test.
+system-deps:
+	@missing=""; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing$$missing (apt)"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+run: install
+	@mkdir -p -m 700 $(XDG_RUNTIME_DIR)
+	$(BIN)/python manage.py migrate --noinput
+	$(BIN)/python manage.py ensure_account --url http://$(HOST):$(PORT)
+	$(BIN)/python manage.py serve --host $(HOST) --port $(PORT)
+
+test: install system-deps
+	@mkdir -p -m 700 $(XDG_RUNTIME_DIR)
+	$(BIN)/python -m pytest --create-db
+
+lint: install
+	$(BIN)/ruff check .
+
+clean-data:
+	rm -rf .data

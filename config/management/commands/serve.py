@@ -1,0 +1,47 @@
+"""manage.py serve: daphne (HTTP + websockets) and, by default, a task worker thread in the
+same process, so a first run needs one command and no second process."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from django.conf import settings
+from django.core.management.base import BaseCommand
+from django.utils.crypto import get_random_string
+
+logger = logging.getLogger(__name__)
+
+
+def start_worker_thread() -> threading.Thread:
+    from django_tasks_db.management.commands.db_worker import Worker
+
+    worker = Worker(
+        queue_names=["*"], interval=1.0, batch=False, backend_name="default",
+        startup_delay=False, max_tasks=None, worker_id=f"serve-{get_random_string(8)}",
+        excluded_queue_names=[],
+    )
+    thread = threading.Thread(target=worker.run, name="task-worker", daemon=True)
+    thread.start()
+    return thread
+
+
+class Command(BaseCommand):
+    help = "Serve Recollect with daphne (and a background task worker unless told not to)."
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--host", default="127.0.0.1")
+        parser.add_argument("--port", type=int, default=8000)
+        parser.add_argument("--no-worker", action="store_true",
+                            help="run background work in separate `manage.py db_worker` processes")
+
+    def handle(self, *args, **opts) -> None:
+        from daphne.cli import CommandLineInterface
+
+        if settings.RUN_WORKER_IN_SERVER and not opts["no_worker"] and settings.TASKS_BACKEND == "database":
+            start_worker_thread()
+            self.stdout.write("background task worker running in this process")
+        self.stdout.write(f"serving on http://{opts['host']}:{opts['port']}/ (Ctrl+C to stop)")
+        CommandLineInterface().run(
+            ["-b", opts["host"], "-p", str(opts["port"]), "--proxy-headers", "config.asgi:application"]
+        )
