@@ -1,0 +1,685 @@
+"""The adaptive index builder: what the LLM is shown of its memory on each turn.
+
+`prepare_context` reads top to bottom:
+
+1. split the token budget (max_index_tokens) into zones (seed 003 A1): system, tools, memory,
+   history, reserve;
+2. count the relevant history (bounded: counting stops past INDEX_CLUSTER_MAX) and choose the
+   strategy (seed 000 §4.2): full, snippets, clusters or hierarchical;
+3. take the recent window of the active branch in full, newest first, while it fits the
+   history zone;
+4. run hybrid search (vector + keyword, seed 000 §6.3) with session neighbours;
+5. write the memory index in seed 000 §4.3's format, line by line, while it fits the memory
+   zone (unused tool and history tokens flow to memory; the reserve is never touched);
+6. past INDEX_BUILD_TIMEOUT_MS, fall back to the simple format (seed 000 §7.2), and record it.
+
+Nothing here calls an LLM or walks the whole history in Python: every read is an indexed SQL
+query bounded by a LIMIT, so the cost of a turn stays flat as memory grows.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+from django.db import connection
+from django.utils import timezone
+from pgvector.django import CosineDistance
+
+from memory import entities, sessions
+from memory.models import ContextSnapshot, Message, PeriodSummary, Topic
+from memory.search import SearchFilters, SearchHit, search
+from memory.tokens import count_tokens
+from memory.tools import select_tools
+
+# Seed 003 A1's zones, as shares of the budget. Memory gets whatever tools and history leave.
+ZONE_SHARES = {"system": 0.08, "tools": 0.20, "memory": 0.35, "history": 0.25, "reserve": 0.12}
+
+INSTRUCTIONS = (
+    "You have a long-term memory of every earlier conversation with this user. The memory "
+    "index below lists what may be relevant, with message ids. Use the memory tools to read "
+    "a message in full, search, or browse topics and periods before answering from memory; "
+    "cite what you recall, and say so when memory holds nothing on the question."
+)
+SHORT_INSTRUCTIONS = "Memory index (ids can be read with the memory tools):"
+
+STRATEGIES = ("full", "snippets", "clusters", "hierarchical")
+
+
+@dataclass
+class ContextPlan:
+    query: str
+    strategy: str
+    reason: str
+    text: str = ""
+    instructions: str = ""
+    recent: list[Message] = field(default_factory=list)
+    tokens_by_zone: dict[str, int] = field(default_factory=dict)
+    zone_budgets: dict[str, int] = field(default_factory=dict)
+    budget: int = 0
+    history_size: int = 0
+    included_ids: list[str] = field(default_factory=list)
+    hits: list[dict[str, Any]] = field(default_factory=list)
+    fallbacks: list[dict[str, Any]] = field(default_factory=list)
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    timings_ms: dict[str, float] = field(default_factory=dict)
+    build_ms: float = 0.0
+    skip_ids: set[str] = field(default_factory=set, repr=False)  # the new user message
+
+    @property
+    def total_tokens(self) -> int:
+        return sum(self.tokens_by_zone.values())
+
+    @property
+    def tool_names(self) -> list[str]:
+        return [t["function"]["name"] for t in self.tools]
+
+    def system_prompt(self) -> str:
+        """The memory part of the system prompt: instructions, then the index."""
+        return "\n\n".join(p for p in (self.instructions, self.text) if p)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "query": self.query,
+            "strategy": self.strategy,
+            "reason": self.reason,
+            "budget": self.budget,
+            "tokens_by_zone": self.tokens_by_zone,
+            "zone_budgets": self.zone_budgets,
+            "total_tokens": self.total_tokens,
+            "history_size": self.history_size,
+            "instructions": self.instructions,
+            "text": self.text,
+            "recent_ids": [m.pk for m in self.recent],
+            "included_ids": self.included_ids,
+            "hits": self.hits,
+            "fallbacks": self.fallbacks,
+            "tools": self.tool_names,
+            "timings_ms": self.timings_ms,
+            "build_ms": self.build_ms,
+        }
+
+
+class _Writer:
+    """Appends lines while they fit a token allowance (counts are real cl100k tokens)."""
+
+    def __init__(self, allowance: int) -> None:
+        self.allowance = max(0, allowance)
+        self.lines: list[str] = []
+        self.used = 0
+        self.full = False
+
+    def add(self, line: str) -> bool:
+        cost = count_tokens(line + "\n")
+        if self.used + cost > self.allowance:
+            self.full = True
+            return False
+        self.lines.append(line)
+        self.used += cost
+        return True
+
+    def text(self) -> str:
+        text = "\n".join(self.lines)
+        # Joined text can tokenise differently from its lines; drop lines until it fits.
+        while self.lines and count_tokens(text) > self.allowance:
+            self.lines.pop()
+            text = "\n".join(self.lines)
+        return text
+
+
+def zone_budgets(budget: int) -> dict[str, int]:
+    zones = {z: int(budget * share) for z, share in ZONE_SHARES.items()}
+    zones["memory"] += budget - sum(zones.values())  # rounding goes to memory
+    return zones
+
+
+def history_size(owner, *, cap: int | None = None) -> int:
+    """Visible logical messages of the owner, counted up to `cap` (a bounded index scan)."""
+    cap = cap if cap is not None else settings.INDEX_CLUSTER_MAX + 1
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM (SELECT 1 FROM memory_message WHERE owner_id = %s "
+            "AND NOT deleted AND NOT is_chunk LIMIT %s) s",
+            [owner.pk, cap],
+        )
+        return int(cursor.fetchone()[0])
+
+
+def choose_strategy(size: int) -> tuple[str, str]:
+    full, snippets, clusters = (
+        settings.INDEX_FULL_MAX,
+        settings.INDEX_SNIPPET_MAX,
+        settings.INDEX_CLUSTER_MAX,
+    )
+    shown = f"{size:,}" if size <= clusters else f"more than {clusters:,}"
+    if size <= full:
+        return "full", f"{shown} messages in memory (at most INDEX_FULL_MAX={full}): shown in full"
+    if size <= snippets:
+        return "snippets", (
+            f"{shown} messages in memory ({full + 1}-{snippets}): recent in full, "
+            "historical matches as snippets"
+        )
+    if size <= clusters:
+        return "clusters", (
+            f"{shown} messages in memory ({snippets + 1}-{clusters}): matches and topic clusters "
+            "with summaries"
+        )
+    return "hierarchical", (
+        f"{shown} messages in memory (INDEX_CLUSTER_MAX={clusters}): temporal and topic overview "
+        "with navigation hints"
+    )
+
+
+def recent_messages(
+    owner,
+    conversation,
+    *,
+    limit: int,
+    exclude: set[str],
+    active_message_ids: list[str] | None = None,
+) -> list[Message]:
+    """The last `limit` visible messages of the conversation, newest first."""
+    if conversation is None or limit <= 0:
+        return []
+    qs = Message.objects.visible_to(owner).logical().filter(conversation_id=conversation.pk)
+    if active_message_ids is not None:
+        qs = qs.filter(pk__in=list(active_message_ids))
+    return list(qs.exclude(pk__in=exclude).order_by("-position")[:limit])
+
+
+def prepare_context(
+    owner,
+    conversation,
+    query: str,
+    *,
+    user_message: Message | None = None,
+    max_index_tokens: int | None = None,
+    active_message_ids: list[str] | None = None,
+    recently_used_tools: list[str] | None = None,
+) -> ContextPlan:
+    """Build the context plan for one turn (see the module docstring)."""
+    started = time.perf_counter()
+    deadline = started + settings.INDEX_BUILD_TIMEOUT_MS / 1000
+    query = (query or (user_message.content if user_message else "") or "").strip()
+    budget = max(
+        0, int(max_index_tokens if max_index_tokens is not None else settings.INDEX_MAX_TOKENS)
+    )
+    zones = zone_budgets(budget)
+    marks: dict[str, float] = {}
+
+    def mark(name: str, since: float) -> float:
+        now = time.perf_counter()
+        marks[name] = round((now - since) * 1000, 2)
+        return now
+
+    size = history_size(owner)
+    strategy, reason = choose_strategy(size)
+    plan = ContextPlan(
+        query=query,
+        strategy=strategy,
+        reason=reason,
+        budget=budget,
+        zone_budgets=zones,
+        history_size=size,
+    )
+    t = mark("count", started)
+
+    # System zone: the memory instructions, shortened when the budget is tiny.
+    for text in (INSTRUCTIONS, SHORT_INSTRUCTIONS, ""):
+        if count_tokens(text) <= zones["system"]:
+            plan.instructions = text
+            break
+    system_tokens = count_tokens(plan.instructions)
+
+    # Tools zone: the most relevant tools that fit, recently used ones kept.
+    if recently_used_tools is None and conversation is not None:
+        recently_used_tools = _recent_tool_names(owner, conversation)
+    plan.tools, tools_tokens = select_tools(
+        query, zones["tools"], recently_used=recently_used_tools or []
+    )
+    t = mark("tools", t)
+
+    # History zone: the recent window of the active branch, newest first, in full.
+    exclude = {user_message.pk} if user_message is not None else set()
+    plan.skip_ids = exclude
+    window = recent_messages(
+        owner,
+        conversation,
+        limit=settings.INDEX_RECENT_WINDOW,
+        exclude=exclude,
+        active_message_ids=active_message_ids,
+    )
+    history_tokens = 0
+    left_out: list[Message] = []
+    for m in window:
+        cost = m.token_count + 4  # role and separators of a chat message
+        if not left_out and history_tokens + cost <= zones["history"]:
+            plan.recent.insert(0, m)
+            history_tokens += cost
+        else:
+            left_out.insert(0, m)
+    if left_out:
+        plan.fallbacks.append(
+            {
+                "kind": "recent_trimmed",
+                "detail": (
+                    f"{len(left_out)} of the last {len(window)} messages did not fit the "
+                    "history zone "
+                    f"({zones['history']} tokens); they are listed by id in the index"
+                ),
+            }
+        )
+    t = mark("recent", t)
+
+    # Memory zone: everything the other zones left, minus the reserve.
+    memory_allowance = budget - zones["reserve"] - system_tokens - tools_tokens - history_tokens
+    recent_ids = {m.pk for m in plan.recent} | {m.pk for m in left_out} | exclude
+
+    results = (
+        search(owner, query, limit=_hit_limit(strategy), candidates=None, filters=SearchFilters())
+        if query
+        else None
+    )
+    hits: list[SearchHit] = []
+    if results is not None:
+        plan.fallbacks.extend(results.fallbacks)
+        hits = [h for h in results.hits if h.message_id not in recent_ids]
+        plan.timings_ms.update({f"search_{k}": v for k, v in results.timings_ms.items()})
+        if any(f["kind"] == "vector_timeout" for f in results.fallbacks):
+            plan.reason += "; vector search timed out, so keyword matches and recent messages only"
+    plan.hits = [h.as_result() for h in hits]
+    t = mark("search", t)
+
+    writer = _Writer(memory_allowance)
+    included: list[str] = []
+    if time.perf_counter() > deadline:
+        _simple(plan, writer, hits, left_out, included)
+        plan.fallbacks.append(
+            {
+                "kind": "index_timeout",
+                "detail": (
+                    "index build passed INDEX_BUILD_TIMEOUT_MS="
+                    f"{settings.INDEX_BUILD_TIMEOUT_MS} before "
+                    "formatting; simple format used"
+                ),
+            }
+        )
+    else:
+        try:
+            builder = {
+                "full": _full,
+                "snippets": _snippets,
+                "clusters": _clusters,
+                "hierarchical": _hierarchical,
+            }[strategy]
+            builder(owner, plan, writer, hits, left_out, included, deadline, query)
+        except _Timeout:
+            writer = _Writer(memory_allowance)
+            included = []
+            _simple(plan, writer, hits, left_out, included)
+            plan.fallbacks.append(
+                {
+                    "kind": "index_timeout",
+                    "detail": (
+                        "index build passed INDEX_BUILD_TIMEOUT_MS="
+                        f"{settings.INDEX_BUILD_TIMEOUT_MS}; "
+                        "simple format used"
+                    ),
+                }
+            )
+    plan.text = writer.text()
+    mark("format", t)
+    # Only ids whose line survived the final fit count as included.
+    plan.included_ids = [m.pk for m in plan.recent] + [
+        i for i in dict.fromkeys(included) if i in plan.text
+    ]
+    plan.tokens_by_zone = {
+        "system": system_tokens,
+        "tools": tools_tokens,
+        "memory": count_tokens(plan.text),
+        "history": history_tokens,
+        "reserve": zones["reserve"],
+    }
+    plan.timings_ms.update(marks)
+    plan.build_ms = round((time.perf_counter() - started) * 1000, 2)
+    return plan
+
+
+class _Timeout(Exception):
+    pass
+
+
+def _check(deadline: float) -> None:
+    if time.perf_counter() > deadline:
+        raise _Timeout
+
+
+def _hit_limit(strategy: str) -> int:
+    return {"full": 50, "snippets": 30, "clusters": 20, "hierarchical": 15}[strategy]
+
+
+def _recent_tool_names(owner, conversation) -> list[str]:
+    from memory.models import ToolCall
+
+    return list(
+        dict.fromkeys(
+            ToolCall.objects.owned_by(owner)
+            .filter(message__conversation_id=conversation.pk)
+            .order_by("-timestamp")
+            .values_list("tool_name", flat=True)[:6]
+        )
+    )
+
+
+def _day(ts) -> str:
+    return timezone.localtime(ts).strftime("%Y-%m-%d")
+
+
+def _quote(text: str, length: int | None = None) -> str:
+    length = length or settings.INDEX_SNIPPET_LENGTH
+    flat = " ".join((text or "").split())
+    if len(flat) > length:
+        flat = flat[: length - 1].rstrip() + "…"
+    return '"' + flat.replace('"', "'") + '"'
+
+
+def _recent_header(
+    plan: ContextPlan, writer: _Writer, left_out: list[Message], included: list[str]
+) -> None:
+    if plan.recent:
+        writer.add(
+            f"Recent Conversation: the last {len(plan.recent)} messages follow as chat history."
+        )
+    for m in left_out:
+        if writer.add(
+            f"- {m.pk} [{_day(m.timestamp)}] {m.role} (earlier in this conversation): "
+            f"{_quote(m.snippet or m.content)}"
+        ):
+            included.append(m.pk)
+
+
+def _hit_line(h: SearchHit) -> str:
+    kind = "tool call" if h.type == "tool_call" else (f"{h.role}, chunk" if h.is_chunk else h.role)
+    ref = h.message_id if h.type == "message" else h.id
+    quote = _quote(h.passage_text or h.snippet, settings.INDEX_SNIPPET_LENGTH * 2)
+    return f"- {ref} [{_day(h.timestamp)}] {kind}: {quote}"
+
+
+def _key_entities(writer: _Writer, hits: list[SearchHit]) -> None:
+    names = entities.key_entities([h.passage_text or h.snippet for h in hits[:15]], limit=15)
+    if names:
+        line = "KEY ENTITIES: " + ", ".join(names)
+        writer.add(line[:400])
+
+
+def _matches(
+    owner, plan, writer, hits, included, deadline, *, header: str, neighbours: int = 3
+) -> None:
+    if not hits:
+        return
+    writer.add("")
+    writer.add(header)
+    shown_sessions: set[str] = set()
+    for i, h in enumerate(hits):
+        if not writer.add(_hit_line(h)):
+            break
+        included.append(h.message_id)
+        # The best few hits bring their session neighbours (seed 001 §2.1), once per session.
+        if i < neighbours and h.type == "message":
+            _check(deadline)
+            hit_message = Message.objects.visible_to(owner).filter(pk=h.message_id).first()
+            if hit_message is None or hit_message.pk in shown_sessions:
+                continue
+            for n in sessions.neighbours(owner, hit_message, before=1, after=1):
+                if n.pk in included or n.pk in {m.pk for m in plan.recent}:
+                    continue
+                shown_sessions.add(n.pk)
+                if writer.add(
+                    f"    ↳ same session: {n.pk} {n.role}: {_quote(n.snippet or n.content)}"
+                ):
+                    included.append(n.pk)
+
+
+def _full(owner, plan, writer, hits, left_out, included, deadline, query) -> None:
+    _recent_header(plan, writer, left_out, included)
+    recent_ids = {m.pk for m in plan.recent} | {m.pk for m in left_out} | plan.skip_ids
+    hit_ids = [h.message_id for h in hits if h.type == "message"]
+    # Small memory: every historical message in full, the relevant ones first.
+    others = list(
+        Message.objects.visible_to(owner)
+        .logical()
+        .exclude(pk__in=recent_ids)
+        .order_by("-timestamp")[: settings.INDEX_FULL_MAX + 1]
+    )
+    rank = {mid: i for i, mid in enumerate(hit_ids)}
+    others.sort(key=lambda m: (rank.get(m.pk, len(rank)), -m.timestamp.timestamp()))
+    if others:
+        writer.add("")
+        writer.add("Historical Context:")
+    for m in others:
+        line = f"[{m.pk}] [{_day(m.timestamp)}] {m.role}: {m.content.strip()}"
+        if count_tokens(line) > max(200, writer.allowance // 4):
+            line = (
+                f"[{m.pk}] [{_day(m.timestamp)}] {m.role}: {_quote(m.content, 400)} "
+                f"(long message, {m.token_count} tokens: get_message_with_chunks)"
+            )
+        if writer.add(line):
+            included.append(m.pk)
+        else:
+            short = f"[{m.pk}] [{_day(m.timestamp)}] {m.role}: {_quote(m.snippet or m.content)}"
+            if writer.add(short):
+                included.append(m.pk)
+    _key_entities(writer, hits)
+
+
+def _snippets(owner, plan, writer, hits, left_out, included, deadline, query) -> None:
+    _recent_header(plan, writer, left_out, included)
+    _key_entities(writer, hits)
+    _matches(
+        owner,
+        plan,
+        writer,
+        hits,
+        included,
+        deadline,
+        header="Historical Matches (retrieve with get_message_by_id):",
+    )
+
+
+def _relevant_topics(owner, query_vector, hits: list[SearchHit], limit: int) -> list[Topic]:
+    """Leaf topics nearest the query, plus the topics holding the best hits."""
+    leaves = Topic.objects.owned_by(owner).filter(children__isnull=True)
+    found: list[Topic] = []
+    hit_ids = [h.message_id for h in hits[:10]]
+    if hit_ids:
+        found.extend(leaves.filter(memberships__message_id__in=hit_ids).distinct()[:limit])
+    if query_vector is not None and len(found) < limit:
+        found.extend(
+            leaves.exclude(centroid=None)
+            .exclude(pk__in=[t.pk for t in found])
+            .annotate(distance=CosineDistance("centroid", [float(x) for x in query_vector]))
+            .order_by("distance")[: limit - len(found)]
+        )
+    return found
+
+
+def _cluster_block(
+    writer: _Writer, topic: Topic, included: list[str], samples: dict[str, Message]
+) -> bool:
+    start = _day(topic.period_start) if topic.period_start else "?"
+    end = _day(topic.period_end) if topic.period_end else "?"
+    if not writer.add(f'Cluster: "{topic.label}" ({topic.message_count} messages)'):
+        return False
+    writer.add(f"Period: {start} to {end}")
+    if topic.summary:
+        writer.add(f"Summary: {_quote(topic.summary, 300)[1:-1]}")
+    shown = [samples[i] for i in topic.sample_message_ids if i in samples]
+    if shown:
+        writer.add("Sample messages:")
+        for m in shown[:3]:
+            if writer.add(f"  - {m.pk}: {_quote(m.snippet or m.content)}"):
+                included.append(m.pk)
+    writer.add(f'Retrieve with: get_cluster("{topic.pk}")')
+    writer.add("")
+    return True
+
+
+def _samples(owner, topics: list[Topic]) -> dict[str, Message]:
+    ids = [i for t in topics for i in t.sample_message_ids[:3]]
+    return {m.pk: m for m in Message.objects.visible_to(owner).filter(pk__in=ids)}
+
+
+def _clusters(owner, plan, writer, hits, left_out, included, deadline, query) -> None:
+    _recent_header(plan, writer, left_out, included)
+    _key_entities(writer, hits)
+    _matches(
+        owner,
+        plan,
+        writer,
+        hits[:10],
+        included,
+        deadline,
+        header="Best Matches (retrieve with get_message_by_id):",
+    )
+    _check(deadline)
+    query_vector = _query_vector(query)
+    topics = _relevant_topics(owner, query_vector, hits, limit=8)
+    if not topics:
+        plan.fallbacks.append(
+            {
+                "kind": "no_topics",
+                "detail": (
+                    "no topic tree yet (built in the background); matches shown as snippets"
+                ),
+            }
+        )
+        _matches(
+            owner, plan, writer, hits[10:], included, deadline, header="More Matches:", neighbours=0
+        )
+        return
+    writer.add("")
+    writer.add("Message Clusters:")
+    samples = _samples(owner, topics)
+    for topic in topics:
+        _check(deadline)
+        if not _cluster_block(writer, topic, included, samples):
+            break
+    _matches(
+        owner, plan, writer, hits[10:], included, deadline, header="More Matches:", neighbours=0
+    )
+
+
+def _hierarchical(owner, plan, writer, hits, left_out, included, deadline, query) -> None:
+    _recent_header(plan, writer, left_out, included)
+    writer.add("")
+    writer.add("Temporal Overview:")
+    periods = {p.period: p for p in PeriodSummary.objects.owned_by(owner)}
+    labels = {
+        "today": "Today",
+        "this_week": "This Week",
+        "this_month": "This Month",
+        "older": "Older",
+    }
+    if not periods:
+        plan.fallbacks.append(
+            {
+                "kind": "no_period_summaries",
+                "detail": ("period summaries not built yet (background upkeep); counts omitted"),
+            }
+        )
+    for key, label in labels.items():
+        p = periods.get(key)
+        if p is not None:
+            line = f"  {label}: {p.message_count:,} messages"
+            if p.top_topics:
+                line += " — " + "; ".join(f"{t['label']} ({t['count']})" for t in p.top_topics[:3])
+            writer.add(line)
+    _check(deadline)
+    top = list(
+        Topic.objects.owned_by(owner)
+        .filter(parent=None)
+        .order_by("order")[: settings.TOPIC_MAX_CHILDREN]
+    )
+    if top:
+        writer.add("")
+        writer.add("Topic Overview (top level, oldest first; walk with view_topic):")
+        for t in top:
+            period = (
+                f"{_day(t.period_start)}..{_day(t.period_end)}"
+                if t.period_start and t.period_end
+                else ""
+            )
+            writer.add(f'  "{t.label}": {t.message_count:,} messages {period} [topic {t.pk}]')
+    _key_entities(writer, hits)
+    _matches(
+        owner,
+        plan,
+        writer,
+        hits[:10],
+        included,
+        deadline,
+        header="Best Matches (retrieve with get_message_by_id):",
+    )
+    _check(deadline)
+    topics = _relevant_topics(owner, _query_vector(query), hits, limit=4)
+    if topics:
+        writer.add("")
+        writer.add("Relevant Clusters:")
+        samples = _samples(owner, topics)
+        for topic in topics:
+            if not _cluster_block(writer, topic, included, samples):
+                break
+    writer.add("Navigation:")
+    writer.add("  - get_period_messages('today') / ('this_week') / ('2024-05-01..2024-05-31')")
+    writer.add("  - view_topic() to walk the topic tree; get_cluster(topic_id) for its messages")
+    writer.add("  - search_and_retrieve(query) / vector_search(query, limit) / find(pattern)")
+
+
+def _simple(plan, writer, hits, left_out, included) -> None:
+    """Seed 000 §7.2's simple format: recent ids and match snippets, nothing else."""
+    _recent_header(plan, writer, left_out, included)
+    if hits:
+        writer.add("Historical Matches (retrieve with get_message_by_id):")
+    for h in hits:
+        if not writer.add(_hit_line(h)):
+            break
+        included.append(h.message_id)
+
+
+def _query_vector(query: str):
+    from memory.embeddings import get_embedder
+
+    try:
+        return get_embedder().embed_one(query[:2000]) if query else None
+    except Exception:  # the embedder being down only costs the topic ranking
+        return None
+
+
+# --- snapshots ---------------------------------------------------------------------------------
+
+
+def save_snapshot(
+    plan: ContextPlan, owner, conversation, user_message: Message | None = None
+) -> ContextSnapshot:
+    """Store the plan with its turn; the chat sets `.message` once the assistant reply exists."""
+    data = plan.as_json()
+    return ContextSnapshot.objects.create(
+        owner_id=owner.pk,
+        conversation=conversation,
+        user_message=user_message,
+        query=plan.query,
+        strategy=plan.strategy,
+        reason=plan.reason,
+        text=plan.system_prompt(),
+        tokens_by_zone=plan.tokens_by_zone,
+        budget=plan.budget,
+        included_ids=plan.included_ids,
+        hits=json.loads(json.dumps(plan.hits, default=str)),
+        fallbacks=plan.fallbacks,
+        tools_offered=plan.tool_names,
+        plan=json.loads(json.dumps(data, default=str)),
+        build_ms=plan.build_ms,
+    )

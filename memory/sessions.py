@@ -1,0 +1,66 @@
+"""Sessions: runs of turns of one conversation without an idle gap (seed 001 §2.1).
+
+A hit inside a session is usually one line of a longer exchange; showing its neighbours lets
+the model (and the reader) see the question it answered or the detail that followed. Sessions
+are computed on demand from (conversation, position), which is indexed, so finding the session
+of one message reads a bounded window of rows, never the whole history.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from django.conf import settings
+
+from memory.models import Message
+
+# How far either side of a message to look for its session; a session longer than this is
+# cut to the window around the message (the tools page further with get_conversation_thread).
+SESSION_WINDOW = 40
+
+
+def idle_gap() -> dt.timedelta:
+    return dt.timedelta(minutes=settings.SESSION_IDLE_MINUTES)
+
+
+def session_of(owner, message: Message, *, window: int = SESSION_WINDOW) -> list[Message]:
+    """The visible logical messages of `message`'s session, oldest first (at most 2*window+1)."""
+    base = (
+        Message.objects.visible_to(owner).logical().filter(conversation_id=message.conversation_id)
+    )
+    before = list(base.filter(position__lt=message.position).order_by("-position")[:window])
+    after = list(base.filter(position__gt=message.position).order_by("position")[:window])
+    gap = idle_gap()
+    run = [message]
+    for m in before:  # newest first: walk backwards until an idle gap
+        if run[0].timestamp - m.timestamp > gap:
+            break
+        run.insert(0, m)
+    for m in after:
+        if m.timestamp - run[-1].timestamp > gap:
+            break
+        run.append(m)
+    return run
+
+
+def neighbours(owner, message: Message, *, before: int = 1, after: int = 1) -> list[Message]:
+    """The closest messages of `message`'s session on each side (not the message itself)."""
+    run = session_of(owner, message, window=max(before, after))
+    i = next(i for i, m in enumerate(run) if m.pk == message.pk)
+    return run[max(0, i - before) : i] + run[i + 1 : i + 1 + after]
+
+
+def split_sessions(messages: list[Message]) -> list[list[Message]]:
+    """Cut a time-ordered list of messages into sessions at idle gaps and conversation changes."""
+    gap = idle_gap()
+    sessions: list[list[Message]] = []
+    for m in messages:
+        if (
+            sessions
+            and sessions[-1][-1].conversation_id == m.conversation_id
+            and m.timestamp - sessions[-1][-1].timestamp <= gap
+        ):
+            sessions[-1].append(m)
+        else:
+            sessions.append([m])
+    return sessions

@@ -1,0 +1,128 @@
+"""Background work on memory, with the Django tasks framework (a database-backed queue).
+
+The chat calls `queue_upkeep(owner_id, message_ids)` after each turn (and the explorer after an
+edit or delete): it only enqueues, so the turn never waits for clustering or entity extraction.
+Every run is recorded as an UpkeepRun so the explorer can show what ran and what failed.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.utils import timezone
+from django_tasks import task
+
+from memory import entities, topics
+from memory.models import Message, UpkeepRun
+
+logger = logging.getLogger(__name__)
+
+
+def _record(owner_id: int | None, kind: str, work) -> dict[str, Any]:
+    run = UpkeepRun.objects.create(owner_id=owner_id, kind=kind)
+    started = time.perf_counter()
+    try:
+        detail = work()
+    except Exception as exc:
+        logger.exception("%s failed for owner %s", kind, owner_id)
+        run.ok = False
+        run.detail = {"error": f"{type(exc).__name__}: {exc}"[:500]}
+        run.finished_at = timezone.now()
+        run.save(update_fields=["ok", "detail", "finished_at"])
+        raise
+    run.detail = {**(detail or {}), "seconds": round(time.perf_counter() - started, 3)}
+    run.finished_at = timezone.now()
+    run.save(update_fields=["detail", "finished_at"])
+    return run.detail
+
+
+def _owner(owner_id: int):
+    return get_user_model().objects.get(pk=owner_id)
+
+
+def run_upkeep(owner, message_ids: Iterable[str]) -> dict[str, Any]:
+    """Synchronous upkeep for these messages: new ones join topics and get their entities;
+    edited or deleted ones have their topics re-derived (so no deleted text stays in a label,
+    summary or sample)."""
+    ids = [str(i) for i in message_ids][:500]
+    messages = list(Message.objects.owned_by(owner).logical().filter(pk__in=ids))
+    live = [m for m in messages if not m.deleted]
+    changed = [m.pk for m in messages if m.deleted or m.edited] + [
+        i for i in ids if i not in {m.pk for m in messages}
+    ]
+    mentions = entities.index_messages(owner, live)
+    if changed:
+        # Deleted (or forgotten) messages: their mentions no longer count.
+        from memory.models import EntityMention
+
+        touched = set(
+            EntityMention.objects.filter(owner_id=owner.pk, message_id__in=changed).values_list(
+                "entity_id", flat=True
+            )
+        )
+        EntityMention.objects.filter(
+            owner_id=owner.pk, message_id__in=[m.pk for m in messages if m.deleted]
+        ).delete()
+        entities.refresh_counts(owner, touched)
+    refreshed = topics.refresh(owner, topics.topics_mentioning(owner, changed)) if changed else {}
+    assigned = topics.assign_messages(owner, [m.pk for m in live])
+    topics.update_period_summaries(owner)
+    return {
+        "messages": len(ids),
+        "entity_mentions": mentions,
+        "topics": assigned,
+        "refreshed": refreshed,
+    }
+
+
+@task()
+def topic_upkeep(owner_id: int, message_ids: list[str]) -> dict[str, Any]:
+    owner = _owner(owner_id)
+    return _record(owner_id, "topic_upkeep", lambda: run_upkeep(owner, message_ids))
+
+
+@task()
+def rebuild_topics(owner_id: int) -> dict[str, Any]:
+    owner = _owner(owner_id)
+
+    def work():
+        ents = entities.rebuild(owner)
+        tree = topics.rebuild(owner)
+        return {"entities_indexed_messages": ents, **tree}
+
+    return _record(owner_id, "rebuild_topics", work)
+
+
+@task()
+def embed_pending_task(owner_id: int | None = None) -> dict[str, Any]:
+    from memory.store import embed_pending
+
+    owner = _owner(owner_id) if owner_id else None
+    return _record(owner_id, "embed_pending", lambda: {"embedded": embed_pending(owner)})
+
+
+def queue_upkeep(owner_id: int, message_ids: Iterable[str]) -> bool:
+    """Enqueue topic upkeep for these messages. Cheap, and never fails the caller: a queue
+    problem is logged and reported as False (the next rebuild catches up)."""
+    try:
+        ids = [str(i) for i in message_ids if i]
+        if not ids:
+            return False
+        topic_upkeep.enqueue(int(owner_id), ids)
+        return True
+    except Exception:
+        logger.exception("could not queue topic upkeep for owner %s", owner_id)
+        return False
+
+
+def queue_rebuild(owner_id: int) -> bool:
+    try:
+        rebuild_topics.enqueue(int(owner_id))
+        return True
+    except Exception:
+        logger.exception("could not queue a topic rebuild for owner %s", owner_id)
+        return False

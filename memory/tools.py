@@ -1,0 +1,1147 @@
+"""The memory tools the LLM calls (seed 000 §5.1, seed 002's tree walk, seed 004's find /
+show_summaries / stats, seed 003's memory_graph_query), in the OpenAI tools format.
+
+`execute_tool` never raises and never reads another user's rows: arguments are parsed and
+validated against the tool's own JSON schema first (missing, extra or mistyped arguments are
+reported by name), every read goes through `owned_by(owner)` and visible-only querysets, and
+results are bounded (limits capped, long contents cut with a hint how to page on).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+from django.db import DatabaseError, connection, transaction
+from django.db.models import Count, Max, Min, Q, Sum
+from django.utils import timezone
+
+from memory import sessions
+from memory.errors import MemoryStoreError, NotFound
+from memory.models import (
+    Conversation,
+    Entity,
+    EntityMention,
+    Message,
+    PeriodSummary,
+    ToolCall,
+    Topic,
+    TopicMembership,
+)
+from memory.tokens import count_tokens
+
+logger = logging.getLogger(__name__)
+
+MAX_CONTENT_CHARS = 6000  # per message in a tool result; page on with get_message_with_chunks
+MAX_RESULT_CHARS = 24000  # a whole tool result; past it, fewer items and a next_offset
+FIND_TIMEOUT_MS = 1500
+MAX_PATTERN_CHARS = 300
+
+
+class ToolError(Exception):
+    """A request the tool cannot carry out; the message is shown to the model as is."""
+
+
+@dataclass
+class ToolResult:
+    ok: bool
+    result: Any = None
+    error: str | None = None
+    summary: str = ""
+    duration_ms: float = 0.0
+
+    def content(self) -> str:
+        """What goes back to the model as the tool message."""
+        if self.ok:
+            return json.dumps(self.result, ensure_ascii=False, default=str)
+        return json.dumps({"error": self.error}, ensure_ascii=False)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "result": self.result, "error": self.error, "summary": self.summary}
+
+
+@dataclass
+class Tool:
+    name: str
+    description: str
+    parameters: dict[str, dict[str, Any]]
+    required: list[str]
+    handler: Callable[..., tuple[Any, str]]
+    keywords: tuple[str, ...] = ()
+    core: bool = False
+    schema_cache: dict[str, Any] = field(default_factory=dict)
+
+    def schema(self) -> dict[str, Any]:
+        if not self.schema_cache:
+            self.schema_cache.update(
+                {
+                    "type": "function",
+                    "function": {
+                        "name": self.name,
+                        "description": self.description,
+                        "parameters": {
+                            "type": "object",
+                            "properties": self.parameters,
+                            "required": self.required,
+                            "additionalProperties": False,
+                        },
+                    },
+                }
+            )
+        return self.schema_cache
+
+
+TOOLS: dict[str, Tool] = {}
+
+
+def tool(
+    name: str,
+    description: str,
+    parameters: dict[str, dict[str, Any]],
+    required=(),
+    keywords: tuple[str, ...] = (),
+    core: bool = False,
+):
+    def register(fn):
+        TOOLS[name] = Tool(name, description, parameters, list(required), fn, keywords, core)
+        return fn
+
+    return register
+
+
+def tool_schemas(names: list[str] | None = None) -> list[dict[str, Any]]:
+    """OpenAI tool schemas, all of them or the named ones (unknown names are skipped)."""
+    if names is None:
+        return [t.schema() for t in TOOLS.values()]
+    return [TOOLS[n].schema() for n in names if n in TOOLS]
+
+
+def schema_tokens(schema: dict[str, Any]) -> int:
+    return count_tokens(json.dumps(schema, ensure_ascii=False))
+
+
+_QWORD = re.compile(r"[a-z0-9]+")
+
+
+def select_tools(
+    query: str,
+    budget: int,
+    *,
+    recently_used: list[str] | None = None,
+) -> tuple[list[dict[str, Any]], int]:
+    """Seed 003 A2: tools ranked by relevance to the query (keyword overlap), core and recently
+    used tools first, added while their schemas fit `budget` tokens. Returns (schemas, tokens)."""
+    words = set(_QWORD.findall((query or "").lower()))
+    recent = [n for n in (recently_used or []) if n in TOOLS][:6]
+
+    def score(t: Tool) -> float:
+        hits = sum(1 for k in t.keywords if k in words or any(w.startswith(k) for w in words))
+        return hits
+
+    ordered = (
+        [TOOLS[n] for n in recent]
+        + [t for t in TOOLS.values() if t.core and t.name not in recent]
+        + sorted(
+            (t for t in TOOLS.values() if not t.core and t.name not in recent),
+            key=lambda t: -score(t),
+        )
+    )
+    chosen, used = [], 0
+    for t in ordered:
+        cost = schema_tokens(t.schema())
+        if used + cost <= budget:
+            chosen.append(t)
+            used += cost
+    # Keep the registry's order so the prompt is stable across turns (better prompt caching).
+    names = {t.name for t in chosen}
+    return [t.schema() for t in TOOLS.values() if t.name in names], used
+
+
+# --- execution ---------------------------------------------------------------------------------
+
+
+def execute_tool(
+    owner, name: str, arguments: Any, *, conversation: Conversation | None = None
+) -> ToolResult:
+    """Run one tool call for `owner`. Never raises: bad input comes back as ok=False."""
+    started = time.perf_counter()
+    try:
+        t = TOOLS.get(str(name))
+        if t is None:
+            raise ToolError(f"unknown tool {str(name)[:60]!r}; available: {', '.join(TOOLS)}")
+        args = _parse_arguments(arguments)
+        args = _validate(t, args)
+        result, summary = t.handler(owner, conversation=conversation, **args)
+        result = _bound(result)
+        return ToolResult(True, result, None, summary, _ms(started))
+    except ToolError as exc:
+        return ToolResult(False, None, str(exc), f"{name}: {exc}"[:200], _ms(started))
+    except NotFound as exc:
+        return ToolResult(False, None, str(exc), f"{name}: {exc}"[:200], _ms(started))
+    except MemoryStoreError as exc:
+        return ToolResult(False, None, str(exc), f"{name}: {exc}"[:200], _ms(started))
+    except Exception as exc:  # a tool bug must not end the turn; the model is told, we log it
+        logger.exception("tool %s failed", name)
+        return ToolResult(
+            False,
+            None,
+            f"internal error in {name}: {type(exc).__name__}",
+            f"{name} failed",
+            _ms(started),
+        )
+
+
+def _ms(started: float) -> float:
+    return round((time.perf_counter() - started) * 1000, 2)
+
+
+def _parse_arguments(arguments: Any) -> dict[str, Any]:
+    if arguments is None or arguments == "":
+        return {}
+    if isinstance(arguments, dict):
+        return arguments
+    if isinstance(arguments, (str, bytes)):
+        try:
+            value = json.loads(arguments)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ToolError(
+                f"arguments are not valid JSON ({exc.msg} at position {exc.pos})"
+                if isinstance(exc, json.JSONDecodeError)
+                else "arguments are not valid JSON"
+            ) from None
+        if not isinstance(value, dict):
+            raise ToolError("arguments must be a JSON object")
+        return value
+    raise ToolError("arguments must be a JSON object")
+
+
+def _validate(t: Tool, args: dict[str, Any]) -> dict[str, Any]:
+    extra = sorted(set(args) - set(t.parameters))
+    if extra:
+        raise ToolError(
+            f"unexpected argument(s) {', '.join(extra)}; {t.name} takes "
+            f"{', '.join(t.parameters) or 'no arguments'}"
+        )
+    missing = [r for r in t.required if args.get(r) in (None, "")]
+    if missing:
+        raise ToolError(f"missing required argument(s): {', '.join(missing)}")
+    clean: dict[str, Any] = {}
+    for key, value in args.items():
+        spec = t.parameters[key]
+        if value is None:
+            continue
+        kind = spec.get("type")
+        if kind == "string":
+            if not isinstance(value, str):
+                raise ToolError(f"{key} must be a string")
+            if len(value) > spec.get("maxLength", 10000):
+                raise ToolError(f"{key} is too long (at most {spec.get('maxLength')} characters)")
+            if "enum" in spec and value not in spec["enum"]:
+                raise ToolError(f"{key} must be one of {', '.join(spec['enum'])}")
+        elif kind == "integer":
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or int(value) != value
+            ):
+                raise ToolError(f"{key} must be an integer")
+            value = int(value)
+            if "minimum" in spec and value < spec["minimum"]:
+                raise ToolError(f"{key} must be at least {spec['minimum']}")
+            if "maximum" in spec and value > spec["maximum"]:
+                value = spec["maximum"]  # a generous ask is capped, not refused
+        elif kind == "boolean":
+            if not isinstance(value, bool):
+                raise ToolError(f"{key} must be true or false")
+        elif kind == "array":
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise ToolError(f"{key} must be a list of strings")
+            if len(value) > spec.get("maxItems", 100):
+                raise ToolError(f"{key} may hold at most {spec['maxItems']} items")
+            if not value:
+                raise ToolError(f"{key} must not be empty")
+        clean[key] = value
+    return clean
+
+
+def _bound(result: Any) -> Any:
+    """Cut a too-large list result down to what fits MAX_RESULT_CHARS, saying so."""
+    if not isinstance(result, dict):
+        return result
+    text = json.dumps(result, ensure_ascii=False, default=str)
+    if len(text) <= MAX_RESULT_CHARS:
+        return result
+    for key in ("messages", "results", "items", "tool_calls", "matches", "summaries"):
+        items = result.get(key)
+        if isinstance(items, list) and items:
+            while (
+                len(items) > 1
+                and len(json.dumps(result, ensure_ascii=False, default=str)) > MAX_RESULT_CHARS
+            ):
+                items.pop()
+            result["truncated"] = True
+            result["note"] = (
+                f"result cut to {len(items)} {key} to stay within size; page with offset"
+            )
+            if "offset" in result:
+                result["next_offset"] = result["offset"] + len(items)
+            return result
+    return result
+
+
+# --- shapes (seed 000 §5.2) ---------------------------------------------------------------------
+
+
+def message_dict(m: Message, *, max_chars: int = MAX_CONTENT_CHARS) -> dict[str, Any]:
+    content = m.content
+    out = {
+        "id": m.pk,
+        "content": content[:max_chars],
+        "role": m.role,
+        "timestamp": m.timestamp.isoformat(),
+        "parentId": m.parent_id,
+        "conversationId": m.conversation_id,
+        "isChunk": m.is_chunk,
+    }
+    if m.is_chunk:
+        out["chunkIndex"] = m.chunk_index
+        out["chunkParentId"] = m.chunk_parent_id
+    if m.edited:
+        out["edited"] = True
+    if len(content) > max_chars:
+        out["truncated"] = True
+        out["note"] = (
+            f"content cut at {max_chars} of {len(content)} characters; "
+            "read the rest with get_message_with_chunks"
+        )
+    return out
+
+
+def tool_call_dict(c: ToolCall) -> dict[str, Any]:
+    out = {
+        "id": c.pk,
+        "toolName": c.tool_name,
+        "arguments": c.arguments[:2000],
+        "result": c.result[:MAX_CONTENT_CHARS],
+        "timestamp": c.timestamp.isoformat(),
+        "messageId": c.message_id,
+        "isChunk": c.is_chunk,
+        "isError": c.is_error,
+    }
+    if c.is_chunk:
+        out["chunkIndex"] = c.chunk_index
+        out["chunkParentId"] = c.chunk_parent_id
+    if len(c.result) > MAX_CONTENT_CHARS:
+        out["truncated"] = True
+    return out
+
+
+def _topic_dict(t: Topic, *, children: int | None = None) -> dict[str, Any]:
+    out = {
+        "id": t.pk,
+        "label": t.label,
+        "level": t.level,
+        "message_count": t.message_count,
+        "period": [
+            t.period_start.isoformat() if t.period_start else None,
+            t.period_end.isoformat() if t.period_end else None,
+        ],
+        "summary": t.summary[:600],
+        "keywords": t.keywords[:8],
+    }
+    if children is not None:
+        out["children"] = children
+    return out
+
+
+def _snip(text: str, n: int = 200) -> str:
+    flat = " ".join((text or "").split())
+    return flat if len(flat) <= n else flat[: n - 1] + "…"
+
+
+# --- argument helpers ---------------------------------------------------------------------------
+
+
+def _conversation(owner, conversation_id: str | None):
+    if not conversation_id:
+        return None
+    return Conversation.objects.owned_by(owner).filter(pk=conversation_id).first() or _raise(
+        NotFound("conversation", conversation_id)
+    )
+
+
+def _raise(exc: Exception):
+    raise exc
+
+
+def _message(owner, message_id: str) -> Message:
+    m = Message.objects.visible_to(owner).filter(pk=str(message_id)).first()
+    if m is None:
+        raise NotFound("message", message_id)
+    return m
+
+
+_DATE_RANGE = re.compile(r"^\s*(.+?)\s*(?:\.\.|/| to )\s*(.+?)\s*$")
+
+
+def _parse_day(text: str, *, end: bool = False) -> dt.datetime:
+    text = text.strip()
+    try:
+        if re.fullmatch(r"\d{4}-\d{2}", text):
+            year, month = map(int, text.split("-"))
+            start = dt.datetime(year, month, 1)
+            if end:
+                start = dt.datetime(year + (month == 12), month % 12 + 1, 1)
+            return timezone.make_aware(start)
+        value = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise ToolError(
+            f"cannot read {text[:40]!r} as a date; use YYYY-MM-DD, YYYY-MM, 'today', 'this_week', "
+            "'this_month' or a range like 2024-05-01..2024-05-31"
+        ) from None
+    if timezone.is_naive(value):
+        value = timezone.make_aware(value)
+    if end and len(text) <= 10:
+        value += dt.timedelta(days=1)  # a whole day, inclusive
+    return value
+
+
+def parse_period(
+    period: str, now: dt.datetime | None = None
+) -> tuple[dt.datetime | None, dt.datetime | None, str]:
+    """(start, end, label) of a period name, a date, a month or a date range; end exclusive."""
+    now = timezone.localtime(now or timezone.now())
+    today = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    key = period.strip().lower().replace(" ", "_")
+    named = {
+        "today": (today, None),
+        "yesterday": (today - dt.timedelta(days=1), today),
+        "this_week": (today - dt.timedelta(days=today.weekday()), None),
+        "last_week": (
+            today - dt.timedelta(days=today.weekday() + 7),
+            today - dt.timedelta(days=today.weekday()),
+        ),
+        "this_month": (today.replace(day=1), None),
+        "last_month": (
+            (today.replace(day=1) - dt.timedelta(days=1)).replace(day=1),
+            today.replace(day=1),
+        ),
+        "older": (None, today.replace(day=1)),
+    }
+    if key in named:
+        start, end = named[key]
+        return start, end, key
+    m = _DATE_RANGE.match(period)
+    if m and not re.fullmatch(r"\d{4}-\d{2}(-\d{2})?", period.strip()):
+        start, end = _parse_day(m.group(1)), _parse_day(m.group(2), end=True)
+    else:
+        start, end = _parse_day(period), _parse_day(period, end=True)
+        if end == start:
+            end = start + dt.timedelta(days=1)
+    if end <= start:
+        raise ToolError("the period ends before it starts")
+    return start, end, period.strip()
+
+
+def _position(owner, value: str | None, *, end: bool = False) -> dt.datetime | None:
+    """A bound given as a message id (its time) or a date."""
+    if not value:
+        return None
+    m = Message.objects.owned_by(owner).filter(pk=value).only("timestamp").first()
+    if m is not None:
+        return m.timestamp + (dt.timedelta(microseconds=1) if end else dt.timedelta(0))
+    if re.fullmatch(r"[0-9A-HJKMNP-TV-Z]{26}", value):
+        raise NotFound("message", value)
+    return _parse_day(value, end=end)
+
+
+LIMIT = {"type": "integer", "minimum": 1, "maximum": 50, "description": "how many (1-50)"}
+OFFSET = {
+    "type": "integer",
+    "minimum": 0,
+    "maximum": 1_000_000,
+    "description": "skip this many (paging)",
+}
+ID = {"type": "string", "maxLength": 64}
+
+
+def _page(qs, limit: int, offset: int) -> tuple[list, int | None]:
+    rows = list(qs[offset : offset + limit + 1])
+    more = len(rows) > limit
+    return rows[:limit], (offset + limit if more else None)
+
+
+# --- seed 000 §5.1 ------------------------------------------------------------------------------
+
+
+@tool(
+    "get_message_by_id",
+    "Read one message of memory in full by its id (from the memory index or a search).",
+    {"id": {**ID, "description": "message id"}},
+    required=["id"],
+    keywords=("message", "read", "full", "id"),
+    core=True,
+)
+def get_message_by_id(owner, *, id: str, conversation=None):
+    m = _message(owner, id)
+    return message_dict(m), f"read message {m.pk}"
+
+
+@tool(
+    "get_messages_by_ids",
+    "Read several messages in full by their ids.",
+    {"ids": {"type": "array", "items": {"type": "string"}, "maxItems": 20}},
+    required=["ids"],
+    keywords=("messages", "read", "ids"),
+)
+def get_messages_by_ids(owner, *, ids: list[str], conversation=None):
+    found = {m.pk: m for m in Message.objects.visible_to(owner).filter(pk__in=ids)}
+    missing = [i for i in ids if i not in found]
+    if not found:
+        raise NotFound("message", ", ".join(ids[:5]))
+    per = max(500, MAX_CONTENT_CHARS // max(1, len(found)))
+    result = {
+        "messages": [
+            message_dict(found[i], max_chars=per) for i in dict.fromkeys(ids) if i in found
+        ]
+    }
+    if missing:
+        result["not_found"] = missing
+    return result, f"read {len(found)} messages" + (
+        f" ({len(missing)} not found)" if missing else ""
+    )
+
+
+@tool(
+    "get_message_with_chunks",
+    "Read a long message chunk by chunk (a chunk id leads to its whole message).",
+    {
+        "id": ID,
+        "offset": {**OFFSET, "description": "first chunk"},
+        "limit": {**LIMIT, "maximum": 5, "description": "chunks (1-5)"},
+    },
+    required=["id"],
+    keywords=("chunk", "chunks", "long", "rest"),
+)
+def get_message_with_chunks(owner, *, id: str, offset: int = 0, limit: int = 3, conversation=None):
+    m = _message(owner, id)
+    if m.is_chunk:
+        m = _message(owner, m.chunk_parent_id)
+    chunks = list(m.chunks.filter(deleted=False).order_by("chunk_index")[offset : offset + limit])
+    total = m.chunks.count()
+    head = message_dict(m, max_chars=0 if total else MAX_CONTENT_CHARS)
+    if total:
+        head["content"] = ""
+        head.pop("note", None)
+        head["truncated"] = False
+    result = {
+        "message": head,
+        "chunk_count": total,
+        "offset": offset,
+        "chunks": [message_dict(c) for c in chunks],
+    }
+    if offset + limit < total:
+        result["next_offset"] = offset + limit
+    return result, f"read message {m.pk}" + (
+        f" chunks {offset}-{offset + len(chunks) - 1} of {total}" if total else ""
+    )
+
+
+def _search(owner, query, limit, *, conversation_id=None, role=None, start=None, end=None):
+    from memory.search import SearchFilters, search
+
+    conv = _conversation(owner, conversation_id)
+    filters = SearchFilters(
+        conversation_id=conv.pk if conv else None,
+        role=role,
+        start=_position(owner, start),
+        end=_position(owner, end, end=True),
+    )
+    return search(owner, query, limit=limit, filters=filters)
+
+
+SEARCH_FILTERS = {
+    "conversation_id": {**ID, "description": "only this conversation"},
+    "role": {"type": "string", "enum": ["user", "assistant", "system"]},
+    "start": {
+        "type": "string",
+        "maxLength": 40,
+        "description": "from this date (YYYY-MM-DD) or message id",
+    },
+    "end": {"type": "string", "maxLength": 40, "description": "up to this date or message id"},
+}
+
+
+@tool(
+    "vector_search",
+    "Search all of memory (meaning and exact words, messages and tool calls); "
+    "returns ids with snippets and scores.",
+    {"query": {"type": "string", "maxLength": 2000}, "limit": LIMIT, **SEARCH_FILTERS},
+    required=["query"],
+    keywords=("search", "find", "remember", "recall", "when", "what"),
+    core=True,
+)
+def vector_search(owner, *, query: str, limit: int = 10, conversation=None, **filters):
+    results = _search(owner, query, limit, **filters)
+    out = {"query": query, "results": [h.as_result() for h in results.hits]}
+    if results.fallbacks:
+        out["fallbacks"] = results.fallbacks
+    return out, f'searched memory for "{_snip(query, 60)}" — {len(results.hits)} hits'
+
+
+@tool(
+    "search_and_retrieve",
+    "Search memory and read the best matches in full, each with its session neighbours.",
+    {
+        "query": {"type": "string", "maxLength": 2000},
+        "auto_limit": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": 10,
+            "description": "messages (1-10)",
+        },
+        **SEARCH_FILTERS,
+    },
+    required=["query"],
+    keywords=("search", "remember", "recall", "details", "what", "who"),
+    core=True,
+)
+def search_and_retrieve(owner, *, query: str, auto_limit: int = 5, conversation=None, **filters):
+    results = _search(owner, query, auto_limit * 2, **filters)
+    ids = list(dict.fromkeys(h.message_id for h in results.hits))[:auto_limit]
+    found = {m.pk: m for m in Message.objects.visible_to(owner).filter(pk__in=ids)}
+    per = max(800, MAX_CONTENT_CHARS // max(1, len(found)))
+    out = []
+    for h_id in ids:
+        m = found.get(h_id)
+        if m is None:
+            continue
+        item = message_dict(m, max_chars=per)
+        item["session"] = [
+            {"id": n.pk, "role": n.role, "snippet": _snip(n.content)}
+            for n in sessions.neighbours(owner, m, before=1, after=1)
+        ]
+        out.append(item)
+    result = {"query": query, "messages": out}
+    if results.fallbacks:
+        result["fallbacks"] = results.fallbacks
+    return result, f'searched and read memory for "{_snip(query, 60)}" — {len(out)} messages'
+
+
+def _descendant_leaves(owner, topic: Topic, cap: int = 2000) -> list[str]:
+    ids, frontier, leaves = [topic.pk], [topic.pk], []
+    while frontier and len(ids) < cap:
+        kids = list(
+            Topic.objects.owned_by(owner)
+            .filter(parent_id__in=frontier)
+            .values_list("pk", flat=True)
+        )
+        if not kids:
+            break
+        ids.extend(kids)
+        frontier = kids
+    return ids or leaves
+
+
+def _topic(owner, ident: str) -> Topic:
+    t = Topic.objects.owned_by(owner).filter(pk=ident).first()
+    if t is None:
+        t = (
+            Topic.objects.owned_by(owner)
+            .filter(label__iexact=ident)
+            .order_by("-message_count")
+            .first()
+            or Topic.objects.owned_by(owner)
+            .filter(label__icontains=ident)
+            .order_by("-message_count")
+            .first()
+        )
+    if t is None:
+        raise NotFound("topic", ident)
+    return t
+
+
+@tool(
+    "get_cluster",
+    "Read the messages of a topic cluster (id from the index), oldest first.",
+    {"cluster_id": ID, "limit": LIMIT, "offset": OFFSET},
+    required=["cluster_id"],
+    keywords=("cluster", "topic", "group"),
+)
+def get_cluster(owner, *, cluster_id: str, limit: int = 20, offset: int = 0, conversation=None):
+    return _topic_messages(owner, _topic(owner, cluster_id), limit, offset)
+
+
+def _topic_messages(owner, topic: Topic, limit: int, offset: int):
+    topic_ids = _descendant_leaves(owner, topic)
+    qs = (
+        Message.objects.visible_to(owner)
+        .logical()
+        .filter(topic_memberships__topic_id__in=topic_ids)
+        .distinct()
+        .order_by("timestamp", "position")
+    )
+    rows, next_offset = _page(qs, limit, offset)
+    result = {
+        "topic": _topic_dict(topic),
+        "offset": offset,
+        "messages": [message_dict(m, max_chars=1500) for m in rows],
+    }
+    if next_offset is not None:
+        result["next_offset"] = next_offset
+    return result, f'read {len(rows)} messages of topic "{_snip(topic.label, 50)}"'
+
+
+@tool(
+    "get_period_messages",
+    "Read messages of a period: 'today', 'yesterday', 'this_week', "
+    "'last_week', 'this_month', 'last_month', a date (YYYY-MM-DD), a month (YYYY-MM) or a range "
+    "(YYYY-MM-DD..YYYY-MM-DD).",
+    {
+        "period": {"type": "string", "maxLength": 60},
+        "limit": LIMIT,
+        "offset": OFFSET,
+        "conversation_id": ID,
+    },
+    required=["period"],
+    keywords=("today", "yesterday", "week", "month", "date", "when", "period", "last", "ago"),
+)
+def get_period_messages(
+    owner,
+    *,
+    period: str,
+    limit: int = 20,
+    offset: int = 0,
+    conversation_id: str | None = None,
+    conversation=None,
+):
+    start, end, label = parse_period(period)
+    qs = Message.objects.visible_to(owner).logical()
+    if start:
+        qs = qs.filter(timestamp__gte=start)
+    if end:
+        qs = qs.filter(timestamp__lt=end)
+    conv = _conversation(owner, conversation_id)
+    if conv:
+        qs = qs.filter(conversation=conv)
+    rows, next_offset = _page(qs.order_by("timestamp", "position"), limit, offset)
+    result = {
+        "period": label,
+        "start": start.isoformat() if start else None,
+        "end": end.isoformat() if end else None,
+        "offset": offset,
+        "messages": [message_dict(m, max_chars=1500) for m in rows],
+    }
+    if next_offset is not None:
+        result["next_offset"] = next_offset
+    return result, f"read {len(rows)} messages from {label}"
+
+
+@tool(
+    "get_conversation_thread",
+    "Read the thread a message belongs to: the messages before it "
+    "(up to depth), the message, and its replies.",
+    {"message_id": ID, "depth": {"type": "integer", "minimum": 1, "maximum": 20}},
+    required=["message_id"],
+    keywords=("thread", "context", "before", "conversation", "reply"),
+)
+def get_conversation_thread(owner, *, message_id: str, depth: int = 5, conversation=None):
+    m = _message(owner, message_id)
+    if m.is_chunk:
+        m = _message(owner, m.chunk_parent_id)
+    chain: list[Message] = []
+    current = m
+    visible = Message.objects.visible_to(owner).logical()
+    for _ in range(depth):
+        if current.parent_id:
+            parent = visible.filter(pk=current.parent_id).first()
+        else:  # imported history may have no parent links: the previous position stands in
+            parent = (
+                visible.filter(
+                    conversation_id=current.conversation_id, position__lt=current.position
+                )
+                .order_by("-position")
+                .first()
+            )
+        if parent is None:
+            break
+        chain.insert(0, parent)
+        current = parent
+    replies = list(
+        visible.filter(
+            Q(parent_id=m.pk)
+            | Q(conversation_id=m.conversation_id, parent_id=None, position=m.position + 1)
+        ).order_by("position")[:5]
+    )
+    items = [message_dict(x, max_chars=1500) for x in [*chain, m, *replies]]
+    return {
+        "message_id": m.pk,
+        "messages": items,
+    }, f"read the thread of {m.pk} ({len(items)} messages)"
+
+
+@tool(
+    "get_tool_call",
+    "Read one stored tool call (arguments and result) by id.",
+    {"id": ID},
+    required=["id"],
+    keywords=("tool", "call", "result"),
+)
+def get_tool_call(owner, *, id: str, conversation=None):
+    c = ToolCall.objects.owned_by(owner).visible().filter(pk=id).first()
+    if c is None:
+        raise NotFound("tool call", id)
+    return tool_call_dict(c), f"read tool call {c.pk} ({c.tool_name})"
+
+
+@tool(
+    "get_tool_calls_by_message",
+    "List the tool calls an assistant message made.",
+    {"message_id": ID, "limit": LIMIT, "offset": OFFSET},
+    required=["message_id"],
+    keywords=("tool", "calls", "message"),
+)
+def get_tool_calls_by_message(
+    owner, *, message_id: str, limit: int = 20, offset: int = 0, conversation=None
+):
+    m = _message(owner, message_id)
+    qs = (
+        ToolCall.objects.owned_by(owner).visible().logical().filter(message=m).order_by("timestamp")
+    )
+    rows, next_offset = _page(qs, limit, offset)
+    result = {"message_id": m.pk, "offset": offset, "tool_calls": [tool_call_dict(c) for c in rows]}
+    if next_offset is not None:
+        result["next_offset"] = next_offset
+    return result, f"listed {len(rows)} tool calls of {m.pk}"
+
+
+# --- seed 002: walk the topic tree --------------------------------------------------------------
+
+
+@tool(
+    "view_topic",
+    "Walk the topic tree top-down: without topic_id, the top-level topics; with "
+    "one, that topic and its children (each with label, size, period and summary).",
+    {"topic_id": ID},
+    keywords=("topic", "topics", "overview", "tree", "browse", "subjects"),
+)
+def view_topic(owner, *, topic_id: str | None = None, conversation=None):
+    limit = settings.TOPIC_MAX_CHILDREN * 2
+    if topic_id:
+        topic = _topic(owner, topic_id)
+        kids = list(Topic.objects.owned_by(owner).filter(parent=topic).order_by("order")[:limit])
+        node = _topic_dict(topic)
+        node["parent_id"] = topic.parent_id
+        samples = Message.objects.visible_to(owner).filter(pk__in=topic.sample_message_ids[:3])
+        node["samples"] = [{"id": m.pk, "snippet": _snip(m.content)} for m in samples]
+    else:
+        node = {"id": None, "label": "(all memory)"}
+        kids = list(Topic.objects.owned_by(owner).filter(parent=None).order_by("order")[:limit])
+    counts = dict(
+        Topic.objects.owned_by(owner)
+        .filter(parent__in=kids)
+        .values("parent_id")
+        .annotate(n=Count("id"))
+        .values_list("parent_id", "n")
+    )
+    node["children"] = [_topic_dict(k, children=counts.get(k.pk, 0)) for k in kids]
+    if not kids and not topic_id:
+        node["note"] = "no topics yet; they are built in the background (manage.py build_topics)"
+    return node, f'viewed topic "{_snip(node["label"], 50)}" ({len(kids)} children)'
+
+
+@tool(
+    "get_topic_messages",
+    "Read the messages of a topic (by id or label), oldest first.",
+    {"topic": {"type": "string", "maxLength": 200}, "limit": LIMIT, "offset": OFFSET},
+    required=["topic"],
+    keywords=("topic", "messages"),
+)
+def get_topic_messages(owner, *, topic: str, limit: int = 20, offset: int = 0, conversation=None):
+    return _topic_messages(owner, _topic(owner, topic), limit, offset)
+
+
+@tool(
+    "get_session",
+    "Read the session around a message: the turns before and after it without an idle gap.",
+    {"message_id": ID},
+    required=["message_id"],
+    keywords=("session", "around", "context", "neighbours"),
+)
+def get_session(owner, *, message_id: str, conversation=None):
+    m = _message(owner, message_id)
+    if m.is_chunk:
+        m = _message(owner, m.chunk_parent_id)
+    run = sessions.session_of(owner, m, window=10)
+    return (
+        {"message_id": m.pk, "messages": [message_dict(x, max_chars=1500) for x in run]},
+        f"read the session of {m.pk} ({len(run)} messages)",
+    )
+
+
+# --- seed 004 -------------------------------------------------------------------------------------
+
+
+@tool(
+    "find",
+    "Find messages whose text matches a regular expression (POSIX style, as in "
+    "Postgres), optionally between two positions (message ids or dates).",
+    {
+        "pattern": {"type": "string", "maxLength": MAX_PATTERN_CHARS},
+        "start": {"type": "string", "maxLength": 40},
+        "end": {"type": "string", "maxLength": 40},
+        "case_sensitive": {"type": "boolean"},
+        "conversation_id": ID,
+        "limit": LIMIT,
+        "offset": OFFSET,
+    },
+    required=["pattern"],
+    keywords=("find", "exact", "regex", "pattern", "grep", "mentioned", "word"),
+)
+def find(
+    owner,
+    *,
+    pattern: str,
+    start: str | None = None,
+    end: str | None = None,
+    case_sensitive: bool = False,
+    conversation_id: str | None = None,
+    limit: int = 20,
+    offset: int = 0,
+    conversation=None,
+):
+    if not pattern.strip():
+        raise ToolError("pattern must not be empty")
+    op = "~" if case_sensitive else "~*"
+    flags = "" if case_sensitive else "i"
+    where = ["owner_id = %s", "NOT deleted", "NOT is_chunk", f"content {op} %s"]
+    params: list[Any] = [owner.pk, pattern]
+    lo, hi = _position(owner, start), _position(owner, end, end=True)
+    if lo:
+        where.append("timestamp >= %s")
+        params.append(lo)
+    if hi:
+        where.append("timestamp < %s")
+        params.append(hi)
+    conv = _conversation(owner, conversation_id)
+    if conv:
+        where.append("conversation_id = %s")
+        params.append(conv.pk)
+    sql = (
+        "SELECT id, role, timestamp, conversation_id, "
+        "substr(content, greatest(1, regexp_instr(content, %s, 1, 1, 0, %s) - 80), 240) "
+        f"FROM memory_message WHERE {' AND '.join(where)} "
+        "ORDER BY timestamp, position LIMIT %s OFFSET %s"
+    )
+    try:
+        # Postgres' regex engine runs under a statement timeout, so a pathological pattern
+        # costs at most FIND_TIMEOUT_MS, never a stuck worker.
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(f"SET LOCAL statement_timeout = {FIND_TIMEOUT_MS}")
+            cursor.execute(sql, [pattern, flags, *params, limit + 1, offset])
+            rows = cursor.fetchall()
+    except DatabaseError as exc:
+        text = str(exc).lower()
+        if "timeout" in text or "cancel" in text:
+            raise ToolError(
+                f"the pattern took longer than {FIND_TIMEOUT_MS} ms; make it more "
+                "specific or narrow it with start/end"
+            ) from None
+        raise ToolError(f"invalid regular expression: {str(exc).splitlines()[0][:160]}") from None
+    more = len(rows) > limit
+    matches = [
+        {
+            "id": r[0],
+            "role": r[1],
+            "timestamp": r[2].isoformat(),
+            "conversationId": r[3],
+            "excerpt": " ".join((r[4] or "").split()),
+        }
+        for r in rows[:limit]
+    ]
+    result = {"pattern": pattern, "offset": offset, "matches": matches}
+    if more:
+        result["next_offset"] = offset + limit
+    return result, f"found /{_snip(pattern, 40)}/ in {len(matches)}{'+' if more else ''} messages"
+
+
+@tool(
+    "show_summaries",
+    "Summaries of a stretch of memory: period summaries and the topics "
+    "between two positions (message ids or dates; both optional).",
+    {
+        "start": {"type": "string", "maxLength": 40},
+        "end": {"type": "string", "maxLength": 40},
+        "limit": LIMIT,
+        "offset": OFFSET,
+    },
+    keywords=("summary", "summaries", "summarise", "summarize", "overview", "happened", "recap"),
+)
+def show_summaries(
+    owner,
+    *,
+    start: str | None = None,
+    end: str | None = None,
+    limit: int = 10,
+    offset: int = 0,
+    conversation=None,
+):
+    lo, hi = _position(owner, start), _position(owner, end, end=True)
+    qs = Topic.objects.owned_by(owner).filter(children__isnull=True)
+    if lo:
+        qs = qs.filter(period_end__gte=lo)
+    if hi:
+        qs = qs.filter(period_start__lt=hi)
+    rows, next_offset = _page(qs.order_by("period_start"), limit, offset)
+    result: dict[str, Any] = {"offset": offset, "summaries": [_topic_dict(t) for t in rows]}
+    if not start and not end:
+        result["periods"] = [
+            {"period": p.period, "messages": p.message_count, "summary": p.summary}
+            for p in PeriodSummary.objects.owned_by(owner)
+        ]
+    if next_offset is not None:
+        result["next_offset"] = next_offset
+    if not rows:
+        result["note"] = "no topic summaries in this range (topics are built in the background)"
+    return result, f"showed {len(rows)} summaries"
+
+
+@tool(
+    "get_conversation_stats",
+    "Statistics of memory (or one conversation): messages by role, "
+    "tokens, tool calls, topics, entities, first and last dates.",
+    {"conversation_id": ID},
+    keywords=("stats", "statistics", "how", "many", "count", "size"),
+)
+def get_conversation_stats(owner, *, conversation_id: str | None = None, conversation=None):
+    conv = _conversation(owner, conversation_id)
+    qs = Message.objects.visible_to(owner).logical()
+    if conv:
+        qs = qs.filter(conversation=conv)
+    agg = qs.aggregate(
+        n=Count("id"), tokens=Sum("token_count"), first=Min("timestamp"), last=Max("timestamp")
+    )
+    by_role = dict(qs.values("role").annotate(n=Count("id")).values_list("role", "n"))
+    calls = ToolCall.objects.owned_by(owner).visible().logical()
+    if conv:
+        calls = calls.filter(message__conversation=conv)
+    total_tokens = agg["tokens"] or 0
+    days = ((agg["last"] - agg["first"]).total_seconds() / 86400) if agg["first"] else 0
+    result = {
+        "scope": f"conversation {conv.pk}" if conv else "all memory",
+        "messages": agg["n"],
+        "by_role": by_role,
+        "tokens": total_tokens,
+        "tool_calls": calls.count(),
+        "conversations": 1 if conv else Conversation.objects.owned_by(owner).count(),
+        "topics": Topic.objects.owned_by(owner).count(),
+        "entities": Entity.objects.owned_by(owner).filter(mention_count__gt=0).count(),
+        "first": agg["first"].isoformat() if agg["first"] else None,
+        "last": agg["last"].isoformat() if agg["last"] else None,
+        "duration_days": round(days, 2),
+        "index_budget_tokens": settings.INDEX_MAX_TOKENS,
+        "compression_ratio": round(total_tokens / settings.INDEX_MAX_TOKENS, 2)
+        if total_tokens
+        else 0,
+    }
+    return result, f"{agg['n']} messages, {total_tokens:,} tokens"
+
+
+# --- seed 003 -------------------------------------------------------------------------------------
+
+
+@tool(
+    "memory_graph_query",
+    "Explore the entity graph: an entity (name, number, identifier, date, "
+    "URL...) and what it co-occurs with, up to depth hops, with the messages that mention it.",
+    {
+        "entity": {"type": "string", "maxLength": 300},
+        "depth": {"type": "integer", "minimum": 1, "maximum": 3},
+        "limit": LIMIT,
+    },
+    required=["entity"],
+    keywords=("entity", "graph", "related", "who", "connected", "relationship"),
+)
+def memory_graph_query(owner, *, entity: str, depth: int = 1, limit: int = 10, conversation=None):
+    from memory.entities import normalize
+
+    if depth < 1 or depth > 3:
+        raise ToolError("depth must be between 1 and 3")
+    norm = normalize(entity)
+    live = Entity.objects.owned_by(owner).filter(mention_count__gt=0)
+    root = (
+        live.filter(normalized=norm).order_by("-mention_count").first()
+        or live.filter(normalized__icontains=norm).order_by("-mention_count").first()
+    )
+    if root is None:
+        raise ToolError(f"no entity like {entity[:60]!r} in memory")
+    nodes = {root.pk: root}
+    edges: list[dict[str, Any]] = []
+    frontier = [root.pk]
+    per_node = max(3, limit)
+    for _ in range(depth):
+        next_frontier = []
+        for eid in frontier:
+            # Co-occurrence counted over visible messages only, so deleted text never links.
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT b.entity_id, count(*) FROM memory_entitymention a "
+                    "JOIN memory_entitymention b ON a.message_id = b.message_id "
+                    "AND b.entity_id <> a.entity_id "
+                    "JOIN memory_message m ON m.id = a.message_id "
+                    "WHERE a.owner_id = %s AND a.entity_id = %s AND NOT m.deleted "
+                    "GROUP BY b.entity_id ORDER BY count(*) DESC LIMIT %s",
+                    [owner.pk, eid, per_node],
+                )
+                rows = cursor.fetchall()
+            for other, weight in rows:
+                edges.append({"source": eid, "target": other, "weight": weight})
+                if other not in nodes:
+                    next_frontier.append(other)
+            if len(nodes) + len(next_frontier) > 60:
+                break
+        for e in Entity.objects.owned_by(owner).filter(pk__in=next_frontier):
+            nodes[e.pk] = e
+        frontier = next_frontier
+        if not frontier:
+            break
+    mentions = (
+        EntityMention.objects.owned_by(owner)
+        .filter(entity=root, message__deleted=False)
+        .select_related("message")
+        .order_by("-message__timestamp")[:limit]
+    )
+    result = {
+        "entity": {
+            "id": root.pk,
+            "name": root.name,
+            "kind": root.kind,
+            "mentions": root.mention_count,
+        },
+        "nodes": [
+            {"id": e.pk, "name": e.name, "kind": e.kind, "mentions": e.mention_count}
+            for e in nodes.values()
+        ],
+        "edges": [e for e in edges if e["target"] in nodes],
+        "related_messages": [
+            {
+                "id": mm.message_id,
+                "role": mm.message.role,
+                "timestamp": mm.message.timestamp.isoformat(),
+                "snippet": _snip(mm.message.content),
+            }
+            for mm in mentions
+        ],
+    }
+    return result, f'explored "{_snip(root.name, 40)}" — {len(nodes) - 1} related entities'
+
+
+# Keep a name for type checkers of callers.
+__all__ = ["ToolResult", "execute_tool", "select_tools", "tool_schemas", "TOOLS", "TopicMembership"]

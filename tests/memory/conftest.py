@@ -1,0 +1,34 @@
+"""Fixtures for the memory engine tests: small histories with real embeddings."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.utils import timezone
+
+from memory.store import NewMessage, store_messages
+
+
+@pytest.fixture
+def immediate_tasks(settings):
+    settings.TASKS = {"default": {"BACKEND": "django_tasks.backends.immediate.ImmediateBackend"}}
+
+
+def add_turns(owner, conversation, texts, *, start=None, gap_minutes=1, embed=True):
+    """Store alternating user/assistant messages `gap_minutes` apart; returns them."""
+    start = start or timezone.now() - dt.timedelta(days=1)
+    items = [
+        NewMessage(
+            role="user" if i % 2 == 0 else "assistant",
+            content=text,
+            timestamp=start + dt.timedelta(minutes=gap_minutes * i),
+        )
+        for i, text in enumerate(texts)
+    ]
+    return store_messages(owner, conversation, items, embed=embed)
+
+
+@pytest.fixture
+def turns():
+    return add_turns
