@@ -440,7 +440,9 @@ def update_message(owner, message_id: str, new_content: str) -> Message:
         message.token_count = count_tokens(content)
         message.edited = True
         message.metadata = {**message.metadata, **notes}
-        message.save(update_fields=["content", "snippet", "token_count", "edited", "edit_history", "metadata"])
+        message.save(
+            update_fields=["content", "snippet", "token_count", "edited", "edit_history", "metadata"]
+        )
         # Old chunks (and with them their passages) go; the text is re-chunked either way, so
         # crossing the threshold in either direction is handled by the same path.
         message.chunks.all().delete()

@@ -51,14 +51,12 @@ def _token_char_offsets(enc: tiktoken.Encoding, tokens: list[int], text: str) ->
     encoded = text.encode("utf-8")
     # Map byte offsets to character offsets once.
     char_at_byte = [0] * (len(encoded) + 1)
-    ci = 0
     bi = 0
-    for ch in text:
+    for ci, ch in enumerate(text):
         n = len(ch.encode("utf-8"))
         for k in range(n):
             char_at_byte[bi + k] = ci
         bi += n
-        ci += 1
     char_at_byte[len(encoded)] = len(text)
     for i, tok in enumerate(tokens):
         offsets[i] = char_at_byte[byte_pos]

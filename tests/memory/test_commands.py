@@ -23,7 +23,8 @@ ROWS = [
      "timestamp": "2025-03-01T10:00:00Z", "external_id": "e1", "speaker": "Sam"},
     {"conversation": "infra", "role": "assistant", "content": "Noted: INFRA-992 uses port 6379.",
      "timestamp": "2025-03-01T10:00:05Z", "external_id": "e2"},
-    {"conversation": "retreat", "role": "user", "content": "The retreat is at Whispering Pines in Estes Park.",
+    {"conversation": "retreat", "role": "user",
+     "content": "The retreat is at Whispering Pines in Estes Park.",
      "timestamp": "2025-03-02T09:00:00+00:00", "external_id": "e3"},
 ]
 
@@ -91,7 +92,9 @@ def test_recall_prints_search_results_as_json(tmp_path, capsys):
                        + json.dumps({"query": "Where is the company retreat?"}) + "\n")
     call_command("recall", "--user", "sam", "--json", "--limit", "2", "--queries", str(queries))
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert [line["query"] for line in lines] == ["Which port does Redis use?", "Where is the company retreat?"]
+    assert [line["query"] for line in lines] == [
+        "Which port does Redis use?", "Where is the company retreat?"
+    ]
     first = lines[0]["results"][0]
     assert set(first) >= {"id", "external_id", "conversation", "role", "timestamp", "score",
                           "snippet", "type", "is_chunk"}

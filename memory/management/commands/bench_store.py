@@ -126,7 +126,8 @@ class Command(BaseCommand):
         peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         avg_short = statistics.mean(len(s) for s in sentences[: opts["short"]])
         out.write(f"short messages (~{avg_short:.0f} chars), batches of {opts['batch']}: "
-                  f"median {short_rate:,.0f} msg/s over {opts['repeat']} runs {[round(x) for x in short_rates]}"
+                  f"median {short_rate:,.0f} msg/s over {opts['repeat']} runs "
+                  f"{[round(x) for x in short_rates]}"
                   f"  (goal >= 300)")
         out.write(f"2,500-char messages: median {long_rate:,.1f} msg/s = {long_rate * 2500:,.0f} chars/s "
                   f"{[round(x, 1) for x in long_rates]}")

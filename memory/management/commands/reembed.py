@@ -48,7 +48,8 @@ class Command(BaseCommand):
         embedder = get_embedder()
         current = column_dimensions("memory_passage", "embedding")
         if current and current != settings.EMBEDDING_DIMENSIONS:
-            self.stdout.write(f"resizing vectors from {current} to {settings.EMBEDDING_DIMENSIONS} dimensions")
+            target = settings.EMBEDDING_DIMENSIONS
+            self.stdout.write(f"resizing vectors from {current} to {target} dimensions")
             resize_vector_columns(settings.EMBEDDING_DIMENSIONS)
         if opts["all"]:
             Passage.objects.update(embedding_model="")
