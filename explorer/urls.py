@@ -8,4 +8,20 @@ app_name = "explorer"
 
 urlpatterns = [
     path("", views.overview, name="overview"),
+    path("topics/", views.topics, name="topics"),
+    path("topics/<str:topic_id>/", views.topic_detail, name="topic"),
+    path("timeline/", views.timeline, name="timeline"),
+    path("messages/<str:message_id>/", views.message_detail, name="message"),
+    path("messages/<str:message_id>/diff/<int:version>/", views.message_diff, name="diff"),
+    path("messages/<str:message_id>/delete/", views.message_delete, name="delete"),
+    path("messages/<str:message_id>/restore/", views.message_restore, name="restore"),
+    path("messages/<str:message_id>/forget/", views.message_forget, name="forget"),
+    path("messages/<str:message_id>/context/", views.message_context, name="message_context"),
+    path("tools/", views.tool_calls, name="tool_calls"),
+    path("tools/<str:call_id>/", views.tool_call_detail, name="tool_call"),
+    path("context/", views.contexts, name="contexts"),
+    path("context/<str:snapshot_id>/", views.context_detail, name="context"),
+    path("search/", views.search, name="search"),
+    path("entities/", views.entities, name="entities"),
+    path("entities/<int:entity_id>/", views.entity_detail, name="entity"),
 ]

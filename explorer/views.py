@@ -1,23 +1,1172 @@
+"""The memory explorer: htmx pages over one user's memory.
+
+Every query goes through an owner-scoped QuerySet method; objects that are not the signed-in
+user's are 404s, exactly like ids that do not exist. Every list is paginated, so no page reads
+an unbounded number of rows however large the memory grows.
+"""
+
 from __future__ import annotations
 
-from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
-from django.views.decorators.http import require_GET
+import datetime as dt
+import difflib
+import json
+import re
+from typing import Any
 
-from memory.models import Conversation, Message, Passage, ToolCall
+from django.conf import settings
+from django.contrib import messages as flash
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Page, Paginator
+from django.db import connection, transaction
+from django.db.models import Count, F, Q, QuerySet, Sum
+from django.db.models.functions import Left, Trunc
+from django.db.utils import OperationalError
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django.views.decorators.vary import vary_on_headers
+
+from explorer import charts
+from explorer.filters import (
+    GRANULARITIES,
+    Filters,
+    day_start,
+    parse_choice,
+    parse_date,
+    parse_filters,
+)
+from memory import store
+from memory.errors import MemoryStoreError
+from memory.models import (
+    ContextSnapshot,
+    Conversation,
+    Entity,
+    EntityEdge,
+    EntityMention,
+    Message,
+    Passage,
+    PeriodSummary,
+    Role,
+    ToolCall,
+    Topic,
+    TopicMembership,
+    UpkeepRun,
+)
+
+PAGE_SIZE = 25
+MAX_PK = 2**63 - 1
+MAX_ID = 40
+CONTENT_PREVIEW_CHARS = 60_000
+DIFF_WORD_LIMIT = 6_000
+SPARK_BUCKETS = 24
+
+
+# --- access helpers: another user's object is a 404, like an unknown id -----------------------
+
+
+def _get_message_for_user(user, message_id: str) -> Message:
+    """The user's message, deleted or not (the explorer is where deleted ones are restored)."""
+    if len(message_id) > MAX_ID:
+        raise Http404("no such message")
+    message = Message.objects.owned_by(user).select_related("conversation").filter(pk=message_id).first()
+    if message is None:
+        raise Http404("no such message")
+    return message
+
+
+def _get_topic_for_user(user, topic_id: str) -> Topic:
+    topic = Topic.objects.owned_by(user).filter(pk=topic_id).first() if len(topic_id) <= MAX_ID else None
+    if topic is None:
+        raise Http404("no such topic")
+    return topic
+
+
+def _get_tool_call_for_user(user, call_id: str) -> ToolCall:
+    call = (
+        ToolCall.objects.owned_by(user)
+        .select_related("message", "message__conversation")
+        .filter(pk=call_id)
+        .first()
+        if len(call_id) <= MAX_ID
+        else None
+    )
+    if call is None:
+        raise Http404("no such tool call")
+    return call
+
+
+def _get_snapshot_for_user(user, snapshot_id: str) -> ContextSnapshot:
+    snap = (
+        ContextSnapshot.objects.owned_by(user)
+        .select_related("conversation", "message", "user_message")
+        .filter(pk=snapshot_id)
+        .first()
+        if len(snapshot_id) <= MAX_ID
+        else None
+    )
+    if snap is None:
+        raise Http404("no such context snapshot")
+    return snap
+
+
+def _get_entity_for_user(user, entity_id: int) -> Entity:
+    entity = Entity.objects.owned_by(user).filter(pk=entity_id).first() if entity_id <= MAX_PK else None
+    if entity is None:
+        raise Http404("no such entity")
+    return entity
+
+
+# --- small shared helpers ----------------------------------------------------------------------
+
+
+def _page(request: HttpRequest, items, *, param: str = "page", per_page: int = PAGE_SIZE) -> Page:
+    """One page of `items`; a missing, malformed or too large page number gives page 1 / the last."""
+    return Paginator(items, per_page).get_page(request.GET.get(param))
+
+
+def _render(
+    request: HttpRequest,
+    template: str,
+    partial: str | None,
+    context: dict[str, Any],
+    *,
+    status: int = 200,
+) -> HttpResponse:
+    name = f"{template}#{partial}" if request.htmx and partial else template
+    return render(request, name, context, status=status)
+
+
+def _descendant_ids(user, topic: Topic) -> list[str]:
+    """The topic and everything below it (the tree is bounded: TOPIC_MAX_CHILDREN wide)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "WITH RECURSIVE tree(id) AS (SELECT id FROM memory_topic WHERE id = %s AND owner_id = %s "
+            "UNION ALL SELECT t.id FROM memory_topic t JOIN tree ON t.parent_id = tree.id) "
+            "SELECT id FROM tree LIMIT 20000",
+            [topic.pk, user.pk],
+        )
+        return [r[0] for r in cursor.fetchall()]
+
+
+def _messages_in_topic(user, topic: Topic) -> QuerySet[Message]:
+    ids = _descendant_ids(user, topic)
+    return (
+        Message.objects.visible_to(user)
+        .logical()
+        .filter(pk__in=TopicMembership.objects.owned_by(user).filter(topic_id__in=ids).values("message_id"))
+    )
+
+
+def _apply_message_filters(user, qs: QuerySet[Message], f: Filters) -> QuerySet[Message]:
+    if f.conversation:
+        qs = qs.filter(conversation=f.conversation)
+    if f.role:
+        qs = qs.filter(role=f.role)
+    if f.start_dt:
+        qs = qs.filter(timestamp__gte=f.start_dt)
+    if f.end_dt:
+        qs = qs.filter(timestamp__lt=f.end_dt)
+    if f.topic:
+        ids = _descendant_ids(user, f.topic)
+        qs = qs.filter(
+            pk__in=TopicMembership.objects.owned_by(user).filter(topic_id__in=ids).values("message_id")
+        )
+    return qs
+
+
+def _conversation_choices(user) -> list[Conversation]:
+    return list(Conversation.objects.owned_by(user).only("id", "title")[:200])
+
+
+def _json_pretty(text: str) -> str:
+    try:
+        return json.dumps(json.loads(text), indent=2, ensure_ascii=False)
+    except (ValueError, TypeError):
+        return text
+
+
+def _embedder_name() -> str:
+    try:
+        from memory.embeddings import get_embedder
+
+        return get_embedder().name
+    except Exception:  # noqa: BLE001 - a misconfigured embedder must not take the page down
+        return settings.EMBEDDING_MODEL
+
+
+# --- overview ----------------------------------------------------------------------------------
+
+
+def next_turn_strategy(user, message_count: int) -> dict[str, Any]:
+    """Which index strategy the next turn would use and why (seed 000 §4.2)."""
+    try:  # the index builder decides when it is there; until then, the seed's thresholds
+        from memory import index_builder
+
+        describe = getattr(index_builder, "describe_strategy", None) or getattr(
+            index_builder, "choose_strategy", None
+        )
+        if describe is not None:
+            result = describe(user)
+            strategy = getattr(result, "strategy", None) or (
+                result.get("strategy") if isinstance(result, dict) else None
+            )
+            reason = getattr(result, "reason", None) or (
+                result.get("reason") if isinstance(result, dict) else ""
+            )
+            if strategy:
+                return {
+                    "strategy": str(strategy),
+                    "reason": str(reason or ""),
+                    "source": "index builder",
+                }
+    except Exception:  # noqa: BLE001 - fall back to the thresholds below
+        pass
+    full, snip, clus = (
+        settings.INDEX_FULL_MAX,
+        settings.INDEX_SNIPPET_MAX,
+        settings.INDEX_CLUSTER_MAX,
+    )
+    n = message_count
+    if n <= full:
+        strategy, reason = (
+            "full",
+            f"{n:,} messages ≤ INDEX_FULL_MAX ({full:,}): every message in full",
+        )
+    elif n <= snip:
+        strategy, reason = (
+            "snippets",
+            f"{n:,} messages ≤ INDEX_SNIPPET_MAX ({snip:,}): recent messages in full, older ones as snippets",
+        )
+    elif n <= clus:
+        strategy, reason = (
+            "clusters",
+            (f"{n:,} messages ≤ INDEX_CLUSTER_MAX ({clus:,}): topics with summaries and sample messages"),
+        )
+    else:
+        strategy, reason = (
+            "hierarchy",
+            (
+                f"{n:,} messages > INDEX_CLUSTER_MAX ({clus:,}): temporal overview and the topic tree, "
+                "navigated through tools"
+            ),
+        )
+    return {"strategy": strategy, "reason": reason, "source": "thresholds"}
+
+
+def _temporal_overview(user, now: dt.datetime | None = None) -> list[dict[str, Any]]:
+    """Seed 000 §4.3's temporal overview: today, this week, this month, older."""
+    now = timezone.localtime(now or timezone.now())
+    today = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    week = today - dt.timedelta(days=today.weekday())
+    month = today.replace(day=1)
+    agg = (
+        Message.objects.visible_to(user)
+        .logical()
+        .aggregate(
+            today=Count("id", filter=Q(timestamp__gte=today)),
+            week=Count("id", filter=Q(timestamp__gte=week)),
+            month=Count("id", filter=Q(timestamp__gte=month)),
+            older=Count("id", filter=Q(timestamp__lt=month)),
+        )
+    )
+    summaries = {p.period: p for p in PeriodSummary.objects.owned_by(user)[:20]}
+    timeline = reverse("explorer:timeline")
+    rows = [
+        ("today", "Today", agg["today"], f"{timeline}?granularity=day&period={today.date()}"),
+        (
+            "this_week",
+            "This week",
+            agg["week"],
+            f"{timeline}?granularity=week&period={week.date()}",
+        ),
+        (
+            "this_month",
+            "This month",
+            agg["month"],
+            f"{timeline}?granularity=month&period={month.date()}",
+        ),
+        ("older", "Older", agg["older"], f"{timeline}?end={(month - dt.timedelta(days=1)).date()}"),
+    ]
+    out = []
+    for key, label, count, href in rows:
+        summary = summaries.get(key)
+        out.append(
+            {
+                "key": key,
+                "label": label,
+                "count": count,
+                "href": href,
+                "summary": summary.summary if summary else "",
+            }
+        )
+    return out
 
 
 @login_required
 @require_GET
 def overview(request: HttpRequest) -> HttpResponse:
     user = request.user
+    msg = Message.objects.owned_by(user).aggregate(
+        messages=Count("id", filter=Q(is_chunk=False, deleted=False)),
+        chunks=Count("id", filter=Q(is_chunk=True, deleted=False)),
+        tokens=Sum("token_count", filter=Q(is_chunk=False, deleted=False)),
+        deleted=Count("id", filter=Q(is_chunk=False, deleted=True)),
+        orphaned_chunks=Count("id", filter=Q(is_chunk=True, chunk_parent__isnull=True)),
+    )
+    model = _embedder_name()
+    passages = Passage.objects.owned_by(user).aggregate(
+        total=Count("id"),
+        unembedded=Count("id", filter=Q(embedding__isnull=True)),
+        other_model=Count("id", filter=Q(embedding__isnull=False) & ~Q(embedding_model=model)),
+        unembedded_messages=Count("logical_message_id", distinct=True, filter=Q(embedding__isnull=True)),
+    )
+    # Chunks whose parent's deleted flag differs were left behind by an interrupted delete/restore.
+    stale_chunks = (
+        Message.objects.owned_by(user)
+        .filter(is_chunk=True, chunk_parent__isnull=False)
+        .exclude(deleted=F("chunk_parent__deleted"))
+        .count()
+    )
     stats = {
         "conversations": Conversation.objects.owned_by(user).count(),
-        "messages": Message.objects.visible_to(user).logical().count(),
-        "chunks": Message.objects.visible_to(user).filter(is_chunk=True).count(),
+        "messages": msg["messages"],
+        "chunks": msg["chunks"],
+        "tokens": msg["tokens"] or 0,
+        "deleted": msg["deleted"],
         "tool_calls": ToolCall.objects.owned_by(user).logical().count(),
-        "passages": Passage.objects.owned_by(user).count(),
-        "unembedded": Passage.objects.owned_by(user).filter(embedding__isnull=True).count(),
+        "topics": Topic.objects.owned_by(user).count(),
+        "entities": Entity.objects.owned_by(user).count(),
+        "snapshots": ContextSnapshot.objects.owned_by(user).count(),
+        "passages": passages["total"],
     }
-    return render(request, "explorer/overview.html", {"stats": stats})
+    health = {
+        "unembedded": passages["unembedded"],
+        "unembedded_messages": passages["unembedded_messages"],
+        "other_model": passages["other_model"],
+        "model": model,
+        "orphaned_chunks": msg["orphaned_chunks"],
+        "stale_chunks": stale_chunks,
+    }
+    health["ok"] = not any(
+        health[k] for k in ("unembedded", "other_model", "orphaned_chunks", "stale_chunks")
+    )
+    upkeep = list(UpkeepRun.objects.filter(Q(owner=user) | Q(owner__isnull=True))[:5])
+    context = {
+        "section": "overview",
+        "stats": stats,
+        "health": health,
+        "strategy": next_turn_strategy(user, stats["messages"]),
+        "thresholds": {
+            "full": settings.INDEX_FULL_MAX,
+            "snippets": settings.INDEX_SNIPPET_MAX,
+            "clusters": settings.INDEX_CLUSTER_MAX,
+        },
+        "upkeep": upkeep,
+        "periods": _temporal_overview(user),
+    }
+    return render(request, "explorer/overview.html", context)
+
+
+# --- topics ------------------------------------------------------------------------------------
+
+
+def _time_range(user) -> tuple[dt.datetime, dt.datetime] | None:
+    qs = Message.objects.visible_to(user).logical()
+    first = qs.order_by("timestamp").values_list("timestamp", flat=True).first()
+    last = qs.order_by("-timestamp").values_list("timestamp", flat=True).first()
+    if first is None or last is None:
+        return None
+    return first, last
+
+
+def _sparklines(
+    user, topics: list[Topic], span: tuple[dt.datetime, dt.datetime] | None
+) -> dict[str, charts.Sparkline]:
+    """Activity of each topic (its whole subtree) over the memory's time span, in equal buckets."""
+    if not topics or span is None:
+        return {}
+    lo = span[0].timestamp()
+    hi = span[1].timestamp() + 1
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "WITH RECURSIVE tree(root, id) AS ("
+            " SELECT id, id FROM memory_topic WHERE owner_id = %s AND id = ANY(%s)"
+            " UNION ALL SELECT tree.root, t.id FROM memory_topic t JOIN tree ON t.parent_id = tree.id)"
+            " SELECT tree.root, width_bucket(extract(epoch FROM m.timestamp)::float8, %s, %s, %s), count(*)"
+            " FROM tree JOIN memory_topicmembership tm ON tm.topic_id = tree.id"
+            " JOIN memory_message m ON m.id = tm.message_id"
+            " WHERE NOT m.deleted GROUP BY 1, 2",
+            [user.pk, [t.pk for t in topics], lo, hi, SPARK_BUCKETS],
+        )
+        rows = cursor.fetchall()
+    values: dict[str, list[int]] = {t.pk: [0] * SPARK_BUCKETS for t in topics}
+    for root, bucket, count in rows:
+        index = min(max(int(bucket) - 1, 0), SPARK_BUCKETS - 1)
+        values[root][index] += int(count)
+    return {pk: charts.sparkline(v) for pk, v in values.items()}
+
+
+@login_required
+@require_GET
+@vary_on_headers("HX-Request")
+def topics(request: HttpRequest) -> HttpResponse:
+    user = request.user
+    errors: list[str] = []
+    levels = list(Topic.objects.owned_by(user).values("level").annotate(n=Count("id")).order_by("level"))
+    level_numbers = [row["level"] for row in levels]
+    raw_level = request.GET.get("level", "").strip()
+    level = level_numbers[0] if level_numbers else 0
+    if raw_level:
+        try:
+            wanted = int(raw_level)
+        except ValueError:
+            errors.append(f"“{raw_level[:40]}” is not a level number; showing level {level}.")
+        else:
+            if wanted in level_numbers:
+                level = wanted
+            else:
+                errors.append(f"There is no level {wanted} in your topic tree; showing level {level}.")
+    qs = Topic.objects.owned_by(user).filter(level=level).order_by("order", "period_start", "id")
+    page = _page(request, qs)
+    span = _time_range(user)
+    sparks = _sparklines(user, list(page.object_list), span)
+    rows = [{"topic": t, "spark": sparks.get(t.pk)} for t in page.object_list]
+    map_topics = list(
+        Topic.objects.owned_by(user)
+        .filter(level=level)
+        .order_by("-message_count")
+        .only("id", "label", "message_count", "map_x", "map_y")[:150]
+    )
+    topic_map = charts.topic_map(
+        [
+            (t.label, t.message_count, reverse("explorer:topic", args=[t.pk]), t.map_x, t.map_y)
+            for t in map_topics
+        ]
+    )
+    context = {
+        "section": "topics",
+        "errors": errors,
+        "levels": levels,
+        "level": level,
+        "page": page,
+        "rows": rows,
+        "topic_map": topic_map,
+        "map_truncated": len(map_topics) == 150,
+        "span": span,
+    }
+    return _render(request, "explorer/topics.html", "topic-list", context)
+
+
+@login_required
+@require_GET
+@vary_on_headers("HX-Request")
+def topic_detail(request: HttpRequest, topic_id: str) -> HttpResponse:
+    user = request.user
+    topic = _get_topic_for_user(user, topic_id)
+    ancestors = []
+    parent_id = topic.parent_id
+    while parent_id and len(ancestors) < 20:
+        parent = Topic.objects.owned_by(user).filter(pk=parent_id).only("id", "label", "parent_id").first()
+        if parent is None:
+            break
+        ancestors.insert(0, parent)
+        parent_id = parent.parent_id
+    children_page = _page(
+        request, topic.children.order_by("order", "period_start", "id"), param="cpage", per_page=20
+    )
+    messages_page = _page(
+        request,
+        _messages_in_topic(user, topic).select_related("conversation").order_by("timestamp", "id"),
+    )
+    sparks = _sparklines(user, [topic, *children_page.object_list], _time_range(user))
+    context = {
+        "section": "topics",
+        "topic": topic,
+        "ancestors": ancestors,
+        "children_page": children_page,
+        "children": [{"topic": c, "spark": sparks.get(c.pk)} for c in children_page.object_list],
+        "spark": sparks.get(topic.pk),
+        "messages_page": messages_page,
+    }
+    return _render(request, "explorer/topic.html", "topic-messages", context)
+
+
+# --- timeline ----------------------------------------------------------------------------------
+
+BUCKETS = {"day": 60, "week": 52, "month": 24}
+
+
+def _bucket_start(day: dt.date, granularity: str) -> dt.date:
+    if granularity == "week":
+        return day - dt.timedelta(days=day.weekday())
+    if granularity == "month":
+        return day.replace(day=1)
+    return day
+
+
+def _next_bucket(day: dt.date, granularity: str) -> dt.date:
+    if granularity == "day":
+        return day + dt.timedelta(days=1)
+    if granularity == "week":
+        return day + dt.timedelta(days=7)
+    return (day.replace(day=28) + dt.timedelta(days=4)).replace(day=1)
+
+
+def _prev_bucket(day: dt.date, granularity: str) -> dt.date:
+    if granularity == "day":
+        return day - dt.timedelta(days=1)
+    if granularity == "week":
+        return day - dt.timedelta(days=7)
+    return (day - dt.timedelta(days=1)).replace(day=1)
+
+
+def _bucket_label(day: dt.date, granularity: str) -> str:
+    if granularity == "month":
+        return day.strftime("%Y-%m")
+    if granularity == "week":
+        return f"wk {day.isoformat()}"
+    return day.isoformat()
+
+
+@login_required
+@require_GET
+@vary_on_headers("HX-Request")
+def timeline(request: HttpRequest) -> HttpResponse:
+    user = request.user
+    f = parse_filters(request.GET, user, {"conversation", "topic", "role", "start", "end"})
+    errors = f.errors
+    granularity = parse_choice(request.GET, "granularity", GRANULARITIES, "day", errors)
+    base = _apply_message_filters(user, Message.objects.visible_to(user).logical(), f)
+
+    # The window of bars ends at `until` (default: the newest message), BUCKETS[granularity] wide.
+    until = parse_date(request.GET.get("until", ""), "“until”", errors)
+    if until is None:
+        newest = base.order_by("-timestamp").values_list("timestamp", flat=True).first()
+        until = timezone.localtime(newest).date() if newest else timezone.localdate()
+    try:
+        last = _bucket_start(until, granularity)
+        starts = [last]
+        for _ in range(BUCKETS[granularity] - 1):
+            starts.insert(0, _prev_bucket(starts[0], granularity))
+        window_end = _next_bucket(last, granularity)
+    except (OverflowError, ValueError):
+        errors.append("That date is out of range; showing the newest messages.")
+        until = timezone.localdate()
+        last = _bucket_start(until, granularity)
+        starts = [last]
+        for _ in range(BUCKETS[granularity] - 1):
+            starts.insert(0, _prev_bucket(starts[0], granularity))
+        window_end = _next_bucket(last, granularity)
+    counts = {
+        timezone.localtime(row["bucket"]).date(): row["n"]
+        for row in base.filter(timestamp__gte=day_start(starts[0]), timestamp__lt=day_start(window_end))
+        .annotate(bucket=Trunc("timestamp", granularity))
+        .values("bucket")
+        .annotate(n=Count("id"))
+        .order_by()
+    }
+    period = parse_date(request.GET.get("period", ""), "the period", errors)
+    if period is not None:
+        period = _bucket_start(period, granularity)
+    params = request.GET.copy()
+    params.pop("page", None)
+    buckets = []
+    for start in starts:
+        params["period"] = start.isoformat()
+        params["granularity"] = granularity
+        buckets.append((_bucket_label(start, granularity), counts.get(start, 0), "?" + params.urlencode()))
+    chart = charts.bar_chart(buckets, selected=_bucket_label(period, granularity) if period else None)
+
+    period_page = None
+    period_end = None
+    if period is not None:
+        try:
+            period_end = _next_bucket(period, granularity)
+            qs = base.filter(timestamp__gte=day_start(period), timestamp__lt=day_start(period_end))
+            period_page = _page(request, qs.select_related("conversation").order_by("timestamp", "id"))
+        except OverflowError:
+            errors.append("That period is out of range.")
+            period = None
+    nav = request.GET.copy()
+    nav.pop("page", None)
+    nav.pop("period", None)
+    nav["granularity"] = granularity
+    nav["until"] = (starts[0] - dt.timedelta(days=1)).isoformat()
+    earlier = "?" + nav.urlencode()
+    later = None
+    if window_end <= timezone.localdate():
+        ahead = last
+        for _ in range(BUCKETS[granularity]):
+            ahead = _next_bucket(ahead, granularity)
+        nav["until"] = min(ahead, timezone.localdate()).isoformat()
+        later = "?" + nav.urlencode()
+    context = {
+        "section": "timeline",
+        "errors": errors,
+        "filters": f,
+        "granularity": granularity,
+        "granularities": GRANULARITIES,
+        "roles": Role.values,
+        "conversations": _conversation_choices(user),
+        "chart": chart,
+        "window": (starts[0], window_end - dt.timedelta(days=1)),
+        "window_total": sum(counts.values()),
+        "period": period,
+        "period_last": period_end - dt.timedelta(days=1) if period_end else None,
+        "period_page": period_page,
+        "earlier": earlier,
+        "later": later,
+        "until": until,
+        "periods": _temporal_overview(user),
+    }
+    partial = (
+        "period-messages" if request.htmx and request.htmx.target == "period-messages" else "timeline-body"
+    )
+    return _render(request, "explorer/timeline.html", partial, context)
+
+
+# --- message detail ----------------------------------------------------------------------------
+
+
+def _versions(message: Message) -> list[dict[str, Any]]:
+    """Every version oldest first: the edit history's previous texts, then the current text."""
+    versions = []
+    for i, entry in enumerate(message.edit_history or []):
+        if not isinstance(entry, dict):
+            continue
+        versions.append(
+            {
+                "number": i,
+                "content": str(entry.get("previous_content", "")),
+                "replaced_at": str(entry.get("timestamp", ""))[:19].replace("T", " "),
+                "tokens": entry.get("previous_token_count"),
+            }
+        )
+    versions.append(
+        {
+            "number": len(versions),
+            "content": message.content,
+            "replaced_at": None,
+            "tokens": message.token_count,
+            "current": True,
+        }
+    )
+    return versions
+
+
+_TOKEN = re.compile(r"\s+|[^\s]+")
+
+
+def diff_segments(before: str, after: str) -> list[tuple[str, str]]:
+    """(op, text) pieces turning `before` into `after`; op is "same", "del" or "ins".
+
+    Word-level for texts of ordinary size; line-level for very long ones so the diff stays fast.
+    The text is returned as data and escaped by the template.
+    """
+    a, b = _TOKEN.findall(before), _TOKEN.findall(after)
+    if len(a) + len(b) > 2 * DIFF_WORD_LIMIT:
+        a, b = before.splitlines(keepends=True), after.splitlines(keepends=True)
+    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
+    out: list[tuple[str, str]] = []
+    for op, i1, i2, j1, j2 in matcher.get_opcodes():
+        if op == "equal":
+            out.append(("same", "".join(a[i1:i2])))
+        if op in ("delete", "replace"):
+            out.append(("del", "".join(a[i1:i2])))
+        if op in ("insert", "replace"):
+            out.append(("ins", "".join(b[j1:j2])))
+    return out
+
+
+def _similar_messages(user, message: Message, limit: int = 5) -> list[dict[str, Any]] | None:
+    """Nearest messages by embedding (None when this message has no vector yet)."""
+    vector = (
+        Passage.objects.owned_by(user)
+        .filter(logical_message_id=message.pk, embedding__isnull=False)
+        .order_by("kind", "index")
+        .values_list("embedding", "embedding_model")
+        .first()
+    )
+    if vector is None:
+        return None
+    from memory.search import vector_literal
+
+    vec = vector_literal(vector[0])
+    try:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(f"SET LOCAL statement_timeout = {int(settings.VECTOR_SEARCH_TIMEOUT_MS)}")
+            cursor.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+            cursor.execute("SET LOCAL hnsw.ef_search = 80")
+            cursor.execute(
+                "SELECT p.logical_message_id, 1 - (p.embedding <=> %s::vector) FROM memory_passage p "
+                "WHERE p.owner_id = %s AND NOT p.deleted AND p.embedding_model = %s "
+                "AND p.logical_message_id <> %s ORDER BY p.embedding <=> %s::vector LIMIT %s",
+                [vec, user.pk, vector[1], message.pk, vec, limit * 6],
+            )
+            rows = cursor.fetchall()
+    except OperationalError:
+        return []
+    best: dict[str, float] = {}
+    for mid, sim in rows:
+        best[mid] = max(best.get(mid, -1.0), float(sim))
+    ranked = sorted(best.items(), key=lambda kv: -kv[1])[:limit]
+    found = {m.pk: m for m in Message.objects.visible_to(user).filter(pk__in=[k for k, _ in ranked])}
+    return [{"message": found[k], "similarity": s} for k, s in ranked if k in found]
+
+
+def _message_context(request: HttpRequest, message: Message) -> dict[str, Any]:
+    user = request.user
+    chunks_page = _page(request, message.chunks.order_by("chunk_index"), param="chunks", per_page=5)
+    related = Message.objects.owned_by(user).select_related("conversation")
+    parent = related.filter(pk=message.parent_id).first() if message.parent_id else None
+    replies_qs = related.logical().filter(parent_id=message.pk).order_by("position")
+    siblings_qs = (
+        related.logical().filter(parent_id=message.parent_id).exclude(pk=message.pk).order_by("position")
+        if message.parent_id
+        else Message.objects.none()
+    )
+    in_conv = Message.objects.owned_by(user).logical().filter(conversation_id=message.conversation_id)
+    previous = in_conv.filter(position__lt=message.position).order_by("-position").first()
+    following = in_conv.filter(position__gt=message.position).order_by("position").first()
+    versions = _versions(message)
+    tool_calls_qs = message.tool_calls.filter(is_chunk=False).order_by("timestamp")
+    snapshot = ContextSnapshot.objects.owned_by(user).filter(message=message).only("id").first()
+    content = message.content
+    return {
+        "section": "timeline",
+        "message": message,
+        "content": content[:CONTENT_PREVIEW_CHARS],
+        "content_truncated": len(content) > CONTENT_PREVIEW_CHARS,
+        "chunks_page": chunks_page,
+        "parent": parent,
+        "replies": list(replies_qs[:20]),
+        "replies_count": replies_qs.count(),
+        "siblings": list(siblings_qs[:20]),
+        "siblings_count": siblings_qs.count() if message.parent_id else 0,
+        "previous": previous,
+        "following": following,
+        "versions": versions,
+        "edits": versions[:-1],
+        "tool_calls": list(tool_calls_qs[:20]),
+        "tool_calls_count": tool_calls_qs.count(),
+        "memberships": list(message.topic_memberships.select_related("topic").order_by("-score")[:10]),
+        "mentions": list(message.entity_mentions.select_related("entity").order_by("-count")[:30]),
+        "similar": _similar_messages(user, message) if not message.deleted else [],
+        "snapshot": snapshot,
+    }
+
+
+@login_required
+@require_GET
+@vary_on_headers("HX-Request")
+def message_detail(request: HttpRequest, message_id: str) -> HttpResponse:
+    message = _get_message_for_user(request.user, message_id)
+    if message.is_chunk:
+        url = reverse("explorer:message", args=[message.chunk_parent_id])
+        return redirect(f"{url}#chunk-{message.chunk_index}")
+    context = _message_context(request, message)
+    return _render(request, "explorer/message.html", "chunk-list", context)
+
+
+@login_required
+@require_GET
+def message_diff(request: HttpRequest, message_id: str, version: int) -> HttpResponse:
+    """The diff from version `version` to the one after it."""
+    message = _get_message_for_user(request.user, message_id)
+    versions = _versions(message)
+    if version >= len(versions) - 1:
+        raise Http404("no such edit")
+    before, after = versions[version], versions[version + 1]
+    context = {
+        "section": "timeline",
+        "message": message,
+        "before": before,
+        "after": after,
+        "segments": diff_segments(before["content"], after["content"]),
+    }
+    if request.htmx:
+        return render(request, "explorer/message.html#edit-diff", context)
+    return render(request, "explorer/diff.html", context)
+
+
+def _change_state(request: HttpRequest, message_id: str, *, delete: bool) -> HttpResponse:
+    message = _get_message_for_user(request.user, message_id)
+    error = ""
+    try:
+        if delete:
+            message = store.delete_message(request.user, message.pk)
+        else:
+            message = store.restore_message(request.user, message.pk)
+    except MemoryStoreError as exc:
+        error = str(exc)
+    if request.htmx:
+        return render(request, "explorer/message.html#message-state", {"message": message, "error": error})
+    if error:
+        flash.error(request, error)
+    elif delete:
+        flash.success(request, "Deleted: the assistant will not recall this message. Restore undoes it.")
+    else:
+        flash.success(request, "Restored: the assistant can recall this message again.")
+    return redirect("explorer:message", message_id=message.pk)
+
+
+@login_required
+@require_POST
+def message_delete(request: HttpRequest, message_id: str) -> HttpResponse:
+    return _change_state(request, message_id, delete=True)
+
+
+@login_required
+@require_POST
+def message_restore(request: HttpRequest, message_id: str) -> HttpResponse:
+    return _change_state(request, message_id, delete=False)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def message_forget(request: HttpRequest, message_id: str) -> HttpResponse:
+    """Forgetting is permanent, so it asks first and needs the confirmation box ticked."""
+    message = _get_message_for_user(request.user, message_id)
+    if message.is_chunk:
+        return redirect("explorer:forget", message_id=message.chunk_parent_id)
+    error = ""
+    if request.method == "POST":
+        if request.POST.get("confirm") == "forget":
+            conversation_id = message.conversation_id
+            try:
+                store.forget_message(request.user, message.pk)
+            except MemoryStoreError as exc:
+                error = str(exc)
+            else:
+                flash.success(
+                    request,
+                    "Forgotten: the message, its chunks and its tool calls are gone for good.",
+                )
+                return redirect(f"{reverse('explorer:timeline')}?conversation={conversation_id}")
+        else:
+            error = "Tick the box to confirm: forgetting cannot be undone."
+    return render(
+        request,
+        "explorer/forget.html",
+        {
+            "section": "timeline",
+            "message": message,
+            "error": error,
+            "tool_calls_count": message.tool_calls.filter(is_chunk=False).count(),
+            "chunks_count": message.chunks.count(),
+        },
+        status=400 if error else 200,
+    )
+
+
+@login_required
+@require_GET
+def message_context(request: HttpRequest, message_id: str) -> HttpResponse:
+    """From an assistant turn (e.g. in the chat) to what the model was shown for it."""
+    message = _get_message_for_user(request.user, message_id)
+    snap = ContextSnapshot.objects.owned_by(request.user).filter(message_id=message.logical_id).first()
+    if snap is None:
+        raise Http404("no context was recorded for this message")
+    return redirect("explorer:context", snapshot_id=snap.pk)
+
+
+# --- tool calls --------------------------------------------------------------------------------
+
+
+@login_required
+@require_GET
+@vary_on_headers("HX-Request")
+def tool_calls(request: HttpRequest) -> HttpResponse:
+    user = request.user
+    f = parse_filters(request.GET, user, {"conversation", "tool", "start", "end"})
+    qs = ToolCall.objects.owned_by(user).logical().select_related("message")
+    if f.tool:
+        qs = qs.filter(tool_name=f.tool)
+    if f.conversation:
+        qs = qs.filter(message__conversation=f.conversation)
+    if f.start_dt:
+        qs = qs.filter(timestamp__gte=f.start_dt)
+    if f.end_dt:
+        qs = qs.filter(timestamp__lt=f.end_dt)
+    message_id = request.GET.get("message", "").strip()
+    if message_id:
+        if len(message_id) <= MAX_ID and Message.objects.owned_by(user).filter(pk=message_id).exists():
+            qs = qs.filter(message_id=message_id)
+        else:
+            f.errors.append(f"No message “{message_id[:40]}” in your memory; showing all tool calls.")
+            message_id = ""
+    page = _page(request, qs.order_by("-timestamp", "-id").defer("result", "arguments"))
+    # Short previews only: a result can be megabytes.
+    previews = {
+        row["pk"]: row
+        for row in ToolCall.objects.filter(pk__in=[c.pk for c in page.object_list]).values(
+            "pk", args=Left("arguments", 300), res=Left("result", 300)
+        )
+    }
+    rows = [
+        {
+            "call": c,
+            "args": previews[c.pk]["args"],
+            "result": previews[c.pk]["res"],
+            "chunked": c.token_count > settings.INDEX_CHUNK_THRESHOLD,
+        }
+        for c in page.object_list
+    ]
+    tool_names = list(
+        ToolCall.objects.owned_by(user)
+        .logical()
+        .values_list("tool_name", flat=True)
+        .order_by("tool_name")
+        .distinct()[:100]
+    )
+    context = {
+        "section": "tools",
+        "errors": f.errors,
+        "filters": f,
+        "message_filter": message_id,
+        "page": page,
+        "rows": rows,
+        "tool_names": tool_names,
+        "conversations": _conversation_choices(user),
+    }
+    return _render(request, "explorer/tool_calls.html", "tool-rows", context)
+
+
+@login_required
+@require_GET
+@vary_on_headers("HX-Request")
+def tool_call_detail(request: HttpRequest, call_id: str) -> HttpResponse:
+    user = request.user
+    call = _get_tool_call_for_user(user, call_id)
+    if call.is_chunk and call.chunk_parent_id:
+        return redirect(
+            f"{reverse('explorer:tool_call', args=[call.chunk_parent_id])}?chunk={call.chunk_index + 1}"
+        )
+    chunks_page = _page(request, call.chunks.order_by("chunk_index"), param="chunk", per_page=1)
+    chunked = chunks_page.paginator.count > 0
+    context = {
+        "section": "tools",
+        "call": call,
+        "arguments": _json_pretty(call.arguments),
+        "result": "" if chunked else _json_pretty(call.result),
+        "result_chars": len(call.result),
+        "chunked": chunked,
+        "chunks_page": chunks_page,
+    }
+    return _render(request, "explorer/tool_call.html", "result-chunk", context)
+
+
+# --- context inspector -------------------------------------------------------------------------
+
+
+@login_required
+@require_GET
+@vary_on_headers("HX-Request")
+def contexts(request: HttpRequest) -> HttpResponse:
+    user = request.user
+    f = parse_filters(request.GET, user, {"conversation", "start", "end"})
+    qs = (
+        ContextSnapshot.objects.owned_by(user)
+        .select_related("conversation")
+        .defer("text", "plan", "hits", "included_ids")
+    )
+    if f.conversation:
+        qs = qs.filter(conversation=f.conversation)
+    if f.start_dt:
+        qs = qs.filter(created_at__gte=f.start_dt)
+    if f.end_dt:
+        qs = qs.filter(created_at__lt=f.end_dt)
+    page = _page(request, qs.order_by("-created_at", "-id"))
+    rows = []
+    for snap in page.object_list:
+        zones = _zones(snap.tokens_by_zone)
+        rows.append({"snap": snap, "tokens": sum(v for _, v in zones)})
+    context = {
+        "section": "context",
+        "errors": f.errors,
+        "filters": f,
+        "page": page,
+        "rows": rows,
+        "conversations": _conversation_choices(user),
+    }
+    return _render(request, "explorer/contexts.html", "context-rows", context)
+
+
+def _zones(raw: Any) -> list[tuple[str, int]]:
+    if not isinstance(raw, dict):
+        return []
+    out = []
+    for key, value in list(raw.items())[:20]:
+        if isinstance(value, bool):
+            continue
+        if isinstance(value, int | float):
+            out.append((str(key), int(value)))
+    return out
+
+
+def _hits(raw: Any) -> list[dict[str, Any]]:
+    if not isinstance(raw, list):
+        return []
+    out = []
+    for hit in raw[:200]:
+        if not isinstance(hit, dict):
+            out.append({"snippet": str(hit)[:300]})
+            continue
+        message_id = hit.get("message_id") or (
+            hit.get("id") if hit.get("type") in (None, "message") else None
+        )
+        score = hit.get("score")
+        out.append(
+            {
+                "id": str(hit.get("id", ""))[:40],
+                "type": str(hit.get("type", "message")),
+                "message_id": str(message_id)[:40] if message_id else "",
+                "score": score if isinstance(score, int | float) else None,
+                "vector_rank": hit.get("vector_rank"),
+                "keyword_rank": hit.get("keyword_rank"),
+                "similarity": hit.get("vector_similarity"),
+                "snippet": str(hit.get("snippet", ""))[:400],
+                "is_chunk": bool(hit.get("is_chunk")),
+            }
+        )
+    return out
+
+
+@login_required
+@require_GET
+def context_detail(request: HttpRequest, snapshot_id: str) -> HttpResponse:
+    user = request.user
+    snap = _get_snapshot_for_user(user, snapshot_id)
+    zones = _zones(snap.tokens_by_zone)
+    calls = []
+    if snap.message_id:
+        calls = list(snap.message.tool_calls.filter(is_chunk=False).order_by("timestamp")[:50])
+    fallbacks = snap.fallbacks if isinstance(snap.fallbacks, list) else [snap.fallbacks]
+    context = {
+        "section": "context",
+        "snap": snap,
+        "bar": charts.stacked_bar(zones, snap.budget),
+        "zones": zones,
+        "hits": _hits(snap.hits),
+        "fallbacks": [f if isinstance(f, dict) else {"kind": "", "detail": str(f)} for f in fallbacks[:50]],
+        "tools_offered": [
+            (t.get("name") or t.get("function", {}).get("name", "")) if isinstance(t, dict) else str(t)
+            for t in (snap.tools_offered if isinstance(snap.tools_offered, list) else [])[:50]
+        ],
+        "tool_calls": [
+            {
+                "call": c,
+                "arguments": c.arguments[:2000],
+                "result": c.result[:3000],
+                "result_truncated": len(c.result) > 3000,
+            }
+            for c in calls
+        ],
+        "plan": json.dumps(snap.plan, indent=2, ensure_ascii=False, default=str)[:20000],
+        "text_chars": len(snap.text),
+    }
+    return render(request, "explorer/context.html", context)
+
+
+# --- search ------------------------------------------------------------------------------------
+
+
+@login_required
+@require_GET
+@vary_on_headers("HX-Request")
+def search(request: HttpRequest) -> HttpResponse:
+    from memory.search import SearchFilters
+    from memory.search import search as hybrid_search
+
+    user = request.user
+    f = parse_filters(request.GET, user, {"conversation", "role", "start", "end", "q"})
+    results = None
+    page = None
+    if f.q:
+        results = hybrid_search(
+            user,
+            f.q,
+            limit=100,
+            filters=SearchFilters(
+                conversation_id=f.conversation.pk if f.conversation else None,
+                start=f.start_dt,
+                end=f.end_dt,
+                role=f.role,
+            ),
+        )
+        page = _page(request, results.hits, per_page=20)
+    context = {
+        "section": "search",
+        "errors": f.errors,
+        "filters": f,
+        "results": results,
+        "page": page,
+        "roles": Role.values,
+        "conversations": _conversation_choices(user),
+    }
+    return _render(request, "explorer/search.html", "search-results", context)
+
+
+# --- entities ----------------------------------------------------------------------------------
+
+
+@login_required
+@require_GET
+@vary_on_headers("HX-Request")
+def entities(request: HttpRequest) -> HttpResponse:
+    user = request.user
+    f = parse_filters(request.GET, user, {"q", "kind"})
+    kinds = list(
+        Entity.objects.owned_by(user).values_list("kind", flat=True).order_by("kind").distinct()[:50]
+    )
+    qs = Entity.objects.owned_by(user)
+    if f.q:
+        qs = qs.filter(name__icontains=f.q)
+    if f.kind:
+        if f.kind in kinds:
+            qs = qs.filter(kind=f.kind)
+        else:
+            f.errors.append(f"No entities of kind “{f.kind}”; showing every kind.")
+            f.kind = None
+    page = _page(request, qs.order_by("-mention_count", "name", "id"))
+    context = {
+        "section": "entities",
+        "errors": f.errors,
+        "filters": f,
+        "page": page,
+        "kinds": kinds,
+    }
+    return _render(request, "explorer/entities.html", "entity-rows", context)
+
+
+@login_required
+@require_GET
+@vary_on_headers("HX-Request")
+def entity_detail(request: HttpRequest, entity_id: int) -> HttpResponse:
+    user = request.user
+    entity = _get_entity_for_user(user, entity_id)
+    mentions = _page(
+        request,
+        EntityMention.objects.owned_by(user)
+        .filter(entity=entity, message__deleted=False)
+        .select_related("message", "message__conversation")
+        .order_by("-message__timestamp", "-id"),
+    )
+    edges = list(
+        EntityEdge.objects.owned_by(user)
+        .filter(Q(source=entity) | Q(target=entity))
+        .select_related("source", "target")
+        .order_by("-weight", "id")[:30]
+    )
+    neighbours = [
+        {"entity": e.target if e.source_id == entity.pk else e.source, "weight": e.weight} for e in edges
+    ]
+    context = {
+        "section": "entities",
+        "entity": entity,
+        "mentions": mentions,
+        "neighbours": neighbours,
+    }
+    return _render(request, "explorer/entity.html", "mention-rows", context)

@@ -1,0 +1,40 @@
+"""Small display filters for the explorer; all return plain text for autoescaping."""
+
+from __future__ import annotations
+
+from django import template
+
+register = template.Library()
+
+
+@register.filter
+def thousands(value) -> str:
+    try:
+        return f"{int(value):,}"
+    except (TypeError, ValueError):
+        return str(value)
+
+
+@register.filter
+def score(value, digits: int = 4) -> str:
+    try:
+        return f"{float(value):.{int(digits)}f}"
+    except (TypeError, ValueError):
+        return "–"
+
+
+@register.filter
+def short(value, length: int = 160) -> str:
+    """One line of at most `length` characters."""
+    flat = " ".join(str(value or "").split())
+    length = int(length)
+    return flat if len(flat) <= length else flat[: length - 1] + "…"
+
+
+@register.simple_tag(takes_context=True)
+def page_url(context, param: str, number) -> str:
+    """The current URL's query string with `param` set to `number` (other filters kept)."""
+    params = context["request"].GET.copy()
+    params[param] = str(number)
+    params.pop("partial", None)
+    return "?" + params.urlencode()
