@@ -168,6 +168,7 @@ TEMPLATES = [
                 "django.contrib.messages.context_processors.messages",
                 "chat.context_processors.llm_status",
             ],
+            "builtins": ["template_partials.templatetags.partials"],
         },
     },
 ]

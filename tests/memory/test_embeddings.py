@@ -1,0 +1,65 @@
+"""The packaged MiniLM embedder: windows that fit, a cache, and a recorded model name."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+from django.core.management import call_command
+
+from memory import store
+from memory.embeddings import get_embedder
+from memory.models import Passage
+from memory.search import search
+
+
+def test_every_passage_fits_the_models_window_and_together_they_cover_the_text():
+    embedder = get_embedder()
+    text = " ".join(f"token{i} has some extra-long, hyphenated words: INFRA-{i}." for i in range(600))
+    spans = embedder.passages(text)
+    assert len(spans) > 5
+    assert spans[0][0] == 0 and spans[-1][1] == len(text)
+    for (_, end), (next_start, _) in zip(spans, spans[1:], strict=False):
+        assert next_start < end  # neighbours overlap: no gap anywhere
+    for start, end in spans:
+        pieces = embedder.tokenizer(text[start:end], add_special_tokens=True)["input_ids"]
+        assert len(pieces) <= embedder.MAX_WORD_PIECES
+
+
+def test_vectors_are_unit_length_and_identical_text_is_embedded_once(monkeypatch):
+    embedder = get_embedder()
+    calls: list[int] = []
+    real = embedder._embed_batch
+    monkeypatch.setattr(embedder, "_embed_batch", lambda texts: calls.append(len(texts)) or real(texts))
+    unique = "a sentence nobody has embedded before: 8c1f2e"
+    vectors = embedder.embed([unique, unique, "another fresh one 77aa"])
+    assert calls == [2]
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-4)
+    assert np.allclose(vectors[0], vectors[1])
+    embedder.embed([unique])
+    assert calls == [2]
+
+
+def test_search_never_mixes_vectors_of_two_models_and_reembed_fixes_it(owner, conversation):
+    m = store.store_message(owner, conversation, "user", "The lighthouse keeper feeds seven cats.")
+    Passage.objects.filter(logical_message=m).update(embedding_model="some-other-model")
+    results = search(owner, "who takes care of the felines at the coast")
+    assert all(h.vector_rank is None for h in results.hits)  # old-model vectors left out
+    assert any(f["kind"] == "embedding_model_mismatch" for f in results.fallbacks)
+    out = io.StringIO()
+    call_command("reembed", stdout=out)
+    assert "re-embedded 1 passages" in out.getvalue()
+    assert set(Passage.objects.values_list("embedding_model", flat=True)) == {"all-MiniLM-L6-v2"}
+    results = search(owner, "who takes care of the felines at the coast")
+    assert results.hits[0].id == m.pk and results.hits[0].vector_rank == 1
+    assert results.fallbacks == []
+
+
+@pytest.mark.django_db
+def test_passages_stored_without_vectors_are_found_by_keyword_then_embedded(owner, conversation):
+    m = store.store_message(owner, conversation, "user", "Quartzite countertops arrive Friday.", embed=False)
+    assert Passage.objects.filter(logical_message=m, embedding__isnull=True).count() == 1
+    assert [h.id for h in search(owner, "quartzite").hits] == [m.pk]
+    assert store.embed_pending(owner) == 1
+    assert not Passage.objects.filter(embedding__isnull=True).exists()

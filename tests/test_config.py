@@ -1,0 +1,70 @@
+"""Settings read from the environment, failing loudly on values they cannot read."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management import call_command
+
+from config import settings as config
+
+
+def test_database_url_is_parsed_into_django_settings():
+    db = config.database_from_url("postgres://bob:s%40cret@db.example:6543/recollect?sslmode=require")
+    assert db["ENGINE"] == "django.db.backends.postgresql"
+    assert (db["NAME"], db["USER"], db["PASSWORD"], db["HOST"], db["PORT"]) == (
+        "recollect", "bob", "s@cret", "db.example", "6543"
+    )
+    assert db["OPTIONS"] == {"sslmode": "require"}
+
+
+def test_a_socket_host_in_the_url_is_understood():
+    db = config.database_from_url("postgresql://postgres@/postgres?host=/tmp/pg")
+    assert db["HOST"] == "/tmp/pg" and db["OPTIONS"] == {}
+
+
+def test_sqlite_is_refused():
+    with pytest.raises(ImproperlyConfigured, match="Postgres"):
+        config.database_from_url("sqlite:///db.sqlite3")
+
+
+@pytest.mark.parametrize(
+    ("helper", "value"),
+    [(config.env_int, "ten"), (config.env_bool, "maybe"), (config.env_float, "x")],
+)
+def test_bad_values_fail_loudly(monkeypatch, helper, value):
+    monkeypatch.setenv("RECOLLECT_TEST_KNOB", value)
+    with pytest.raises(ImproperlyConfigured, match="RECOLLECT_TEST_KNOB"):
+        helper("RECOLLECT_TEST_KNOB", 1)
+
+
+def test_a_value_below_its_minimum_fails_loudly(monkeypatch):
+    monkeypatch.setenv("RECOLLECT_TEST_KNOB", "-3")
+    with pytest.raises(ImproperlyConfigured, match="at least 0"):
+        config.env_int("RECOLLECT_TEST_KNOB", 1, minimum=0)
+
+
+def test_the_database_is_postgres_with_pgvector(db):
+    from django.db import connection
+
+    assert connection.vendor == "postgresql"
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
+        assert cursor.fetchone() is not None
+
+
+@pytest.mark.django_db
+def test_a_first_run_creates_an_account_and_says_how_to_sign_in(settings, tmp_path):
+    settings.DATA_DIR = tmp_path
+    out = io.StringIO()
+    call_command("ensure_account", stdout=out)
+    assert get_user_model().objects.filter(username="admin", is_superuser=True).exists()
+    assert "Created your first account" in out.getvalue()
+    assert "password" in (tmp_path / "first-account.txt").read_text()
+    out = io.StringIO()
+    call_command("ensure_account", stdout=out)
+    assert get_user_model().objects.count() == 1
+    assert "sign in at" in out.getvalue()
