@@ -1,0 +1,156 @@
+from __future__ import annotations
+
+import pytest
+from django.test import override_settings
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
+
+from memory.index_builder import choose_strategy, prepare_context, save_snapshot
+from memory.models import ContextSnapshot, Conversation
+from memory.store import store_message
+from memory.tokens import count_tokens
+from tests.memory.conftest import add_turns
+
+
+@pytest.fixture
+def small_thresholds(settings):
+    settings.INDEX_FULL_MAX = 2
+    settings.INDEX_SNIPPET_MAX = 4
+    settings.INDEX_CLUSTER_MAX = 6
+
+
+@pytest.mark.django_db
+def test_it_chooses_the_strategy_at_each_threshold(owner, conversation, small_thresholds):
+    expected = {
+        1: "full",
+        2: "full",
+        3: "snippets",
+        4: "snippets",
+        5: "clusters",
+        6: "clusters",
+        7: "hierarchical",
+        9: "hierarchical",
+    }
+    stored = 0
+    for size, strategy in expected.items():
+        while stored < size:
+            store_message(
+                owner, conversation, "user", f"note number {stored} about gardening", embed=False
+            )
+            stored += 1
+        plan = prepare_context(owner, conversation, "gardening")
+        assert plan.strategy == strategy, (size, plan.reason)
+        assert plan.history_size == min(size, 7)
+
+
+def test_strategy_names_follow_seed_000_defaults(settings):
+    assert choose_strategy(0)[0] == "full"
+    assert choose_strategy(50)[0] == "full"
+    assert choose_strategy(51)[0] == "snippets"
+    assert choose_strategy(500)[0] == "snippets"
+    assert choose_strategy(501)[0] == "clusters"
+    assert choose_strategy(5000)[0] == "clusters"
+    assert choose_strategy(5001)[0] == "hierarchical"
+
+
+@pytest.mark.django_db
+def test_it_shows_the_recent_window_oldest_first_without_the_new_message(
+    owner, conversation, settings
+):
+    settings.INDEX_RECENT_WINDOW = 3
+    msgs = add_turns(
+        owner, conversation, [f"message {i} about kites" for i in range(6)], embed=False
+    )
+    new = store_message(owner, conversation, "user", "what about kites?", embed=False)
+    plan = prepare_context(owner, conversation, new.content, user_message=new)
+    assert [m.pk for m in plan.recent] == [m.pk for m in msgs[-3:]]
+    assert new.pk not in plan.included_ids
+
+
+@pytest.mark.django_db
+def test_only_the_active_branch_counts_as_recent(owner, conversation):
+    msgs = add_turns(owner, conversation, ["a one", "b two", "c three", "d four"], embed=False)
+    plan = prepare_context(owner, conversation, "four", active_message_ids=[msgs[0].pk, msgs[3].pk])
+    assert [m.pk for m in plan.recent] == [msgs[0].pk, msgs[3].pk]
+
+
+@pytest.mark.django_db
+def test_historical_matches_carry_ids_and_the_fact(owner, conversation, settings):
+    settings.INDEX_FULL_MAX = 2
+    settings.INDEX_RECENT_WINDOW = 2
+    texts = [f"small talk about the weather, day {i}" for i in range(10)]
+    texts[3] = "The Redis cluster for INFRA-992 listens on port 6379"
+    msgs = add_turns(owner, conversation, texts)
+    plan = prepare_context(owner, conversation, "which port does the INFRA-992 redis use?")
+    assert plan.strategy == "snippets"
+    assert msgs[3].pk in plan.included_ids
+    assert msgs[3].pk in plan.text and "6379" in plan.text
+    assert "KEY ENTITIES" in plan.text
+
+
+@pytest.mark.django_db
+def test_the_snapshot_stores_what_the_model_saw(owner, conversation):
+    add_turns(owner, conversation, ["hello there", "hi"], embed=False)
+    plan = prepare_context(owner, conversation, "hello")
+    snap = save_snapshot(plan, owner, conversation)
+    snap = ContextSnapshot.objects.owned_by(owner).get(pk=snap.pk)
+    assert snap.strategy == plan.strategy
+    assert snap.tokens_by_zone == plan.tokens_by_zone
+    assert snap.plan["text"] == plan.text
+    assert snap.tools_offered == plan.tool_names
+
+
+@pytest.mark.django_db
+def test_a_build_past_its_timeout_falls_back_to_the_simple_format(owner, conversation, settings):
+    settings.INDEX_BUILD_TIMEOUT_MS = 1
+    settings.INDEX_FULL_MAX = 0
+    add_turns(owner, conversation, [f"kites and wind {i}" for i in range(5)], embed=False)
+    plan = prepare_context(owner, conversation, "kites")
+    assert any(f["kind"] == "index_timeout" for f in plan.fallbacks)
+    assert "Historical Matches" in plan.text or plan.text.startswith("Recent")
+
+
+@pytest.mark.django_db
+def test_it_never_shows_another_users_memory(owner, stranger, conversation, stranger_conversation):
+    store_message(stranger, stranger_conversation, "user", "stranger secret SECRET-7 aardvark")
+    store_message(owner, conversation, "user", "my own aardvark note")
+    plan = prepare_context(owner, conversation, "aardvark SECRET-7")
+    assert "SECRET-7" not in plan.text
+    assert "stranger" not in plan.text
+
+
+words = st.text(
+    alphabet=st.characters(min_codepoint=32, max_codepoint=0x24F), min_size=0, max_size=400
+)
+
+
+@pytest.mark.django_db
+@hsettings(
+    max_examples=12,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    texts=st.lists(
+        st.one_of(words, st.builds(lambda w, n: (w + " ") * n, words, st.integers(1, 40))),
+        min_size=0,
+        max_size=14,
+    ),
+    budget=st.integers(min_value=0, max_value=4000),
+    full_max=st.integers(min_value=0, max_value=6),
+    query=words,
+)
+def test_the_plan_never_exceeds_its_budget(owner, texts, budget, full_max, query):
+    conversation = Conversation.objects.create(owner=owner)
+    texts = [t for t in texts if t.strip()]
+    if texts:
+        add_turns(owner, conversation, texts, embed=False)
+    with override_settings(
+        INDEX_FULL_MAX=full_max, INDEX_SNIPPET_MAX=full_max + 4, INDEX_CLUSTER_MAX=full_max + 8
+    ):
+        plan = prepare_context(owner, conversation, query, max_index_tokens=budget)
+    assert plan.total_tokens <= budget
+    assert count_tokens(plan.text) == plan.tokens_by_zone["memory"]
+    assert count_tokens(plan.instructions) == plan.tokens_by_zone["system"]
+    assert sum(m.token_count + 4 for m in plan.recent) == plan.tokens_by_zone["history"]
