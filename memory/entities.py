@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from django.db import connection, transaction
-from django.db.models import Count, Max, Min
+from django.db.models import Count, Exists, Max, Min, OuterRef
 
 from memory.models import Entity, EntityEdge, EntityMention, Message
 
@@ -270,6 +270,10 @@ def rebuild(owner, *, progress=None, batch: int = 500) -> int:
     return done
 
 
-def forget_orphans(owner) -> None:
-    """Drop entities no visible message mentions any more (after deletes and edits)."""
-    Entity.objects.owned_by(owner).filter(mention_count=0).delete()
+def forget_orphans(owner) -> int:
+    """Drop entities no visible message mentions any more (after forgetting, whose mentions
+    are gone with the message, so their entities cannot be found through them)."""
+    orphans = Entity.objects.owned_by(owner).exclude(
+        Exists(EntityMention.objects.filter(entity=OuterRef("pk"), message__deleted=False))
+    )
+    return orphans.delete()[0]

@@ -68,6 +68,8 @@ def run_upkeep(owner, message_ids: Iterable[str]) -> dict[str, Any]:
             owner_id=owner.pk, message_id__in=[m.pk for m in messages if m.deleted]
         ).delete()
         entities.refresh_counts(owner, touched)
+        if len(messages) < len(ids):  # some were forgotten: their mentions went with them
+            entities.forget_orphans(owner)
     refreshed = topics.refresh(owner, topics.topics_mentioning(owner, changed)) if changed else {}
     assigned = topics.assign_messages(owner, [m.pk for m in live])
     topics.update_period_summaries(owner)

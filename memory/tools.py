@@ -20,7 +20,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError, connection, transaction
-from django.db.models import Count, Max, Min, Q, Sum
+from django.db.models import Count, Exists, Max, Min, OuterRef, Q, Sum
 from django.utils import timezone
 
 from memory import sessions
@@ -1075,7 +1075,10 @@ def memory_graph_query(owner, *, entity: str, depth: int = 1, limit: int = 10, c
     if depth < 1 or depth > 3:
         raise ToolError("depth must be between 1 and 3")
     norm = normalize(entity)
-    live = Entity.objects.owned_by(owner).filter(mention_count__gt=0)
+    # Only entities some visible message still mentions (counts may lag behind a delete).
+    live = Entity.objects.owned_by(owner).filter(
+        Exists(EntityMention.objects.filter(entity=OuterRef("pk"), message__deleted=False))
+    )
     root = (
         live.filter(normalized=norm).order_by("-mention_count").first()
         or live.filter(normalized__icontains=norm).order_by("-mention_count").first()

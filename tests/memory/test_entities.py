@@ -1,0 +1,26 @@
+from __future__ import annotations
+
+from memory.entities import extract
+
+
+def test_it_finds_names_numbers_identifiers_dates_urls_emails_and_code():
+    text = (
+        "Dr. Elena Rostova leads Project Vanguard with 850 million euros; drilling starts "
+        "October 4th. Ticket INFRA-992: Redis on port 6379, timeout 5000ms, pool of 50 nodes. "
+        "See https://example.com/runbook or mail ops@example.com, then call retry_policy()."
+    )
+    found = {(f.name, f.kind) for f in extract(text)}
+    assert ("Dr. Elena Rostova", "name") in found
+    assert ("Project Vanguard", "name") in found
+    assert ("850 million euros", "money") in found
+    assert ("October 4th", "date") in found
+    assert ("INFRA-992", "identifier") in found
+    assert ("port 6379", "number") in found
+    assert ("5000ms", "quantity") in found
+    assert ("https://example.com/runbook", "url") in found
+    assert ("ops@example.com", "email") in found
+    assert ("retry_policy", "code") in found
+
+
+def test_a_capitalised_word_at_a_sentence_start_is_not_a_name():
+    assert not [f for f in extract("Sure. Maybe later. Thanks!") if f.kind == "name"]

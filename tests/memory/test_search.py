@@ -1,0 +1,42 @@
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+
+from memory.index_builder import prepare_context
+from memory.search import search
+from tests.memory.conftest import add_turns
+
+pytestmark = pytest.mark.django_db
+
+
+def slow_vector_search(execute, sql, params, many, context):
+    # A real statement timeout: the vector query sleeps in Postgres past the limit.
+    if "<=>" in sql and "memory_passage" in sql:
+        sql = sql.replace("FROM memory_passage p", "FROM memory_passage p, pg_sleep(0.2) z", 1)
+    return execute(sql, params, many, context)
+
+
+def test_a_timed_out_vector_search_falls_back_and_says_so(owner, conversation, settings):
+    settings.VECTOR_SEARCH_TIMEOUT_MS = 50
+    add_turns(owner, conversation, ["the heron nests by the lake", "herons eat fish"])
+    with connection.execute_wrapper(slow_vector_search):
+        results = search(owner, "heron nests")
+        plan = prepare_context(owner, conversation, "heron nests")
+    assert [f["kind"] for f in results.fallbacks] == ["vector_timeout"]
+    assert results.hits, "keyword matches still come back"
+    assert any(f["kind"] == "vector_timeout" for f in plan.fallbacks)
+    assert "timed out" in plan.reason
+
+
+def test_filters_by_role_and_conversation(owner, conversation, settings):
+    from memory.models import Conversation
+    from memory.search import SearchFilters
+
+    other = Conversation.objects.create(owner=owner)
+    add_turns(owner, conversation, ["pelicans fly in lines", "pelicans indeed"])
+    add_turns(owner, other, ["pelicans in another chat"])
+    hits = search(owner, "pelicans", filters=SearchFilters(role="assistant")).hits
+    assert hits and all(h.role == "assistant" for h in hits)
+    hits = search(owner, "pelicans", filters=SearchFilters(conversation_id=other.pk)).hits
+    assert hits and all(h.conversation == other.pk for h in hits)

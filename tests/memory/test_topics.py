@@ -1,0 +1,123 @@
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.utils import timezone
+
+from memory import topics
+from memory.models import PeriodSummary, Topic, TopicMembership
+from memory.store import delete_message, update_message
+from memory.tasks import run_upkeep
+from tests.memory.conftest import add_turns
+
+pytestmark = pytest.mark.django_db
+
+GARDEN = [
+    "tulips and roses in the garden",
+    "the roses need pruning",
+    "garden soil and compost",
+    "watering tulips every morning",
+]
+DATABASE = [
+    "postgres index tuning for queries",
+    "vacuum the postgres tables",
+    "the query planner chose a seq scan",
+    "add an index on postgres timestamps",
+]
+
+
+def test_the_tree_is_temporally_ordered_with_bounded_width(owner, conversation, settings):
+    settings.TOPIC_MAX_CHILDREN = 2
+    start = timezone.now() - dt.timedelta(days=3)
+    for i in range(5):  # five sessions an hour apart: five leaves at least
+        add_turns(
+            owner,
+            conversation,
+            GARDEN if i % 2 else DATABASE,
+            start=start + dt.timedelta(hours=i),
+            embed=True,
+        )
+    detail = topics.rebuild(owner)
+    assert detail["leaves"] >= 5
+    all_topics = list(Topic.objects.owned_by(owner))
+    for t in all_topics:
+        assert t.children.count() <= 2
+    top = list(Topic.objects.owned_by(owner).filter(parent=None).order_by("order"))
+    assert len(top) <= 2
+    assert [t.period_start for t in top] == sorted(t.period_start for t in top)
+    leaves = Topic.objects.owned_by(owner).filter(children__isnull=True)
+    assert sum(t.message_count for t in leaves) == 20
+    assert TopicMembership.objects.owned_by(owner).count() == 20
+    assert all(t.map_x is not None and 0 <= t.map_x <= 1 for t in all_topics)
+
+
+def test_labels_are_extractive_keywords(owner, conversation):
+    add_turns(owner, conversation, DATABASE)
+    topics.rebuild(owner)
+    leaf = Topic.objects.owned_by(owner).get(children__isnull=True)
+    assert "postgres" in leaf.keywords
+    assert leaf.summary
+    assert leaf.sample_message_ids
+
+
+def test_new_messages_join_the_nearest_topic(owner, conversation):
+    start = timezone.now() - dt.timedelta(days=2)
+    add_turns(owner, conversation, GARDEN, start=start)
+    add_turns(owner, conversation, DATABASE, start=start + dt.timedelta(hours=5))
+    topics.rebuild(owner)
+    later = add_turns(
+        owner,
+        conversation,
+        ["postgres index on the users table"],
+        start=start + dt.timedelta(days=1),
+    )
+    run_upkeep(owner, [later[0].pk])
+    topic = TopicMembership.objects.owned_by(owner).get(message=later[0]).topic
+    assert "postgres" in " ".join(topic.keywords)
+
+
+def test_topics_are_rebuilt_after_edits_and_deletes(owner, conversation):
+    msgs = add_turns(
+        owner,
+        conversation,
+        ["the marmoset eats fruit", "marmoset facts", "marmoset habitat", "marmoset diet"],
+    )
+    topics.rebuild(owner)
+    leaf = Topic.objects.owned_by(owner).get(children__isnull=True)
+    assert "marmoset" in leaf.keywords
+    for m in msgs:
+        update_message(owner, m.pk, f"the capybara swims, note {m.position}")
+    run_upkeep(owner, [m.pk for m in msgs])
+    leaf.refresh_from_db()
+    assert "marmoset" not in leaf.label + leaf.summary + " ".join(leaf.keywords)
+    assert "capybara" in leaf.keywords
+    delete_message(owner, msgs[0].pk)
+    run_upkeep(owner, [msgs[0].pk])
+    leaf.refresh_from_db()
+    assert leaf.message_count == 3
+    assert msgs[0].pk not in leaf.sample_message_ids
+    for m in msgs[1:]:
+        delete_message(owner, m.pk)
+    run_upkeep(owner, [m.pk for m in msgs[1:]])
+    assert not Topic.objects.owned_by(owner).exists()
+
+
+def test_period_summaries_cover_today_week_month_and_older(owner, conversation):
+    now = timezone.now()
+    add_turns(owner, conversation, ["old memory about kites"], start=now - dt.timedelta(days=90))
+    add_turns(
+        owner, conversation, ["fresh memory about kites"], start=now - dt.timedelta(minutes=5)
+    )
+    topics.update_period_summaries(owner)
+    periods = {p.period: p for p in PeriodSummary.objects.owned_by(owner)}
+    assert set(periods) == {"today", "this_week", "this_month", "older"}
+    assert periods["older"].message_count == 1
+    assert sum(p.message_count for p in periods.values()) == 2
+
+
+def test_topics_belong_to_their_owner(owner, stranger, conversation, stranger_conversation):
+    add_turns(stranger, stranger_conversation, DATABASE)
+    topics.rebuild(stranger)
+    topics.rebuild(owner)
+    assert not Topic.objects.owned_by(owner).exists()
