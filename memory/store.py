@@ -220,6 +220,7 @@ def _chunk_rows(message: Message) -> list[Message]:
                 chunk_parent_id=message.pk,
                 position=message.position,
                 deleted=message.deleted,
+                deleted_at=message.deleted_at,
             )
         )
     return rows
@@ -320,32 +321,55 @@ def store_tool_call(
             is_error=is_error,
             duration_ms=duration_ms,
         )
-        spans = chunk_spans(result_text)
         units: list[ToolCall] = [call]
-        if spans:
-            units = ToolCall.objects.bulk_create(
-                [
-                    ToolCall(
-                        owner_id=owner.pk,
-                        message=message,
-                        tool_name=call.tool_name,
-                        arguments=args_text,
-                        result=result_text[s:e],
-                        timestamp=now,
-                        token_count=count_tokens(result_text[s:e]),
-                        is_error=is_error,
-                        is_chunk=True,
-                        chunk_index=i,
-                        chunk_parent=call,
-                    )
-                    for i, (s, e) in enumerate(spans)
-                ]
-            )
+        chunks = _tool_call_chunks(call)
+        if chunks:
+            units = ToolCall.objects.bulk_create(chunks)
         passages = []
         for unit in units:
             passages.extend(_tool_call_passages(unit, message))
         _save_passages(passages, embed=embed)
     return call
+
+
+def _tool_call_chunks(call: ToolCall) -> list[ToolCall]:
+    return [
+        ToolCall(
+            owner_id=call.owner_id,
+            message_id=call.message_id,
+            tool_name=call.tool_name,
+            arguments=call.arguments,
+            result=call.result[s:e],
+            timestamp=call.timestamp,
+            token_count=count_tokens(call.result[s:e]),
+            is_error=call.is_error,
+            is_chunk=True,
+            chunk_index=i,
+            chunk_parent_id=call.pk,
+        )
+        for i, (s, e) in enumerate(chunk_spans(call.result))
+    ]
+
+
+def derive_rows(
+    message: Message, calls: Sequence[ToolCall] = ()
+) -> tuple[list[Message], list[ToolCall], list[Passage]]:
+    """The chunks and passages of a logical message and of its tool calls, built but not saved
+    (passages without vectors): what store_messages and store_tool_call write, for callers
+    that write many rows in bulk, such as an import."""
+    chunks = _chunk_rows(message)
+    passages: list[Passage] = []
+    for unit in chunks or [message]:
+        passages.extend(_message_passages(message, unit))
+    call_chunks: list[ToolCall] = []
+    for call in calls:
+        parts = _tool_call_chunks(call)
+        call_chunks.extend(parts)
+        for unit in parts or [call]:
+            passages.extend(_tool_call_passages(unit, message))
+    for p in passages:
+        p.text_hash = text_hash(p.text)
+    return chunks, call_chunks, passages
 
 
 def queue_embedding(owner_id: int) -> None:

@@ -1,19 +1,35 @@
-"""manage.py import_history FILE --user NAME: import JSON Lines of messages into memory."""
+"""manage.py import_history FILE --user NAME: import chat history into memory.
+
+Reads JSON Lines (one message per line), ChatGPT's and Claude's conversations.json (or the
+zip they come in) and Recollect's own export, telling them apart by their content.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import io
 import json
 import sys
+import zipfile
 from collections import OrderedDict
 from pathlib import Path
+from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
 from memory.errors import MemoryStoreError
+from memory.management.commands.import_memory import StagedProgress
 from memory.models import Conversation, Message, Role
+from memory.portability import (
+    InvalidExport,
+    detect_kind,
+    import_conversations,
+    import_memory,
+    parse_chatgpt,
+    parse_claude,
+)
 from memory.progress import Progress
 from memory.store import NewMessage, clean_content, store_messages
 
@@ -79,11 +95,58 @@ def import_key(item: dict) -> str:
     return f"auto:{digest}"
 
 
+def read_text(path: str) -> str:
+    if path == "-":
+        return sys.stdin.read()
+    if zipfile.is_zipfile(path):
+        with zipfile.ZipFile(path) as archive:
+            names = [n for n in archive.namelist() if n.rsplit("/", 1)[-1] == "conversations.json"]
+            if not names:
+                raise CommandError(f"{path}: a zip file without conversations.json")
+            return archive.read(min(names, key=len)).decode("utf-8", errors="replace")
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        return fh.read()
+
+
+def sniff(text: str) -> tuple[str, Any]:
+    """("jsonl", None) or (kind, parsed JSON) for a ChatGPT, Claude or Recollect export.
+
+    A JSON Lines file starts with a line that is a whole JSON object; an export is one JSON
+    value across the file (a pretty-printed one starts with a line holding only "[" or "{").
+    """
+    body = text.lstrip("\ufeff \t\r\n")
+    if not body or body[0] not in "[{":
+        return "jsonl", None
+    first_line = body.split("\n", 1)[0]
+    try:
+        first = json.loads(first_line)
+    except json.JSONDecodeError:
+        first = None
+    if isinstance(first, dict):
+        return "jsonl", None
+    try:
+        data = json.loads(body)
+    except json.JSONDecodeError as exc:
+        if body[0] == "{":
+            return "jsonl", None  # bad lines are reported one by one
+        raise CommandError(
+            f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); expected JSON Lines, "
+            "or a JSON array of conversations (ChatGPT's or Claude's conversations.json)"
+        ) from None
+    try:
+        return detect_kind(data), data
+    except InvalidExport as exc:
+        if isinstance(data, dict):
+            return "jsonl", None  # a one-line JSON Lines file
+        raise CommandError(str(exc)) from None
+
+
 class Command(BaseCommand):
-    help = "Import chat history from a JSON Lines file (one message per line) into a user's memory."
+    help = ("Import chat history into a user's memory: JSON Lines (one message per line), "
+            "ChatGPT's or Claude's conversations.json (or their zip), or a Recollect export.")
 
     def add_arguments(self, parser) -> None:
-        parser.add_argument("file", help="JSON Lines file, or - for standard input")
+        parser.add_argument("file", help="JSON Lines, conversations.json or export zip; - for standard input")
         parser.add_argument("--user", required=True, help="username (created if missing)")
         parser.add_argument("--no-embed", action="store_true",
                             help="store now, embed later (manage.py reembed --pending)")
@@ -98,13 +161,21 @@ class Command(BaseCommand):
             user.save()
             self.stderr.write(f"created user {user.username!r} (set a password with "
                               f"`manage.py changepassword {user.username}`)")
-        stream = sys.stdin if path == "-" else open(path, encoding="utf-8", errors="replace")  # noqa: SIM115
-        total = None
-        if path != "-":
-            with open(path, "rb") as fh:
-                total = sum(1 for _ in fh)
         self.user = user
         self.embed = not opts["no_embed"]
+        text = read_text(path)
+        try:
+            kind, data = sniff(text)
+        except CommandError as exc:
+            raise CommandError(f"{path}: {exc}") from None
+        if kind == "recollect":
+            self._import_export(path, data)
+            return
+        if kind in ("chatgpt", "claude"):
+            self._import_conversations(path, kind, data)
+            return
+        stream = io.StringIO(text)
+        total = text.count("\n") + (0 if text.endswith("\n") else 1)
         self.conversations: dict[str, Conversation] = {}
         self.last_id: dict[str, str | None] = {}
         self.seen: set[str] = set()
@@ -129,11 +200,41 @@ class Command(BaseCommand):
                 if pending:
                     self._flush(pending)
             finally:
-                if stream is not sys.stdin:
-                    stream.close()
+                stream.close()
         summary = (f"imported {self.added} messages, skipped {self.skipped} already present, "
                    f"{self.bad} bad lines")
         self.stdout.write(summary)
+
+    def _import_conversations(self, path: str, kind: str, data: list) -> None:
+        parse = parse_chatgpt if kind == "chatgpt" else parse_claude
+        try:
+            conversations = parse(data)
+        except InvalidExport as exc:
+            raise CommandError(f"{path}: {exc}") from None
+        total = sum(len(c.messages) for c in conversations)
+        with Progress(total, f"import {kind}", stream=getattr(self.stderr, "_out", sys.stderr)) as progress:
+            report = import_conversations(self.user, conversations, embed=self.embed,
+                                          progress=progress.update)
+        for error in report.errors:
+            self.stderr.write(error)
+        hidden = sum(c.skipped for c in conversations)
+        self.stdout.write(
+            f"imported {report.added} messages, skipped {report.skipped} already present, "
+            f"{report.bad} bad messages; {report.conversations} new conversations from {kind} "
+            f"({len(conversations)} in the file; {hidden} hidden or empty entries left out)"
+        )
+
+    def _import_export(self, path: str, data: dict) -> None:
+        progress = StagedProgress(getattr(self.stderr, "_out", sys.stderr))
+        try:
+            report = import_memory(self.user, data, embed=self.embed, progress=progress)
+        except InvalidExport as exc:
+            raise CommandError(f"{path}: {exc}") from None
+        finally:
+            progress.close()
+        for warning in report.warnings:
+            self.stderr.write(f"warning: {warning}")
+        self.stdout.write(report.summary())
 
     def _conversation(self, title: str) -> Conversation:
         conv = self.conversations.get(title)

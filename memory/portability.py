@@ -1,0 +1,1133 @@
+"""A user's whole memory out and back in: the Recollect export format, a Markdown transcript,
+and readers for ChatGPT's and Claude's exports.
+
+The export holds what cannot be derived: conversations, messages (with their edit histories,
+parent tree, deleted flag, metadata and external ids), tool calls, the topic tree with its
+memberships, period summaries and entities. Chunks and passages are derived, so an import
+rebuilds them from the text (and embeds with the target's model, whatever the source used);
+the export records the chunk spans so the import can say when they came out differently.
+
+Ids are kept when they are free in the target (ULIDs are global); an id already taken there
+gets a new one, consistently, everywhere it is referenced.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from memory.embeddings import get_embedder
+from memory.errors import MemoryStoreError
+from memory.models import (
+    Conversation,
+    Entity,
+    EntityEdge,
+    EntityMention,
+    Message,
+    Passage,
+    PeriodSummary,
+    Role,
+    ToolCall,
+    Topic,
+    TopicMembership,
+    new_ulid,
+)
+from memory.store import (
+    NUL_REPLACEMENT,
+    NewMessage,
+    clean_content,
+    derive_rows,
+    make_snippet,
+    queue_embedding,
+    store_messages,
+)
+from memory.tokens import count_tokens
+
+FORMAT = "recollect-memory"
+VERSION = 1
+EMBED_BATCH = 256
+
+# progress(stage, done, total): stages are "messages" and "embed".
+ProgressFn = Callable[[str, int, int], None]
+
+
+class InvalidExport(MemoryStoreError, ValueError):
+    """A file that is not a Recollect export, or one with a bad field (named in the message)."""
+
+
+def _iso(value: dt.datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+# --- export ------------------------------------------------------------------------------------
+
+
+def _live_parent(parent_of: dict[str, str | None], dropped: set[str], message_id: str) -> str | None:
+    """The nearest ancestor not dropped from the export (as forget_message re-links replies)."""
+    parent = parent_of.get(message_id)
+    seen = set()
+    while parent is not None and parent in dropped and parent not in seen:
+        seen.add(parent)
+        parent = parent_of.get(parent)
+    return parent
+
+
+def export_memory(owner, *, exclude_deleted: bool = False) -> dict[str, Any]:
+    """Everything of `owner`'s memory that cannot be derived, as JSON-ready data."""
+    conversations = list(Conversation.objects.owned_by(owner).order_by("created_at", "id"))
+    logical = Message.objects.owned_by(owner).logical()
+    parent_of = dict(logical.values_list("id", "parent_id"))
+    dropped = set(logical.filter(deleted=True).values_list("id", flat=True)) if exclude_deleted else set()
+    chunk_spans: dict[str, list[list[int]]] = defaultdict(list)
+    chunk_rows = (
+        Message.objects.owned_by(owner).filter(is_chunk=True)
+        .order_by("chunk_parent_id", "chunk_index").values_list("chunk_parent_id", "metadata")
+    )
+    for parent_id, meta in chunk_rows:
+        chunk_spans[parent_id].append([meta.get("char_start"), meta.get("char_end")])
+    call_chunks: dict[str, int] = defaultdict(int)
+    for parent_id in ToolCall.objects.owned_by(owner).filter(is_chunk=True).values_list(
+        "chunk_parent_id", flat=True
+    ):
+        call_chunks[parent_id] += 1
+    calls_of: dict[str, list[dict]] = defaultdict(list)
+    for call in ToolCall.objects.owned_by(owner).logical().order_by("timestamp", "id"):
+        calls_of[call.message_id].append({
+            "id": call.pk,
+            "tool_name": call.tool_name,
+            "arguments": call.arguments,
+            "result": call.result,
+            "timestamp": _iso(call.timestamp),
+            "is_error": call.is_error,
+            "duration_ms": call.duration_ms,
+            "token_count": call.token_count,
+            "chunks": call_chunks.get(call.pk, 0),
+        })
+    messages_of: dict[str, list[dict]] = defaultdict(list)
+    for m in logical.exclude(pk__in=dropped).order_by("conversation_id", "position").iterator(2000):
+        messages_of[m.conversation_id].append({
+            "id": m.pk,
+            "role": m.role,
+            "content": m.content,
+            "timestamp": _iso(m.timestamp),
+            "parent_id": _live_parent(parent_of, dropped, m.pk),
+            "position": m.position,
+            "token_count": m.token_count,
+            "external_id": m.external_id,
+            "metadata": m.metadata,
+            "edited": m.edited,
+            "edit_history": m.edit_history,
+            "deleted": m.deleted,
+            "deleted_at": _iso(m.deleted_at),
+            "chunks": chunk_spans.get(m.pk, []),
+            "tool_calls": calls_of.get(m.pk, []),
+        })
+    exported_ids = {m["id"] for ms in messages_of.values() for m in ms}
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "exported_at": timezone.now().isoformat(),
+        "owner": owner.get_username(),
+        "embedding_model": settings.EMBEDDING_MODEL,
+        "embedding_dimensions": settings.EMBEDDING_DIMENSIONS,
+        "chunk_threshold": settings.INDEX_CHUNK_THRESHOLD,
+        "conversations": [
+            {
+                "id": c.pk,
+                "title": c.title,
+                "created_at": _iso(c.created_at),
+                "updated_at": _iso(c.updated_at),
+                "next_position": c.next_position,
+                "messages": messages_of.get(c.pk, []),
+            }
+            for c in conversations
+        ],
+        "topics": _export_topics(owner, exported_ids),
+        "period_summaries": [
+            {
+                "period": p.period,
+                "start": _iso(p.start),
+                "end": _iso(p.end),
+                "message_count": p.message_count,
+                "summary": p.summary,
+                "top_topics": p.top_topics,
+            }
+            for p in PeriodSummary.objects.owned_by(owner).order_by("period")
+        ],
+        **_export_entities(owner, exported_ids),
+    }
+
+
+def _export_topics(owner, exported_ids: set[str]) -> list[dict]:
+    topics = list(Topic.objects.owned_by(owner))
+    children: dict[str | None, list[Topic]] = defaultdict(list)
+    ids = {t.pk for t in topics}
+    for t in topics:
+        children[t.parent_id if t.parent_id in ids else None].append(t)
+    members: dict[str, list[dict]] = defaultdict(list)
+    memberships = (
+        TopicMembership.objects.owned_by(owner)
+        .filter(message_id__in=exported_ids)
+        .order_by("message__timestamp", "message__position", "message_id")
+        .values_list("topic_id", "message_id", "score")
+    )
+    for topic_id, message_id, score in memberships:
+        members[topic_id].append({"message_id": message_id, "score": score})
+    out: list[dict] = []
+
+    def walk(parent_id: str | None) -> None:
+        siblings = children.get(parent_id, [])
+        for t in sorted(siblings, key=lambda t: (t.order, _iso(t.period_start) or "", t.pk)):
+            out.append({
+                "id": t.pk,
+                "parent_id": t.parent_id,
+                "level": t.level,
+                "order": t.order,
+                "label": t.label,
+                "keywords": t.keywords,
+                "summary": t.summary,
+                "summary_source": t.summary_source,
+                "period_start": _iso(t.period_start),
+                "period_end": _iso(t.period_end),
+                "message_count": t.message_count,
+                "token_count": t.token_count,
+                "sample_message_ids": [i for i in t.sample_message_ids if i in exported_ids],
+                "map_x": t.map_x,
+                "map_y": t.map_y,
+                "created_at": _iso(t.created_at),
+                "updated_at": _iso(t.updated_at),
+                "members": members.get(t.pk, []),
+            })
+            walk(t.pk)
+
+    walk(None)
+    return out
+
+
+def _export_entities(owner, exported_ids: set[str]) -> dict[str, list]:
+    entities = list(Entity.objects.owned_by(owner).order_by("kind", "normalized"))
+    index = {e.pk: i for i, e in enumerate(entities)}
+    mentions: dict[int, list[dict]] = defaultdict(list)
+    rows = (
+        EntityMention.objects.owned_by(owner).filter(message_id__in=exported_ids)
+        .order_by("message__timestamp", "message__position", "message_id")
+        .values_list("entity_id", "message_id", "count")
+    )
+    for entity_id, message_id, count in rows:
+        mentions[entity_id].append({"message_id": message_id, "count": count})
+    edges = sorted(
+        [index[s], index[t], w]
+        for s, t, w in EntityEdge.objects.owned_by(owner).values_list("source_id", "target_id", "weight")
+        if s in index and t in index
+    )
+    return {
+        "entities": [
+            {
+                "name": e.name,
+                "normalized": e.normalized,
+                "kind": e.kind,
+                "mention_count": e.mention_count,
+                "first_seen": _iso(e.first_seen),
+                "last_seen": _iso(e.last_seen),
+                "mentions": mentions.get(e.pk, []),
+            }
+            for e in entities
+        ],
+        "entity_edges": [{"source": s, "target": t, "weight": w} for s, t, w in edges],
+    }
+
+
+# --- Markdown ----------------------------------------------------------------------------------
+
+
+def active_path(messages: Sequence[dict]) -> list[dict]:
+    """The thread a reader sees: from the newest message (by position), newest replies first
+    down to a leaf, then up through its parents to the root."""
+    if not messages:
+        return []
+    by_id = {m["id"]: m for m in messages}
+    latest_child: dict[str | None, dict] = {}
+    for m in sorted(messages, key=lambda m: m["position"]):
+        latest_child[m["parent_id"] if m["parent_id"] in by_id else None] = m
+    leaf = max(messages, key=lambda m: m["position"])
+    seen = {leaf["id"]}
+    while (child := latest_child.get(leaf["id"])) is not None and child["id"] not in seen:
+        seen.add(child["id"])
+        leaf = child
+    path = [leaf]
+    while (parent := by_id.get(path[-1]["parent_id"])) is not None and parent["id"] not in seen:
+        seen.add(parent["id"])
+        path.append(parent)
+    return path[::-1]
+
+
+def _quote(text: str) -> str:
+    return "\n".join("> " + line if line else ">" for line in text.splitlines() or [""])
+
+
+def _markdown_message(m: dict, lines: list[str]) -> None:
+    notes = []
+    if m["edited"]:
+        n = len(m["edit_history"])
+        notes.append(f"edited {n} time{'s' if n != 1 else ''}")
+    if m["deleted"]:
+        notes.append("deleted")
+    head = f"### {m['role']} · {m['timestamp']}"
+    lines.append(head + (f" ({', '.join(notes)})" if notes else ""))
+    lines.append("")
+    lines.append(m["content"])
+    lines.append("")
+    for call in m["tool_calls"]:
+        status = " (error)" if call["is_error"] else ""
+        result = call["result"]
+        if len(result) > 2000:
+            result = result[:2000] + f"… [{len(call['result']) - 2000:,} more characters]"
+        lines.append(f"**Tool call `{call['tool_name']}`{status}** with `{call['arguments']}`:")
+        lines.append("")
+        lines.append(_quote(result))
+        lines.append("")
+    for i, old in enumerate(m["edit_history"], start=1):
+        lines.append(f"*Version {i}, replaced {old.get('timestamp', '')}:*")
+        lines.append("")
+        lines.append(_quote(str(old.get("previous_content", ""))))
+        lines.append("")
+
+
+def export_markdown(owner, *, exclude_deleted: bool = False) -> str:
+    """A readable transcript: each conversation's active thread in order, edits and tool calls
+    noted, then any other branches."""
+    data = export_memory(owner, exclude_deleted=exclude_deleted)
+    lines = [f"# Memory of {data['owner']}", "", f"Exported {data['exported_at']}.", ""]
+    for conv in data["conversations"]:
+        lines += [f"## {conv['title'] or 'Untitled conversation'}", "",
+                  f"Started {conv['created_at']} · {len(conv['messages'])} messages", ""]
+        path = active_path(conv["messages"])
+        on_path = {m["id"] for m in path}
+        for m in path:
+            _markdown_message(m, lines)
+        others = [m for m in conv["messages"] if m["id"] not in on_path]
+        if others:
+            lines += ["#### Other branches", ""]
+            snippets = {m["id"]: make_snippet(m["content"], 60) for m in conv["messages"]}
+            for m in others:
+                parent = snippets.get(m["parent_id"])
+                lines.append(f"*In reply to: {parent}*" if parent else "*Starts a thread*")
+                lines.append("")
+                _markdown_message(m, lines)
+        lines.append("---")
+        lines.append("")
+    return "\n".join(lines)
+
+
+# --- validation --------------------------------------------------------------------------------
+
+
+class _Checker:
+    """Reads one field after another of an untrusted document, naming the path on error."""
+
+    def __init__(self, path: str, data: Any) -> None:
+        self.path = path
+        if not isinstance(data, dict):
+            raise InvalidExport(f"{path}: expected an object, got {type(data).__name__}")
+        self.data = data
+
+    def fail(self, key: str, why: str) -> InvalidExport:
+        return InvalidExport(f"{self.path}.{key}: {why}")
+
+    def get(self, key: str, kind: type | tuple[type, ...], *, required: bool = False, default: Any = None):
+        if key not in self.data or self.data[key] is None:
+            if required:
+                raise self.fail(key, "is missing")
+            return default
+        value = self.data[key]
+        if isinstance(value, bool) and kind in (int, float, (int, float)):
+            raise self.fail(key, f"must be a number, got {value!r}")
+        if not isinstance(value, kind):
+            names = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+            raise self.fail(key, f"must be {names}, got {type(value).__name__}")
+        return value
+
+    def text(self, key: str, *, required: bool = False, default: str | None = "",
+             max_length: int | None = None):
+        value = self.get(key, str, required=required, default=default)
+        if value is not None and max_length and len(value) > max_length:
+            raise self.fail(key, f"is {len(value)} characters; at most {max_length} allowed")
+        return value
+
+    def when(self, key: str, *, required: bool = False) -> dt.datetime | None:
+        value = self.get(key, str, required=required)
+        if value is None:
+            return None
+        try:
+            parsed = dt.datetime.fromisoformat(value.strip())
+        except ValueError:
+            raise self.fail(key, f"{value!r} is not an ISO-8601 date and time") from None
+        return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
+
+    def items(self, key: str) -> list:
+        return self.get(key, list, default=[])
+
+
+def _check_message(c: _Checker, m_index: int, position_default: int) -> dict:
+    role = c.get("role", str, required=True)
+    if role not in Role.values:
+        raise c.fail("role", f"must be one of {', '.join(Role.values)}, got {role!r}")
+    content = c.get("content", str, required=True)
+    try:
+        content, _ = clean_content(content, allow_empty=True)
+    except MemoryStoreError as exc:
+        raise c.fail("content", str(exc)) from None
+    history = c.items("edit_history")
+    for i, entry in enumerate(history):
+        if not isinstance(entry, dict) or not isinstance(entry.get("previous_content"), str):
+            raise InvalidExport(f"{c.path}.edit_history[{i}]: expected an object with previous_content text")
+    calls = []
+    for k, raw in enumerate(c.items("tool_calls")):
+        t = _Checker(f"{c.path}.tool_calls[{k}]", raw)
+        calls.append({
+            "id": t.text("id", default=None, max_length=26),
+            "tool_name": t.text("tool_name", required=True, max_length=100),
+            "arguments": t.text("arguments", default="{}").replace("\x00", NUL_REPLACEMENT),
+            "result": t.text("result").replace("\x00", NUL_REPLACEMENT),
+            "timestamp": t.when("timestamp", required=True),
+            "is_error": t.get("is_error", bool, default=False),
+            "duration_ms": t.get("duration_ms", int),
+            "chunks": t.get("chunks", int),
+        })
+    chunks = c.items("chunks")
+    if not all(isinstance(s, list) and len(s) == 2 and all(isinstance(x, int) for x in s) for s in chunks):
+        raise c.fail("chunks", "must be a list of [start, end] pairs")
+    position = c.get("position", int, default=position_default)
+    if position < 0:
+        raise c.fail("position", "must not be negative")
+    return {
+        "id": c.text("id", default=None, max_length=26),
+        "role": role,
+        "content": content,
+        "timestamp": c.when("timestamp", required=True),
+        "parent_id": c.text("parent_id", default=None),
+        "position": position,
+        "external_id": c.text("external_id", default=None, max_length=200),
+        "metadata": c.get("metadata", dict, default={}),
+        "edited": c.get("edited", bool, default=bool(history)),
+        "edit_history": history,
+        "deleted": c.get("deleted", bool, default=False),
+        "deleted_at": c.when("deleted_at"),
+        "chunks": chunks if "chunks" in c.data else None,
+        "tool_calls": calls,
+    }
+
+
+def validate_export(data: Any) -> dict:
+    """Check a Recollect export; return it with dates parsed and defaults filled in."""
+    root = _Checker("export", data)
+    fmt = data.get("format")
+    if fmt != FORMAT:
+        if isinstance(data, dict) and "conversations" in data and fmt is None:
+            raise InvalidExport(f'export.format: is missing; a Recollect export says "format": "{FORMAT}"')
+        raise InvalidExport(f"export.format: expected {FORMAT!r}, got {fmt!r}")
+    version = root.get("version", int, required=True)
+    if version > VERSION or version < 1:
+        raise InvalidExport(
+            f"export.version: {version} is not supported (this Recollect reads version {VERSION})"
+        )
+    conversations = []
+    message_ids: set[str] = set()
+    external_ids: set[str] = set()
+    for i, raw in enumerate(root.items("conversations")):
+        c = _Checker(f"conversations[{i}]", raw)
+        messages = []
+        positions: set[int] = set()
+        for j, raw_m in enumerate(c.items("messages")):
+            mc = _Checker(f"conversations[{i}].messages[{j}]", raw_m)
+            m = _check_message(mc, j, (max(positions) + 1) if positions else 0)
+            if m["position"] in positions:
+                raise mc.fail("position", f"{m['position']} is used twice in this conversation")
+            positions.add(m["position"])
+            if m["id"] is not None:
+                if m["id"] in message_ids:
+                    raise mc.fail("id", f"{m['id']!r} appears twice in the file")
+                message_ids.add(m["id"])
+            else:
+                m["id"] = new_ulid()
+                message_ids.add(m["id"])
+            if m["external_id"] is not None:
+                if m["external_id"] in external_ids:
+                    raise mc.fail("external_id", f"{m['external_id']!r} appears twice in the file")
+                external_ids.add(m["external_id"])
+            messages.append(m)
+        conversations.append({
+            "id": c.text("id", default=None, max_length=26),
+            "title": c.text("title", default="", max_length=200),
+            "created_at": c.when("created_at"),
+            "updated_at": c.when("updated_at"),
+            "next_position": c.get("next_position", int, default=0),
+            "messages": messages,
+        })
+    topics = []
+    topic_ids: set[str] = set()
+    for i, raw in enumerate(root.items("topics")):
+        t = _Checker(f"topics[{i}]", raw)
+        tid = t.text("id", default=None, max_length=26) or new_ulid()
+        if tid in topic_ids:
+            raise t.fail("id", f"{tid!r} appears twice in the file")
+        topic_ids.add(tid)
+        members = []
+        for k, raw_m in enumerate(t.items("members")):
+            mc = _Checker(f"topics[{i}].members[{k}]", raw_m)
+            members.append({"message_id": mc.text("message_id", required=True),
+                            "score": float(mc.get("score", (int, float), default=0.0))})
+        samples = t.items("sample_message_ids")
+        if not all(isinstance(s, str) for s in samples):
+            raise t.fail("sample_message_ids", "must be a list of message ids")
+        topics.append({
+            "id": tid,
+            "parent_id": t.text("parent_id", default=None),
+            "level": t.get("level", int, default=0),
+            "order": t.get("order", int, default=0),
+            "label": t.text("label", required=True, max_length=200),
+            "keywords": t.items("keywords"),
+            "summary": t.text("summary"),
+            "summary_source": t.text("summary_source", default="extractive", max_length=16),
+            "period_start": t.when("period_start"),
+            "period_end": t.when("period_end"),
+            "message_count": t.get("message_count", int, default=0),
+            "token_count": t.get("token_count", int, default=0),
+            "sample_message_ids": samples,
+            "map_x": t.get("map_x", (int, float)),
+            "map_y": t.get("map_y", (int, float)),
+            "created_at": t.when("created_at"),
+            "updated_at": t.when("updated_at"),
+            "members": members,
+        })
+    by_id = {t["id"]: t for t in topics}
+    for i, t in enumerate(topics):
+        seen = {t["id"]}
+        parent = t["parent_id"]
+        while parent is not None:
+            if parent not in by_id:
+                raise InvalidExport(f"topics[{i}].parent_id: {parent!r} is not a topic in the file")
+            if parent in seen:
+                raise InvalidExport(f"topics[{i}].parent_id: the topic tree has a cycle through {parent!r}")
+            seen.add(parent)
+            parent = by_id[parent]["parent_id"]
+    periods = []
+    for i, raw in enumerate(root.items("period_summaries")):
+        p = _Checker(f"period_summaries[{i}]", raw)
+        periods.append({
+            "period": p.text("period", required=True, max_length=32),
+            "start": p.when("start"),
+            "end": p.when("end"),
+            "message_count": p.get("message_count", int, default=0),
+            "summary": p.text("summary"),
+            "top_topics": p.items("top_topics"),
+        })
+    entities = []
+    for i, raw in enumerate(root.items("entities")):
+        e = _Checker(f"entities[{i}]", raw)
+        mentions = []
+        for k, raw_m in enumerate(e.items("mentions")):
+            mc = _Checker(f"entities[{i}].mentions[{k}]", raw_m)
+            mentions.append({"message_id": mc.text("message_id", required=True),
+                             "count": mc.get("count", int, default=1)})
+        entities.append({
+            "name": e.text("name", required=True, max_length=300),
+            "normalized": e.text("normalized", required=True, max_length=300),
+            "kind": e.text("kind", required=True, max_length=32),
+            "mention_count": e.get("mention_count", int, default=0),
+            "first_seen": e.when("first_seen"),
+            "last_seen": e.when("last_seen"),
+            "mentions": mentions,
+        })
+    edges = []
+    for i, raw in enumerate(root.items("entity_edges")):
+        e = _Checker(f"entity_edges[{i}]", raw)
+        source, target = e.get("source", int, required=True), e.get("target", int, required=True)
+        for key, value in (("source", source), ("target", target)):
+            if not 0 <= value < len(entities):
+                raise e.fail(key, f"{value} is not the index of an entity in the file")
+        edges.append({"source": source, "target": target, "weight": e.get("weight", int, default=1)})
+    return {
+        "embedding_model": root.text("embedding_model", default=""),
+        "conversations": conversations,
+        "topics": topics,
+        "period_summaries": periods,
+        "entities": entities,
+        "entity_edges": edges,
+    }
+
+
+# --- import ------------------------------------------------------------------------------------
+
+
+@dataclass
+class ImportReport:
+    conversations: int = 0
+    messages: int = 0
+    tool_calls: int = 0
+    topics: int = 0
+    memberships: int = 0
+    entities: int = 0
+    passages: int = 0
+    embedded: int = 0
+    skipped_conversations: int = 0
+    skipped_topics: int = 0
+    new_ids: int = 0
+    rechunked: int = 0
+    source_model: str = ""
+    target_model: str = ""
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def model_changed(self) -> bool:
+        return bool(self.source_model) and self.source_model != self.target_model
+
+    def summary(self) -> str:
+        text = (
+            f"imported {self.conversations} conversations, {self.messages} messages, "
+            f"{self.tool_calls} tool calls, {self.topics} topics, {self.entities} entities; "
+            f"skipped {self.skipped_conversations} conversations and {self.skipped_topics} topics "
+            f"already present; {self.new_ids} ids were taken and got new ones; "
+            f"{self.embedded} of {self.passages} passages embedded with {self.target_model}"
+        )
+        if self.model_changed:
+            text += f" (the export was embedded with {self.source_model})"
+        if self.rechunked:
+            text += f"; {self.rechunked} texts were chunked differently under this instance's settings"
+        return text
+
+
+def _id_map(model, wanted: Iterable[str | None]) -> tuple[dict[str, str], int]:
+    """Keep each id that is free in the target; give each taken one a new ULID."""
+    wanted = [i for i in wanted if i]
+    taken: set[str] = set()
+    for start in range(0, len(wanted), 5000):
+        taken.update(model.objects.filter(pk__in=wanted[start:start + 5000]).values_list("pk", flat=True))
+    return {i: (new_ulid() if i in taken else i) for i in wanted}, len(taken)
+
+
+def import_memory(
+    owner, data: Any, *, embed: bool = True, progress: ProgressFn | None = None
+) -> ImportReport:
+    """Import a Recollect export into `owner`'s memory, in one transaction.
+
+    A conversation or topic whose id the owner already has is skipped, so importing the same
+    file twice adds nothing. Passages are rebuilt from the text and embedded with this
+    instance's model (embed=False leaves that to background work).
+    """
+    doc = validate_export(data)
+    report = ImportReport(source_model=doc["embedding_model"], target_model=settings.EMBEDDING_MODEL)
+    progress = progress or (lambda stage, done, total: None)
+    convs = doc["conversations"]
+    owned = set(
+        Conversation.objects.owned_by(owner).filter(pk__in=[c["id"] for c in convs if c["id"]])
+        .values_list("pk", flat=True)
+    )
+    fresh = [c for c in convs if c["id"] not in owned]
+    report.skipped_conversations = len(convs) - len(fresh)
+    # Messages of skipped conversations are already the owner's: they keep their ids.
+    kept_message_ids = {m["id"] for c in convs if c["id"] in owned for m in c["messages"]}
+    conv_ids, n1 = _id_map(Conversation, [c["id"] for c in fresh])
+    msg_ids, n2 = _id_map(Message, [m["id"] for c in fresh for m in c["messages"]])
+    call_ids, n3 = _id_map(ToolCall, [t["id"] for c in fresh for m in c["messages"] for t in m["tool_calls"]])
+    report.new_ids = n1 + n2 + n3
+    message_map = {**{i: i for i in kept_message_ids}, **msg_ids}
+    total = sum(len(c["messages"]) for c in fresh)
+    taken_external = set(
+        Message.objects.owned_by(owner).logical()
+        .filter(external_id__in=[m["external_id"] for c in fresh for m in c["messages"] if m["external_id"]])
+        .values_list("external_id", flat=True)
+    )
+
+    with transaction.atomic():
+        conversations, messages, calls, chunks, call_chunks, passages = [], [], [], [], [], []
+        done = 0
+        for c in fresh:
+            conv = Conversation(
+                id=conv_ids.get(c["id"]) or new_ulid(), owner_id=owner.pk, title=c["title"],
+                next_position=max([c["next_position"], *(m["position"] + 1 for m in c["messages"])]),
+            )
+            conv.created_at = c["created_at"] or timezone.now()
+            conv.updated_at = c["updated_at"] or conv.created_at
+            conversations.append(conv)
+            for m in c["messages"]:
+                parent_id = m["parent_id"]
+                if parent_id is not None and parent_id not in message_map:
+                    report.warnings.append(
+                        f"message {m['id']}: parent {parent_id} is not in the file; stored without a parent"
+                    )
+                external_id = m["external_id"]
+                metadata = dict(m["metadata"])
+                if external_id in taken_external:
+                    report.warnings.append(
+                        f"message {m['id']}: external_id {external_id!r} is already used by another "
+                        "of this user's messages; kept in metadata as original_external_id"
+                    )
+                    metadata["original_external_id"] = external_id
+                    external_id = None
+                message = Message(
+                    id=message_map[m["id"]],
+                    owner_id=owner.pk,
+                    conversation_id=conv.pk,
+                    role=m["role"],
+                    content=m["content"],
+                    snippet=make_snippet(m["content"]),
+                    timestamp=m["timestamp"],
+                    parent_id=message_map.get(parent_id) if parent_id else None,
+                    token_count=count_tokens(m["content"]),
+                    metadata=metadata,
+                    external_id=external_id,
+                    edited=m["edited"],
+                    edit_history=m["edit_history"],
+                    deleted=m["deleted"],
+                    deleted_at=m["deleted_at"] or (m["timestamp"] if m["deleted"] else None),
+                    position=m["position"],
+                )
+                message_calls = [
+                    ToolCall(
+                        id=call_ids.get(t["id"]) or new_ulid(), owner_id=owner.pk, message_id=message.pk,
+                        tool_name=t["tool_name"], arguments=t["arguments"], result=t["result"],
+                        timestamp=t["timestamp"], token_count=count_tokens(t["result"]),
+                        is_error=t["is_error"], duration_ms=t["duration_ms"],
+                    )
+                    for t in m["tool_calls"]
+                ]
+                m_chunks, c_chunks, m_passages = derive_rows(message, message_calls)
+                spans = [[r.metadata["char_start"], r.metadata["char_end"]] for r in m_chunks]
+                if m["chunks"] is not None and spans != m["chunks"]:
+                    report.rechunked += 1
+                for t, call in zip(m["tool_calls"], message_calls, strict=True):
+                    n = sum(1 for r in c_chunks if r.chunk_parent_id == call.pk)
+                    if t["chunks"] is not None and n != t["chunks"]:
+                        report.rechunked += 1
+                messages.append(message)
+                chunks.extend(m_chunks)
+                calls.extend(message_calls)
+                call_chunks.extend(c_chunks)
+                passages.extend(m_passages)
+                done += 1
+                if done % 200 == 0:
+                    progress("messages", done, total)
+        Conversation.objects.bulk_create(conversations, batch_size=500)
+        # auto_now fields overwrite given dates on insert; put the exported ones back.
+        Conversation.objects.bulk_update(conversations, ["created_at", "updated_at"], batch_size=500)
+        Message.objects.bulk_create(messages, batch_size=500)
+        Message.objects.bulk_create(chunks, batch_size=200)
+        ToolCall.objects.bulk_create(calls, batch_size=500)
+        ToolCall.objects.bulk_create(call_chunks, batch_size=200)
+        progress("messages", done, total)
+        report.conversations = len(conversations)
+        report.messages = len(messages)
+        report.tool_calls = len(calls)
+        report.passages = len(passages)
+        if embed:
+            _embed(passages, progress)
+            report.embedded = len(passages)
+        Passage.objects.bulk_create(passages, batch_size=500)
+        if passages and not embed:
+            owner_id = owner.pk
+            transaction.on_commit(lambda: queue_embedding(owner_id))
+        topic_map = _import_topics(owner, doc["topics"], message_map, report)
+        _import_periods(owner, doc["period_summaries"], topic_map)
+        _import_entities(owner, doc["entities"], doc["entity_edges"], message_map, report)
+    return report
+
+
+def _embed(passages: list[Passage], progress: ProgressFn) -> None:
+    embedder = get_embedder()
+    for start in range(0, len(passages), EMBED_BATCH):
+        batch = passages[start:start + EMBED_BATCH]
+        vectors = embedder.embed([p.text for p in batch])
+        for p, vec in zip(batch, vectors, strict=True):
+            p.embedding = vec
+            p.embedding_model = embedder.name
+        progress("embed", start + len(batch), len(passages))
+
+
+def _import_topics(
+    owner, topics: list[dict], message_map: dict[str, str], report: ImportReport
+) -> dict[str, str]:
+    owned = set(
+        Topic.objects.owned_by(owner).filter(pk__in=[t["id"] for t in topics]).values_list("pk", flat=True)
+    )
+    fresh = [t for t in topics if t["id"] not in owned]
+    report.skipped_topics = len(topics) - len(fresh)
+    ids, n = _id_map(Topic, [t["id"] for t in fresh])
+    report.new_ids += n
+    topic_map = {**{i: i for i in owned}, **ids}
+    rows, memberships = [], []
+    for t in fresh:
+        row = Topic(
+            id=topic_map[t["id"]], owner_id=owner.pk,
+            parent_id=topic_map.get(t["parent_id"]) if t["parent_id"] else None,
+            **{k: t[k] for k in ("level", "order", "label", "keywords", "summary", "summary_source",
+                                 "period_start", "period_end", "message_count", "token_count",
+                                 "map_x", "map_y")},
+            sample_message_ids=[message_map[i] for i in t["sample_message_ids"] if i in message_map],
+        )
+        row.created_at = t["created_at"] or timezone.now()
+        row.updated_at = t["updated_at"] or row.created_at
+        rows.append(row)
+        for member in t["members"]:
+            if member["message_id"] not in message_map:
+                report.warnings.append(
+                    f"topic {t['label']!r}: message {member['message_id']} is not in the file"
+                )
+                continue
+            memberships.append(TopicMembership(owner_id=owner.pk, topic_id=row.pk,
+                                               message_id=message_map[member["message_id"]],
+                                               score=member["score"]))
+    Topic.objects.bulk_create(rows, batch_size=500)
+    Topic.objects.bulk_update(rows, ["created_at", "updated_at"], batch_size=500)
+    TopicMembership.objects.bulk_create(memberships, batch_size=1000, ignore_conflicts=True)
+    report.topics = len(rows)
+    report.memberships = len(memberships)
+    _set_centroids(owner, rows, memberships)
+    return topic_map
+
+
+def _set_centroids(owner, topics: list[Topic], memberships: list[TopicMembership]) -> None:
+    """Topic centroids are vectors of the target's model: mean of the members' vectors."""
+    import numpy as np
+
+    from memory.topics import message_vectors, unit
+
+    if not topics:
+        return
+    vectors = message_vectors(owner, {m.message_id for m in memberships})
+    sums: dict[str, np.ndarray] = {}
+    for m in memberships:
+        vec = vectors.get(m.message_id)
+        if vec is not None:
+            sums[m.topic_id] = sums[m.topic_id] + vec if m.topic_id in sums else vec.copy()
+    # Inner topics sum their children's, deepest first.
+    for t in sorted(topics, key=lambda t: -t.level):
+        if t.pk in sums and t.parent_id:
+            sums[t.parent_id] = sums[t.parent_id] + sums[t.pk] if t.parent_id in sums else sums[t.pk].copy()
+    for t in topics:
+        t.centroid = unit(sums[t.pk]).tolist() if t.pk in sums else None
+    Topic.objects.bulk_update(topics, ["centroid"], batch_size=500)
+
+
+def _import_periods(owner, periods: list[dict], topic_map: dict[str, str]) -> None:
+    present = set(PeriodSummary.objects.owned_by(owner).values_list("period", flat=True))
+    rows = []
+    for p in periods:
+        if p["period"] in present:
+            continue
+        top = [
+            {**t, "id": topic_map.get(t.get("id"), t.get("id"))} if isinstance(t, dict) else t
+            for t in p["top_topics"]
+        ]
+        rows.append(PeriodSummary(owner_id=owner.pk, **{**p, "top_topics": top}))
+    PeriodSummary.objects.bulk_create(rows)
+
+
+def _import_entities(owner, entities: list[dict], edges: list[dict], message_map: dict[str, str],
+                     report: ImportReport) -> None:
+    if not entities:
+        return
+    existing = {
+        (e.normalized, e.kind): e
+        for e in Entity.objects.owned_by(owner).filter(normalized__in={e["normalized"] for e in entities})
+    }
+    new = [
+        Entity(owner_id=owner.pk, **{k: e[k] for k in ("name", "normalized", "kind", "mention_count",
+                                                      "first_seen", "last_seen")})
+        for e in entities if (e["normalized"], e["kind"]) not in existing
+    ]
+    Entity.objects.bulk_create(new, batch_size=1000)
+    report.entities = len(new)
+    for e in new:
+        existing[(e.normalized, e.kind)] = e
+    rows = [existing[(e["normalized"], e["kind"])] for e in entities]
+    mentions = [
+        EntityMention(owner_id=owner.pk, entity_id=row.pk, message_id=message_map[m["message_id"]],
+                      count=m["count"])
+        for e, row in zip(entities, rows, strict=True)
+        for m in e["mentions"] if m["message_id"] in message_map
+    ]
+    EntityMention.objects.bulk_create(mentions, batch_size=1000, ignore_conflicts=True)
+    EntityEdge.objects.bulk_create(
+        [EntityEdge(owner_id=owner.pk, source_id=rows[e["source"]].pk, target_id=rows[e["target"]].pk,
+                    weight=e["weight"]) for e in edges],
+        batch_size=1000, ignore_conflicts=True,
+    )
+
+
+# --- other chat apps' exports ------------------------------------------------------------------
+
+
+@dataclass
+class ParsedMessage:
+    external_id: str
+    role: str
+    content: str
+    timestamp: dt.datetime
+    parent: str | None  # the external id of the message it replies to
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ParsedConversation:
+    title: str
+    external_id: str | None
+    created_at: dt.datetime | None
+    messages: list[ParsedMessage]  # parents before their replies
+    skipped: int = 0  # nodes with nothing to import (hidden system prompts, tool output)
+
+
+def _epoch(value: Any) -> dt.datetime | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (int, float)):
+        try:
+            return dt.datetime.fromtimestamp(value, tz=dt.UTC)
+        except (OverflowError, OSError, ValueError):
+            return None
+    if isinstance(value, str):
+        try:
+            parsed = dt.datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        except ValueError:
+            return None
+        return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
+    return None
+
+
+def detect_kind(data: Any) -> str:
+    """"recollect", "chatgpt" or "claude" for parsed JSON; raise InvalidExport otherwise."""
+    if isinstance(data, dict):
+        if data.get("format") == FORMAT:
+            return "recollect"
+        raise InvalidExport(
+            'a JSON object that is not a Recollect export (no "format": "recollect-memory")'
+        )
+    if not isinstance(data, list):
+        raise InvalidExport(f"expected a JSON array of conversations, got {type(data).__name__}")
+    for item in data:
+        if isinstance(item, dict) and "mapping" in item:
+            return "chatgpt"
+        if isinstance(item, dict) and "chat_messages" in item:
+            return "claude"
+    if not data:
+        return "chatgpt"  # an empty export of either kind imports nothing
+    raise InvalidExport(
+        "a JSON array, but neither ChatGPT's conversations.json (items with \"mapping\") nor "
+        "Claude's (items with \"chat_messages\")"
+    )
+
+
+def _chatgpt_text(content: Any) -> str:
+    if not isinstance(content, dict):
+        return ""
+    parts = content.get("parts")
+    if isinstance(parts, list):
+        out = []
+        for part in parts:
+            if isinstance(part, str):
+                out.append(part)
+            elif isinstance(part, dict):
+                if isinstance(part.get("text"), str):
+                    out.append(part["text"])
+                else:
+                    out.append(f"[{part.get('content_type', 'attachment')}]")
+        return "\n".join(p for p in out if p)
+    if isinstance(content.get("text"), str):
+        return content["text"]
+    return ""
+
+
+def parse_chatgpt(data: list) -> list[ParsedConversation]:
+    """ChatGPT's conversations.json: a tree per conversation (`mapping`), branches kept.
+
+    Nodes with nothing to show (the hidden system prompt, tool output) are left out and their
+    replies attached to the nearest kept ancestor. Replies are ordered so the branch that was
+    current in ChatGPT comes last, which makes it the active branch here too.
+    """
+    out = []
+    for i, conv in enumerate(data):
+        if not isinstance(conv, dict) or not isinstance(conv.get("mapping"), dict):
+            raise InvalidExport(f"conversations[{i}].mapping: expected an object of message nodes")
+        mapping = conv["mapping"]
+        started = _epoch(conv.get("create_time"))
+        current_path: set[str] = set()
+        node_id = conv.get("current_node")
+        while isinstance(node_id, str) and node_id in mapping and node_id not in current_path:
+            current_path.add(node_id)
+            node = mapping[node_id]
+            node_id = node.get("parent") if isinstance(node, dict) else None
+        children: dict[str | None, list[str]] = defaultdict(list)
+        for nid, node in mapping.items():
+            if not isinstance(node, dict):
+                raise InvalidExport(f"conversations[{i}].mapping[{nid!r}]: expected an object")
+            parent = node.get("parent")
+            children[parent if parent in mapping else None].append(nid)
+
+        def when(nid: str, mapping: dict = mapping) -> float:
+            msg = mapping[nid].get("message")
+            t = msg.get("create_time") if isinstance(msg, dict) else None
+            return t if isinstance(t, (int, float)) and not isinstance(t, bool) else 0.0
+
+        parsed = ParsedConversation(
+            title=str(conv.get("title") or "Untitled")[:200],
+            external_id=str(conv.get("conversation_id") or conv.get("id") or "") or None,
+            created_at=started,
+            messages=[],
+        )
+        last_time = started or timezone.now()
+        # Iterative depth-first walk: (node id, external id of its nearest kept ancestor).
+        stack = [(nid, None) for nid in sorted(children[None], key=lambda n: (n in current_path, when(n)),
+                                                 reverse=True)]
+        visited: set[str] = set()
+        while stack:
+            nid, kept_parent = stack.pop()
+            if nid in visited:
+                continue
+            visited.add(nid)
+            msg = mapping[nid].get("message")
+            here = kept_parent
+            if isinstance(msg, dict):
+                author = msg.get("author") if isinstance(msg.get("author"), dict) else {}
+                role = author.get("role")
+                text = _chatgpt_text(msg.get("content"))
+                hidden = (msg.get("metadata") or {}).get("is_visually_hidden_from_conversation") \
+                    if isinstance(msg.get("metadata"), dict) else False
+                if role in ("user", "assistant", "system") and text.strip() and not hidden:
+                    stamp = _epoch(msg.get("create_time")) or last_time
+                    last_time = stamp
+                    ext = str(msg.get("id") or nid)
+                    meta: dict[str, Any] = {"imported": True, "source": "chatgpt", "external_id": ext}
+                    info = msg.get("metadata") if isinstance(msg.get("metadata"), dict) else {}
+                    model = info.get("model_slug")
+                    if model:
+                        meta["model"] = model
+                    parsed.messages.append(ParsedMessage(ext, role, text, stamp, kept_parent, meta))
+                    here = ext
+                else:
+                    parsed.skipped += 1
+            # Push so the current branch's child is popped last.
+            kids = sorted(children.get(nid, []), key=lambda n: (n in current_path, when(n)), reverse=True)
+            stack.extend((k, here) for k in kids)
+        out.append(parsed)
+    return out
+
+
+def parse_claude(data: list) -> list[ParsedConversation]:
+    """Claude's conversations.json: a list of threads (`chat_messages`), linear unless the
+    export names parents (parent_message_uuid)."""
+    out = []
+    for i, conv in enumerate(data):
+        if not isinstance(conv, dict) or not isinstance(conv.get("chat_messages"), list):
+            raise InvalidExport(f"conversations[{i}].chat_messages: expected a list of messages")
+        started = _epoch(conv.get("created_at"))
+        parsed = ParsedConversation(
+            title=str(conv.get("name") or "Untitled")[:200],
+            external_id=str(conv.get("uuid") or "") or None,
+            created_at=started,
+            messages=[],
+        )
+        known: set[str] = set()
+        previous: str | None = None
+        last_time = started or timezone.now()
+        for j, m in enumerate(conv["chat_messages"]):
+            if not isinstance(m, dict):
+                raise InvalidExport(f"conversations[{i}].chat_messages[{j}]: expected an object")
+            sender = m.get("sender")
+            role = {"human": "user", "assistant": "assistant"}.get(sender)
+            if role is None:
+                raise InvalidExport(
+                    f"conversations[{i}].chat_messages[{j}].sender: "
+                    f'expected "human" or "assistant", got {sender!r}'
+                )
+            text = m.get("text") if isinstance(m.get("text"), str) else ""
+            if not text.strip() and isinstance(m.get("content"), list):
+                text = "\n".join(
+                    part["text"] for part in m["content"]
+                    if isinstance(part, dict) and part.get("type") == "text"
+                    and isinstance(part.get("text"), str)
+                )
+            ext = str(m.get("uuid") or f"{parsed.external_id}:{j}")
+            if not text.strip():
+                parsed.skipped += 1
+                continue
+            stamp = _epoch(m.get("created_at")) or last_time
+            last_time = stamp
+            parent = m.get("parent_message_uuid")
+            parent = parent if parent in known else previous
+            meta: dict[str, Any] = {"imported": True, "source": "claude", "external_id": ext}
+            files = [f.get("file_name") for f in (m.get("attachments") or []) + (m.get("files") or [])
+                     if isinstance(f, dict) and f.get("file_name")]
+            if files:
+                meta["attachments"] = files
+            parsed.messages.append(ParsedMessage(ext, role, text, stamp, parent, meta))
+            known.add(ext)
+            previous = ext
+        out.append(parsed)
+    return out
+
+
+@dataclass
+class HistoryReport:
+    added: int = 0
+    skipped: int = 0
+    bad: int = 0
+    conversations: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+def import_conversations(owner, conversations: Sequence[ParsedConversation], *, embed: bool | None = True,
+                         progress: Callable[[int], None] | None = None) -> HistoryReport:
+    """Store parsed conversations; a message whose external id the owner already has is
+    skipped, and new replies to it join its conversation (so a later export adds only what
+    is new)."""
+    report = HistoryReport()
+    for conv in conversations:
+        ext_ids = [m.external_id[:200] for m in conv.messages]
+        existing = {}
+        for start in range(0, len(ext_ids), 5000):
+            existing.update({
+                e: (pk, cid) for e, pk, cid in Message.objects.owned_by(owner).logical()
+                .filter(external_id__in=ext_ids[start:start + 5000])
+                .values_list("external_id", "pk", "conversation_id")
+            })
+        stored: dict[str, str] = {e: pk for e, (pk, _) in existing.items()}
+        items: list[NewMessage] = []
+        for m in conv.messages:
+            ext = m.external_id[:200]
+            if ext in stored:
+                report.skipped += 1
+                continue
+            try:
+                content, _ = clean_content(m.content)
+            except MemoryStoreError as exc:
+                report.bad += 1
+                report.errors.append(f"{conv.title!r} message {ext}: {exc}")
+                stored[ext] = stored.get(m.parent) if m.parent else None  # replies skip past it
+                continue
+            item = NewMessage(role=m.role, content=content, timestamp=m.timestamp,
+                              parent_id=stored.get(m.parent) if m.parent else None,
+                              metadata=m.metadata, external_id=ext)
+            stored[ext] = item.id
+            items.append(item)
+        if progress:
+            progress(len(conv.messages))
+        if not items:
+            continue
+        with transaction.atomic():
+            if existing:
+                target = Conversation.objects.get(pk=next(iter(existing.values()))[1])
+            else:
+                target = Conversation.objects.create(owner=owner, title=conv.title or "Untitled")
+                if conv.created_at:
+                    Conversation.objects.filter(pk=target.pk).update(created_at=conv.created_at)
+                report.conversations += 1
+            store_messages(owner, target, items, embed=embed)
+        report.added += len(items)
+    return report
