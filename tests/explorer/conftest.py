@@ -58,7 +58,7 @@ def build_memory(owner, conversation) -> SimpleNamespace:
         owner,
         conversation,
         "user",
-        " ".join(f"paragraph{i} tells a long story." for i in range(2500)),
+        " ".join(f"paragraph{i} tells a long story." for i in range(700)),
         timestamp=t0 + dt.timedelta(hours=1),
         embed=False,
     )

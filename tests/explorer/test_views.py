@@ -1,0 +1,362 @@
+"""Every explorer page: what the owner sees, what a stranger gets (404 / nothing), bad input."""
+
+from __future__ import annotations
+
+import pytest
+from django.urls import reverse
+
+from memory.models import Message, ToolCall
+from tests.explorer.conftest import XSS
+
+pytestmark = pytest.mark.django_db
+
+RAW_XSS = "<script>alert"
+
+
+def html(response) -> str:
+    return response.content.decode()
+
+
+def detail_urls(mem) -> list[str]:
+    return [
+        reverse("explorer:topic", args=[mem.leaf.pk]),
+        reverse("explorer:message", args=[mem.answer.pk]),
+        reverse("explorer:message", args=[mem.gone.pk]),
+        reverse("explorer:diff", args=[mem.answer.pk, 0]),
+        reverse("explorer:forget", args=[mem.gone.pk]),
+        reverse("explorer:message_context", args=[mem.answer.pk]),
+        reverse("explorer:tool_call", args=[mem.call.pk]),
+        reverse("explorer:context", args=[mem.snapshot.pk]),
+        reverse("explorer:entity", args=[mem.pg.pk]),
+    ]
+
+
+LIST_PAGES = ["overview", "topics", "timeline", "tool_calls", "contexts", "entities", "search"]
+
+
+# --- every page, as its owner sees it ----------------------------------------------------------
+
+
+def test_overview_shows_counts_strategy_upkeep_and_health(owner_client, mem):
+    page = html(owner_client.get(reverse("explorer:overview")))
+    assert "Messages" in page and ">4<" in page  # question, answer, branch, long (not the deleted)
+    assert "Deleted (restorable)" in page
+    assert "The next turn would use the" in page and ">full<" in page
+    assert "INDEX_FULL_MAX" in page
+    assert "topic_upkeep" in page
+    assert "Passages not yet embedded" in page and "Orphaned chunks" in page
+    assert "Today" in page and "This week" in page and "Older" in page
+
+
+def test_topics_lists_the_level_with_sparklines_and_a_clickable_map(owner_client, mem):
+    page = html(owner_client.get(reverse("explorer:topics")))
+    assert "Databases" in page and "Storytelling" in page
+    assert 'class="sparkline"' in page
+    assert 'class="chart topic-map"' in page
+    assert reverse("explorer:topic", args=[mem.root.pk]) in page
+    level1 = html(owner_client.get(reverse("explorer:topics") + "?level=1"))
+    assert "Password rotation" in level1 and "Storytelling" not in level1
+
+
+def test_topic_page_lists_sub_topics_and_the_messages_below_it(owner_client, mem):
+    page = html(owner_client.get(reverse("explorer:topic", args=[mem.root.pk])))
+    assert "Sub-topics" in page and "Password rotation" in page
+    assert reverse("explorer:message", args=[mem.question.pk]) in page
+    assert reverse("explorer:message", args=[mem.answer.pk]) in page
+    assert reverse("explorer:message", args=[mem.long.pk]) not in page
+    leaf = html(owner_client.get(reverse("explorer:topic", args=[mem.leaf.pk])))
+    assert "Databases" in leaf  # breadcrumb to the parent
+
+
+def test_timeline_draws_bars_and_lists_a_periods_messages(owner_client, mem):
+    day = mem.question.timestamp.date().isoformat()
+    for granularity in ("day", "week", "month"):
+        page = html(owner_client.get(reverse("explorer:timeline") + f"?granularity={granularity}"))
+        assert 'class="chart bars"' in page and 'data-count="' in page
+    page = html(owner_client.get(reverse("explorer:timeline") + f"?granularity=day&period={day}"))
+    assert reverse("explorer:message", args=[mem.question.pk]) in page
+    assert reverse("explorer:message", args=[mem.gone.pk]) not in page  # deleted
+
+
+def test_timeline_filters_by_role_topic_and_conversation(owner_client, mem):
+    day = mem.question.timestamp.date().isoformat()
+    url = reverse("explorer:timeline")
+    page = html(owner_client.get(f"{url}?period={day}&role=assistant"))
+    assert reverse("explorer:message", args=[mem.answer.pk]) in page
+    assert reverse("explorer:message", args=[mem.question.pk]) not in page
+    page = html(owner_client.get(f"{url}?period={day}&topic={mem.other_root.pk}"))
+    assert reverse("explorer:message", args=[mem.long.pk]) in page
+    assert reverse("explorer:message", args=[mem.answer.pk]) not in page
+    page = html(owner_client.get(f"{url}?period={day}&conversation={mem.conversation.pk}"))
+    assert reverse("explorer:message", args=[mem.answer.pk]) in page
+
+
+def test_timeline_htmx_bar_click_returns_only_the_period_fragment(owner_client, mem):
+    day = mem.question.timestamp.date().isoformat()
+    response = owner_client.get(
+        reverse("explorer:timeline") + f"?period={day}",
+        headers={"HX-Request": "true", "HX-Target": "period-messages"},
+    )
+    body = html(response)
+    assert 'id="period-messages"' in body and "<html" not in body
+    assert "HX-Request" in response["Vary"]
+
+
+def test_message_page_shows_thread_branches_edits_tools_topics_entities(owner_client, mem):
+    page = html(owner_client.get(reverse("explorer:message", args=[mem.answer.pk])))
+    assert "Use ALTER ROLE and update the vault entry." in page
+    assert reverse("explorer:message", args=[mem.question.pk]) in page  # parent
+    assert "Sibling branches (1)" in page and reverse("explorer:message", args=[mem.branch.pk]) in page
+    assert "Version 1" in page and reverse("explorer:diff", args=[mem.answer.pk, 0]) in page
+    assert "search_memory" in page and "get_message" in page
+    assert "Password rotation" in page and "Postgres" in page and "vault" in page
+    assert "What the model was shown" in page
+    assert "Not embedded yet" in page
+
+
+def test_the_edit_diff_marks_removed_and_added_words(owner_client, mem):
+    page = html(owner_client.get(reverse("explorer:diff", args=[mem.answer.pk, 0])))
+    assert "<del>USER</del>" in page and "<ins>ROLE</ins>" in page
+    assert "<del>wiki page</del>" in page or "<del>wiki</del>" in page
+    partial = html(
+        owner_client.get(reverse("explorer:diff", args=[mem.answer.pk, 0]), headers={"HX-Request": "true"})
+    )
+    assert 'id="edit-diff"' in partial and "<html" not in partial
+    assert owner_client.get(reverse("explorer:diff", args=[mem.answer.pk, 1])).status_code == 404
+
+
+def test_a_long_message_shows_its_chunks_page_by_page(owner_client, mem):
+    chunks = Message.objects.filter(chunk_parent=mem.long).count()
+    assert chunks >= 2
+    page = html(owner_client.get(reverse("explorer:message", args=[mem.long.pk])))
+    assert 'id="chunk-0"' in page and f"{chunks} chunks" in page
+    chunk = Message.objects.get(chunk_parent=mem.long, chunk_index=1)
+    response = owner_client.get(reverse("explorer:message", args=[chunk.pk]))
+    assert response.status_code == 302 and response["Location"].endswith("#chunk-1")
+
+
+def test_a_deleted_message_can_be_restored_and_deleted_again(owner_client, mem):
+    url = reverse("explorer:message", args=[mem.gone.pk])
+    assert "Restore" in html(owner_client.get(url))
+    response = owner_client.post(reverse("explorer:restore", args=[mem.gone.pk]))
+    assert response.status_code == 302
+    mem.gone.refresh_from_db()
+    assert not mem.gone.deleted
+    fragment = html(
+        owner_client.post(reverse("explorer:delete", args=[mem.gone.pk]), headers={"HX-Request": "true"})
+    )
+    assert 'id="message-state"' in fragment and "Restore" in fragment
+    mem.gone.refresh_from_db()
+    assert mem.gone.deleted
+
+
+def test_forget_asks_for_confirmation_then_removes_everything(owner_client, mem):
+    url = reverse("explorer:forget", args=[mem.answer.pk])
+    page = html(owner_client.get(url))
+    assert "cannot be undone" in page and "2 tool calls" in page
+    response = owner_client.post(url)
+    assert response.status_code == 400
+    assert Message.objects.filter(pk=mem.answer.pk).exists()
+    response = owner_client.post(url, {"confirm": "forget"})
+    assert response.status_code == 302
+    assert not Message.objects.filter(pk=mem.answer.pk).exists()
+    assert not ToolCall.objects.filter(message_id=mem.answer.pk).exists()
+    assert owner_client.get(reverse("explorer:message", args=[mem.answer.pk])).status_code == 404
+
+
+def test_tool_calls_table_filters_and_links_to_the_message(owner_client, mem):
+    url = reverse("explorer:tool_calls")
+    page = html(owner_client.get(url))
+    assert "search_memory" in page and "get_message" in page
+    assert reverse("explorer:message", args=[mem.answer.pk]) in page
+    filtered = html(owner_client.get(f"{url}?tool=search_memory"))
+    assert reverse("explorer:tool_call", args=[mem.call.pk]) in filtered
+    assert reverse("explorer:tool_call", args=[mem.big_call.pk]) not in filtered
+    day = mem.call.timestamp.date().isoformat()
+    assert reverse("explorer:tool_call", args=[mem.call.pk]) in html(
+        owner_client.get(f"{url}?start={day}&end={day}&conversation={mem.conversation.pk}")
+    )
+    assert "No tool calls" in html(owner_client.get(f"{url}?start=1999-01-01&end=1999-01-02"))
+
+
+def test_a_chunked_tool_result_reads_chunk_by_chunk(owner_client, mem):
+    url = reverse("explorer:tool_call", args=[mem.big_call.pk])
+    page = html(owner_client.get(url))
+    assert "Chunk 1 of" in page and "paragraph0 " in page
+    second = html(owner_client.get(url + "?chunk=2", headers={"HX-Request": "true"}))
+    assert "Chunk 2 of" in second and "<html" not in second
+
+
+def test_context_inspector_lists_turns_and_shows_what_the_model_saw(owner_client, mem):
+    listing = html(owner_client.get(reverse("explorer:contexts")))
+    assert reverse("explorer:context", args=[mem.snapshot.pk]) in listing
+    page = html(owner_client.get(reverse("explorer:context", args=[mem.snapshot.pk])))
+    assert "Strategy:" in page and "INDEX_FULL_MAX (50)" in page
+    assert "Recent Conversation:" in page
+    assert "recent: 120" in page and "500 of 10,000 tokens" in page
+    assert "0.0327" in page and "vector_timeout" in page
+    assert "search_memory" in page and "get_message" in page  # tools it then called
+    response = owner_client.get(reverse("explorer:message_context", args=[mem.answer.pk]))
+    assert response["Location"] == reverse("explorer:context", args=[mem.snapshot.pk])
+
+
+def test_search_finds_messages_and_links_to_them(owner_client, mem):
+    page = html(owner_client.get(reverse("explorer:search") + "?q=Postgres+password"))
+    assert reverse("explorer:message", args=[mem.question.pk]) in page
+    empty = html(owner_client.get(reverse("explorer:search")))
+    assert "Type a query" in empty
+
+
+def test_entities_list_and_entity_page_with_neighbours(owner_client, mem):
+    page = html(owner_client.get(reverse("explorer:entities")))
+    assert "Postgres" in page and "vault" in page
+    assert "vault" not in html(owner_client.get(reverse("explorer:entities") + "?q=postg"))
+    entity = html(owner_client.get(reverse("explorer:entity", args=[mem.pg.pk])))
+    assert "Neighbours" in entity and reverse("explorer:entity", args=[mem.vault.pk]) in entity
+    assert reverse("explorer:message", args=[mem.answer.pk]) in entity
+
+
+# --- strangers ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("index", range(9))
+def test_a_stranger_gets_404_for_every_detail_page(stranger_client, mem, index):
+    url = detail_urls(mem)[index]
+    assert stranger_client.get(url).status_code == 404
+
+
+def test_a_stranger_cannot_delete_restore_or_forget(stranger_client, mem):
+    for name in ("delete", "restore", "forget"):
+        response = stranger_client.post(
+            reverse(f"explorer:{name}", args=[mem.answer.pk]), {"confirm": "forget"}
+        )
+        assert response.status_code == 404
+    mem.answer.refresh_from_db()
+    assert not mem.answer.deleted
+
+
+@pytest.mark.parametrize("name", LIST_PAGES)
+def test_a_stranger_sees_none_of_the_owners_memory_on_list_pages(stranger_client, mem, name):
+    url = reverse(f"explorer:{name}")
+    if name == "search":
+        url += "?q=rotate"
+    if name == "timeline":
+        url += f"?period={mem.question.timestamp.date().isoformat()}"
+    page = html(stranger_client.get(url))
+    for marker in (
+        mem.question.pk,
+        mem.answer.pk,
+        mem.call.pk,
+        mem.snapshot.pk,
+        mem.root.pk,
+        "Databases",
+        "Postgres",
+        "search_memory",
+    ):
+        assert marker not in page, marker
+
+
+def test_a_stranger_filtering_by_the_owners_ids_gets_a_message_not_data(stranger_client, mem):
+    url = reverse("explorer:timeline") + (
+        f"?conversation={mem.conversation.pk}&topic={mem.root.pk}"
+        f"&period={mem.question.timestamp.date().isoformat()}"
+    )
+    page = html(stranger_client.get(url))
+    assert "No conversation" in page and "No topic" in page
+    assert mem.question.pk not in page
+
+
+@pytest.mark.parametrize("name", LIST_PAGES)
+def test_signed_out_visitors_are_sent_to_sign_in(client, name):
+    response = client.get(reverse(f"explorer:{name}"))
+    assert response.status_code == 302 and "/login/" in response["Location"]
+
+
+# --- bad input ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "?granularity=year&role=robot&start=yesterday&end=2024-13-45&conversation=nope&topic=x",
+        "?until=0001-01-01&granularity=month",
+        "?until=9999-12-31&period=9999-12-31&granularity=month",
+        "?start=2024-05-02&end=2024-05-01",
+        "?page=99999999999999999999999&period=2024-01-01",
+        "?page=-3&period=abc",
+    ],
+)
+def test_timeline_survives_bad_filters_with_a_clear_message(owner_client, mem, query):
+    response = owner_client.get(reverse("explorer:timeline") + query)
+    assert response.status_code == 200
+    assert 'class="filter-errors"' in html(response) or "page" in query
+
+
+@pytest.mark.parametrize("name", LIST_PAGES)
+def test_list_pages_handle_huge_and_junk_page_numbers(owner_client, mem, name):
+    for page in ("999999999999999999999", "-1", "abc", "1e9"):
+        response = owner_client.get(reverse(f"explorer:{name}") + f"?page={page}&q=postgres")
+        assert response.status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("name", "query", "expected"),
+    [
+        ("tool_calls", "?start=31/12/2024", "is not a date"),
+        ("tool_calls", "?conversation=../../etc", "No conversation"),
+        ("tool_calls", "?message=nothing-here", "No message"),
+        ("contexts", "?end=tomorrow", "is not a date"),
+        ("search", "?q=x&role=wizard", "is not a role"),
+        ("entities", "?kind=galaxy", "No entities of kind"),
+        ("topics", "?level=banana", "is not a level"),
+        ("topics", "?level=99", "no level 99"),
+    ],
+)
+def test_bad_filters_show_a_message_instead_of_failing(owner_client, mem, name, query, expected):
+    response = owner_client.get(reverse(f"explorer:{name}") + query)
+    assert response.status_code == 200
+    assert expected in html(response)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/explorer/messages/NOPE/",
+        "/explorer/messages/" + "x" * 300 + "/",
+        "/explorer/topics/unknown/",
+        "/explorer/tools/unknown/",
+        "/explorer/context/unknown/",
+        "/explorer/entities/99999999999999999999999/",
+        "/explorer/entities/123456/",
+        "/explorer/messages/NOPE/diff/0/",
+    ],
+)
+def test_unknown_ids_are_404(owner_client, mem, url):
+    assert owner_client.get(url).status_code == 404
+
+
+def test_xss_payloads_are_shown_as_text_everywhere(owner_client, mem):
+    urls = [
+        reverse("explorer:overview"),
+        reverse("explorer:topics") + "?level=1",
+        reverse("explorer:topic", args=[mem.leaf.pk]),
+        reverse("explorer:timeline") + f"?period={mem.question.timestamp.date().isoformat()}",
+        reverse("explorer:message", args=[mem.question.pk]),
+        reverse("explorer:tool_calls"),
+        reverse("explorer:tool_call", args=[mem.call.pk]),
+        reverse("explorer:context", args=[mem.snapshot.pk]),
+        reverse("explorer:search") + "?q=" + XSS,
+        reverse("explorer:entities") + "?q=" + XSS,
+        reverse("explorer:timeline") + "?role=" + XSS,
+    ]
+    for url in urls:
+        page = html(owner_client.get(url))
+        assert RAW_XSS not in page, url
+        assert "<img src=x" not in page, url
+    assert "&lt;script&gt;" in html(owner_client.get(reverse("explorer:message", args=[mem.question.pk])))
+    assert "&lt;script&gt;" in html(owner_client.get(reverse("explorer:tool_call", args=[mem.call.pk])))
+
+
+def test_get_is_refused_for_state_changes(owner_client, mem):
+    assert owner_client.get(reverse("explorer:delete", args=[mem.answer.pk])).status_code == 405
+    assert owner_client.get(reverse("explorer:restore", args=[mem.answer.pk])).status_code == 405
