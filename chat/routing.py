@@ -1,3 +1,9 @@
 from __future__ import annotations
 
-websocket_urlpatterns: list = []
+from django.urls import path
+
+from chat import consumers
+
+websocket_urlpatterns = [
+    path("ws/chat/<str:conversation_id>/", consumers.ChatConsumer.as_asgi()),
+]

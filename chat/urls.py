@@ -13,4 +13,11 @@ urlpatterns = [
     path("c/<str:conversation_id>/", views.conversation, name="conversation"),
     path("c/<str:conversation_id>/rename/", views.rename_conversation, name="rename_conversation"),
     path("c/<str:conversation_id>/delete/", views.delete_conversation, name="delete_conversation"),
+    path(
+        "c/<str:conversation_id>/branch/<str:message_id>/",
+        views.switch_branch,
+        name="switch_branch",
+    ),
+    path("m/<str:message_id>/", views.message, name="message"),
+    path("m/<str:message_id>/history/", views.message_history, name="message_history"),
 ]

@@ -6,11 +6,15 @@ from django.conf import settings
 from django.contrib.auth import login
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.forms import UserCreationForm
+from django.db.models import Prefetch
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils.dateparse import parse_datetime
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from memory.models import Conversation, Message
+from chat import branches
+from memory.models import Conversation, Message, ToolCall
 
 
 def _get_conversation_for_user(request: HttpRequest, conversation_id: str) -> Conversation:
@@ -48,22 +52,95 @@ def new_conversation(request: HttpRequest) -> HttpResponse:
     return redirect("chat:conversation", conversation_id=conversation.pk)
 
 
+def _get_message_for_user(request: HttpRequest, message_id: str) -> Message:
+    """The signed-in user's (logical) message, or 404 (also for someone else's id)."""
+    message = Message.objects.owned_by(request.user).filter(pk=message_id).first()
+    if message is None:
+        raise Http404("No such message")
+    return message.chunk_parent if message.is_chunk else message
+
+
+def _thread_rows(conv: Conversation, path: list[Message]) -> list[dict]:
+    path = path[-THREAD_LIMIT:]
+    siblings = branches.siblings_for(conv, path)
+    ids = [m.pk for m in path]
+    with_calls = {
+        m.pk: m
+        for m in Message.objects.filter(pk__in=ids).prefetch_related(
+            Prefetch("tool_calls", queryset=ToolCall.objects.filter(is_chunk=False).order_by("timestamp"))
+        )
+    }
+    return [{"m": with_calls.get(m.pk, m), "sib": siblings[m.pk]} for m in path]
+
+
+THREAD_LIMIT = 200
+
+
 @login_required
 @require_GET
 def conversation(request: HttpRequest, conversation_id: str) -> HttpResponse:
+    """The chat page: the active branch (or, with ?at=<id>, the branch through that message)."""
     conv = _get_conversation_for_user(request, conversation_id)
-    messages = (
-        Message.objects.visible_to(request.user)
-        .logical()
-        .filter(conversation=conv)
-        .order_by("-position")[:200]
-    )
+    at = request.GET.get("at")
+    if at:
+        message = _get_message_for_user(request, at)
+        if message.conversation_id != conv.pk:
+            raise Http404("No such message")
+        leaf = branches._descend(conv, message)
+        ids = branches._ancestor_ids(leaf.pk)
+        by_id = Message.objects.filter(conversation=conv, is_chunk=False).in_bulk(ids)
+        path = [by_id[i] for i in ids if i in by_id]
+    else:
+        path = branches.active_path(conv)
     conversations = Conversation.objects.owned_by(request.user).order_by("-updated_at")[:200]
     return render(
         request,
         "chat/conversation.html",
-        {"conversation": conv, "messages": list(reversed(messages)), "conversations": conversations},
+        {
+            "conversation": conv,
+            "rows": _thread_rows(conv, path),
+            "truncated": len(path) > THREAD_LIMIT,
+            "conversations": conversations,
+        },
     )
+
+
+@login_required
+@require_POST
+def switch_branch(request: HttpRequest, conversation_id: str, message_id: str) -> HttpResponse:
+    """‹ 1/2 ›: make the branch through this message the active one."""
+    conv = _get_conversation_for_user(request, conversation_id)
+    message = _get_message_for_user(request, message_id)
+    if message.conversation_id != conv.pk:
+        raise Http404("No such message")
+    branches.select_branch(conv, message)
+    if request.htmx:
+        return render(
+            request,
+            "chat/conversation.html#thread",
+            {"conversation": conv, "rows": _thread_rows(conv, branches.active_path(conv))},
+        )
+    return redirect("chat:conversation", conversation_id=conv.pk)
+
+
+@login_required
+@require_GET
+def message(request: HttpRequest, message_id: str) -> HttpResponse:
+    """A cited message: its conversation, showing the branch it is on."""
+    msg = _get_message_for_user(request, message_id)
+    url = reverse("chat:conversation", args=[msg.conversation_id])
+    return redirect(f"{url}?at={msg.pk}#msg-{msg.pk}")
+
+
+@login_required
+@require_GET
+def message_history(request: HttpRequest, message_id: str) -> HttpResponse:
+    msg = _get_message_for_user(request, message_id)
+    versions = [
+        {"when": parse_datetime(v.get("timestamp") or ""), "content": v.get("previous_content", "")}
+        for v in msg.edit_history
+    ]
+    return render(request, "chat/_history.html", {"message": msg, "versions": versions})
 
 
 @login_required
@@ -73,7 +150,12 @@ def rename_conversation(request: HttpRequest, conversation_id: str) -> HttpRespo
     conv.title = (request.POST.get("title") or "").strip()[:200]
     conv.save(update_fields=["title", "updated_at"])
     if request.htmx:
-        return render(request, "chat/home.html#conversation-row", {"c": conv})
+        template = (
+            "chat/conversation.html#title"
+            if request.POST.get("from") != "list"
+            else "chat/home.html#conversation-row"
+        )
+        return render(request, template, {"c": conv, "conversation": conv})
     return redirect("chat:conversation", conversation_id=conv.pk)
 
 

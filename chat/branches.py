@@ -1,0 +1,115 @@
+"""The active branch of a conversation's message tree, and moving between branches."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.db import connection
+
+from chat.models import BranchSelection
+from memory.models import Conversation, Message
+
+
+def _ancestor_ids(leaf_id: str) -> list[str]:
+    """Ids from the root down to `leaf_id` (one recursive query, however deep the thread)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            WITH RECURSIVE up(id, parent_id, depth) AS (
+                SELECT id, parent_id, 0 FROM memory_message WHERE id = %s
+                UNION ALL
+                SELECT m.id, m.parent_id, up.depth + 1
+                FROM memory_message m JOIN up ON m.id = up.parent_id
+                WHERE up.depth < 100000
+            )
+            SELECT id FROM up ORDER BY depth DESC
+            """,
+            [leaf_id],
+        )
+        return [row[0] for row in cursor.fetchall()]
+
+
+def _latest_child(conversation: Conversation, parent_id: str | None) -> Message | None:
+    qs = Message.objects.filter(conversation=conversation, is_chunk=False, parent_id=parent_id)
+    return qs.order_by("-position").first()
+
+
+def _descend(conversation: Conversation, message: Message) -> Message:
+    """Follow the newest reply down to a leaf."""
+    seen = {message.pk}
+    while (child := _latest_child(conversation, message.pk)) is not None and child.pk not in seen:
+        seen.add(child.pk)
+        message = child
+    return message
+
+
+def active_leaf(conversation: Conversation) -> Message | None:
+    selection = BranchSelection.objects.filter(conversation=conversation).select_related("leaf").first()
+    leaf = selection.leaf if selection else None
+    if leaf is None or leaf.conversation_id != conversation.pk:
+        leaf = Message.objects.filter(conversation=conversation, is_chunk=False).order_by("-position").first()
+    if leaf is None:
+        return None
+    # Another tab (or process) may have continued the thread past the saved leaf.
+    return _descend(conversation, leaf)
+
+
+def active_path(conversation: Conversation) -> list[Message]:
+    """The messages of the active branch, root first (deleted ones included, as placeholders)."""
+    leaf = active_leaf(conversation)
+    if leaf is None:
+        return []
+    ids = _ancestor_ids(leaf.pk)
+    by_id = Message.objects.filter(conversation=conversation, is_chunk=False).in_bulk(ids)
+    return [by_id[i] for i in ids if i in by_id]
+
+
+def set_leaf(conversation: Conversation, message: Message) -> None:
+    BranchSelection.objects.update_or_create(conversation=conversation, defaults={"leaf": message})
+
+
+def select_branch(conversation: Conversation, message: Message) -> Message:
+    """Make the branch through `message` the active one; returns its leaf."""
+    leaf = _descend(conversation, message)
+    set_leaf(conversation, leaf)
+    return leaf
+
+
+@dataclass
+class Siblings:
+    index: int  # 1-based position of the message among its siblings
+    count: int
+    previous_id: str | None
+    next_id: str | None
+
+
+def siblings_for(conversation: Conversation, path: list[Message]) -> dict[str, Siblings]:
+    """For each message on the path, where it sits among the replies to its parent."""
+    parent_ids = {m.parent_id for m in path}
+    rows = (
+        Message.objects.filter(conversation=conversation, is_chunk=False).filter(
+            parent_id__in=[p for p in parent_ids if p]
+        )
+        if any(parent_ids)
+        else Message.objects.none()
+    )
+    groups: dict[str | None, list[str]] = {}
+    for pk, parent_id in rows.order_by("position").values_list("pk", "parent_id"):
+        groups.setdefault(parent_id, []).append(pk)
+    if None in parent_ids:
+        groups[None] = list(
+            Message.objects.filter(conversation=conversation, is_chunk=False, parent__isnull=True)
+            .order_by("position")
+            .values_list("pk", flat=True)
+        )
+    result = {}
+    for m in path:
+        group = groups.get(m.parent_id) or [m.pk]
+        i = group.index(m.pk) if m.pk in group else 0
+        result[m.pk] = Siblings(
+            index=i + 1,
+            count=len(group),
+            previous_id=group[i - 1] if i > 0 else None,
+            next_id=group[i + 1] if i + 1 < len(group) else None,
+        )
+    return result

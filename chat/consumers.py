@@ -1,0 +1,257 @@
+"""The chat websocket: one connection per open conversation (ws/chat/<conversation id>/).
+
+Client frames and server events are JSON objects with a "type"; the README lists them. Every
+event of a conversation also goes to its Channels group, so two tabs see the same thing; the
+tab that started a turn gets its events directly and skips its own copy from the group.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import json
+import logging
+from typing import Any
+
+from channels.generic.websocket import AsyncWebsocketConsumer
+from django.conf import settings
+from django.utils import timezone
+
+from chat import turn
+from chat.rendering import message_html
+from memory import store
+from memory.errors import MemoryStoreError, NotFound
+from memory.models import Conversation, Message
+
+logger = logging.getLogger(__name__)
+db = turn.db
+
+CLIENT_FRAMES = {"send", "stop", "edit", "delete", "restore", "forget", "regenerate", "ping"}
+
+
+class FrameError(Exception):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def _get_conversation(user, conversation_id: str) -> Conversation | None:
+    return Conversation.objects.owned_by(user).filter(pk=conversation_id).first()
+
+
+def _message_in(
+    user, conversation: Conversation, message_id: Any, *, include_deleted: bool = True
+) -> Message:
+    """A message of this conversation owned by the user, or NotFound (also for others' ids)."""
+    if not isinstance(message_id, str) or not message_id:
+        raise FrameError("invalid", "message_id is required")
+    message = store.get_message(user, message_id, include_deleted=include_deleted)
+    if message.conversation_id != conversation.pk:
+        raise NotFound("message", message_id)
+    return message
+
+
+def _turns_in_last_minute(user) -> int:
+    since = timezone.now() - dt.timedelta(minutes=1)
+    recent = Message.objects.owned_by(user).filter(timestamp__gte=since, is_chunk=False)
+    return (
+        recent.filter(role="user").count()
+        + recent.filter(role="assistant", metadata__regenerated=True).count()
+    )
+
+
+def _edit(user, conversation, message_id, content) -> tuple[str, str]:
+    message = _message_in(user, conversation, message_id, include_deleted=True)
+    updated = store.update_message(user, message.pk, content)
+    return updated.pk, message_html(updated, user)
+
+
+def _set_deleted(user, conversation, message_id, deleted: bool) -> tuple[str, str]:
+    message = _message_in(user, conversation, message_id)
+    changed = store.delete_message(user, message.pk) if deleted else store.restore_message(user, message.pk)
+    return changed.pk, message_html(changed, user)
+
+
+def _forget(user, conversation, message_id) -> str:
+    message = _message_in(user, conversation, message_id)
+    store.forget_message(user, message.pk)
+    return message.pk
+
+
+def _regeneration_target(user, conversation, message_id) -> Message:
+    """The user message to answer again: the message itself, or an assistant reply's parent."""
+    message = _message_in(user, conversation, message_id, include_deleted=False)
+    if message.role == "assistant":
+        if not message.parent_id:
+            raise FrameError("invalid", "this reply has no message to answer again")
+        message = _message_in(user, conversation, message.parent_id, include_deleted=False)
+    if message.role != "user":
+        raise FrameError("invalid", "only a user message or a reply can be regenerated")
+    return message
+
+
+class ChatConsumer(AsyncWebsocketConsumer):
+    async def connect(self) -> None:
+        self.user = self.scope.get("user")
+        self.turn_task: asyncio.Task | None = None
+        self.stop_event = asyncio.Event()
+        self.reply_id: str | None = None
+        self.busy = False  # from a send until its reply is done (upkeep queueing may follow)
+        if self.user is None or not self.user.is_authenticated:
+            await self.close(code=4401)
+            return
+        conversation_id = self.scope["url_route"]["kwargs"]["conversation_id"]
+        self.conversation = await db(_get_conversation)(self.user, conversation_id)
+        if self.conversation is None:
+            # Someone else's conversation looks exactly like one that does not exist.
+            await self.close(code=4404)
+            return
+        self.group = f"conv.{self.conversation.pk}"
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.accept()
+
+    async def disconnect(self, code: int) -> None:
+        if getattr(self, "group", None):
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+        # A running turn carries on: its reply is stored and shows up on the next visit.
+
+    # --- client frames ---------------------------------------------------------------------------
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        frame_type = None
+        try:
+            if text_data is None:
+                raise FrameError("bad_frame", "frames must be JSON text")
+            try:
+                frame = json.loads(text_data)
+            except json.JSONDecodeError:
+                raise FrameError("bad_frame", "frame is not valid JSON") from None
+            if not isinstance(frame, dict):
+                raise FrameError("bad_frame", "frame must be a JSON object")
+            frame_type = frame.get("type")
+            if frame_type not in CLIENT_FRAMES:
+                raise FrameError("unknown_type", f"unknown frame type {str(frame_type)[:40]!r}")
+            await getattr(self, f"frame_{frame_type}")(frame)
+        except FrameError as exc:
+            await self._send_error(exc.code, exc.message, frame_type)
+        except NotFound as exc:
+            await self._send_error("not_found", str(exc), frame_type)
+        except MemoryStoreError as exc:
+            await self._send_error("invalid", str(exc), frame_type)
+        except Exception:
+            logger.exception("chat frame %r failed", frame_type)
+            await self._send_error("server_error", "The server could not handle that frame.", frame_type)
+
+    async def frame_ping(self, frame: dict) -> None:
+        await self.send(text_data=json.dumps({"type": "pong"}))
+
+    async def frame_send(self, frame: dict) -> None:
+        content = frame.get("content")
+        if not isinstance(content, str) or not content.strip():
+            raise FrameError("invalid", "message is empty")
+        if len(content) > settings.MAX_MESSAGE_CHARS:
+            raise FrameError("invalid", f"message is longer than {settings.MAX_MESSAGE_CHARS:,} characters")
+        parent_id = frame.get("parent_id", turn.UNSET)
+        if parent_id is not turn.UNSET and parent_id is not None and not isinstance(parent_id, str):
+            raise FrameError("invalid", "parent_id must be a message id or null")
+        await self._start_turn(frame, content=content, parent_id=parent_id)
+
+    async def frame_regenerate(self, frame: dict) -> None:
+        target = await db(_regeneration_target)(self.user, self.conversation, frame.get("message_id"))
+        await self._start_turn(frame, reply_to=target)
+
+    async def frame_stop(self, frame: dict) -> None:
+        # Any tab may stop the conversation's running reply.
+        await self.channel_layer.group_send(self.group, {"type": "chat.stop", "origin": self.channel_name})
+        self.stop_event.set()
+
+    async def frame_edit(self, frame: dict) -> None:
+        content = frame.get("content")
+        if not isinstance(content, str):
+            raise FrameError("invalid", "content must be text")
+        message_id, html = await db(_edit)(self.user, self.conversation, frame.get("message_id"), content)
+        await self._broadcast({"type": "chat.message_updated", "message_id": message_id, "html": html})
+
+    async def frame_delete(self, frame: dict) -> None:
+        message_id, html = await db(_set_deleted)(self.user, self.conversation, frame.get("message_id"), True)
+        await self._broadcast({"type": "chat.message_deleted", "message_id": message_id, "html": html})
+
+    async def frame_restore(self, frame: dict) -> None:
+        message_id, html = await db(_set_deleted)(
+            self.user, self.conversation, frame.get("message_id"), False
+        )
+        await self._broadcast({"type": "chat.message_restored", "message_id": message_id, "html": html})
+
+    async def frame_forget(self, frame: dict) -> None:
+        message_id = await db(_forget)(self.user, self.conversation, frame.get("message_id"))
+        await self._broadcast({"type": "chat.message_forgotten", "message_id": message_id})
+
+    # --- turns -----------------------------------------------------------------------------------
+
+    async def _start_turn(self, frame: dict, **kwargs: Any) -> None:
+        if self.busy:
+            raise FrameError("busy", "A reply is still being written; stop it or wait for it to finish.")
+        if await db(_turns_in_last_minute)(self.user) >= settings.CHAT_RATE_LIMIT_PER_MINUTE:
+            raise FrameError(
+                "rate_limited",
+                f"You can send {settings.CHAT_RATE_LIMIT_PER_MINUTE} messages a minute; wait a moment.",
+            )
+        client_id = frame.get("client_id") if isinstance(frame.get("client_id"), str) else None
+        self.stop_event = asyncio.Event()
+        self.busy = True
+        self.turn_task = asyncio.ensure_future(
+            self._run_turn(client_id=client_id[:100] if client_id else None, **kwargs)
+        )
+
+    async def _run_turn(self, **kwargs: Any) -> None:
+        try:
+            await turn.run_turn(
+                self.user, self.conversation, emit=self._broadcast, stop=self.stop_event, **kwargs
+            )
+        except NotFound as exc:
+            await self._send_error("not_found", str(exc), "send")
+        except MemoryStoreError as exc:
+            await self._send_error("invalid", str(exc), "send")
+        except Exception:
+            logger.exception("chat turn crashed")
+            await self._send_error("server_error", "The reply could not be produced.", "send")
+        finally:
+            self.busy = False
+
+    async def _broadcast(self, event: dict[str, Any]) -> None:
+        """Send an event to this socket at once, and to the conversation's other sockets."""
+        event = {**event, "origin": self.channel_name}
+        if event["type"] == "chat.reply_started":
+            self.reply_id = event["message_id"]
+        elif event["type"] == "chat.reply_done":
+            self.reply_id = None
+            self.busy = False
+        await self._relay(event, force=True)
+        await self.channel_layer.group_send(self.group, event)
+
+    # --- group events (type "chat.x" → handler chat_x) -------------------------------------------
+
+    async def _relay(self, event: dict[str, Any], *, force: bool = False) -> None:
+        if not force and event.get("origin") == self.channel_name:
+            return
+        payload = {k: v for k, v in event.items() if k != "origin"}
+        payload["type"] = event["type"].removeprefix("chat.")
+        # The socket may have closed while a turn was still running.
+        with contextlib.suppress(Exception):
+            await self.send(text_data=json.dumps(payload))
+
+    async def _send_error(self, code: str, message: str, frame_type: str | None) -> None:
+        await self._relay(
+            {"type": "chat.error", "code": code, "message": message, "frame": frame_type},
+            force=True,
+        )
+
+    async def chat_stop(self, event: dict) -> None:
+        if event.get("origin") != self.channel_name:
+            self.stop_event.set()
+
+    chat_message = chat_reply_started = chat_token = chat_tool_started = chat_tool_finished = _relay
+    chat_reply_done = chat_message_updated = chat_message_deleted = chat_message_restored = _relay
+    chat_message_forgotten = chat_error = _relay

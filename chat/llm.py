@@ -1,0 +1,149 @@
+"""The LLM client: any OpenAI-compatible endpoint through the `openai` package.
+
+OpenAI, Ollama, vLLM, llama.cpp server and LM Studio all speak this protocol. The client
+retries 429 and 5xx with exponential backoff (LLM_MAX_RETRIES) before the first byte; a
+stream that breaks after that is reported as a StreamError with what arrived kept by the
+caller.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import openai
+from django.conf import settings
+
+
+def is_configured() -> bool:
+    return bool(settings.OPENAI_API_KEY or settings.OPENAI_BASE_URL)
+
+
+@lru_cache(maxsize=8)
+def _client(base_url: str, api_key: str, timeout: float, max_retries: int) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(
+        base_url=base_url or None,
+        # Local servers (Ollama, llama.cpp) accept any key; the package insists on one.
+        api_key=api_key or "not-needed",
+        timeout=timeout,
+        max_retries=max_retries,
+    )
+
+
+def client() -> openai.AsyncOpenAI:
+    return _client(
+        settings.OPENAI_BASE_URL,
+        settings.OPENAI_API_KEY,
+        settings.LLM_TIMEOUT_SECONDS,
+        settings.LLM_MAX_RETRIES,
+    )
+
+
+class LLMError(Exception):
+    """The provider failed; `message` is fit to show a person."""
+
+
+@dataclass
+class TextDelta:
+    text: str
+
+
+@dataclass
+class RequestedToolCall:
+    id: str
+    name: str
+    arguments_text: str
+
+    def arguments(self) -> dict[str, Any]:
+        """Parsed arguments; raises ValueError with a readable message on broken JSON."""
+        text = self.arguments_text.strip() or "{}"
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"arguments are not valid JSON ({exc.msg} at char {exc.pos})") from None
+        if not isinstance(value, dict):
+            raise ValueError("arguments must be a JSON object")
+        return value
+
+
+@dataclass
+class RoundEnd:
+    """The end of one model response: its tool calls (if any) and token usage."""
+
+    tool_calls: list[RequestedToolCall] = field(default_factory=list)
+    finish_reason: str | None = None
+    usage: dict[str, int] = field(default_factory=dict)
+
+
+def describe_error(exc: BaseException) -> str:
+    if isinstance(exc, openai.RateLimitError):
+        return "The model provider is rate limiting requests (429); try again in a moment."
+    if isinstance(exc, openai.APIStatusError):
+        return f"The model provider answered with an error ({exc.status_code})."
+    if isinstance(exc, openai.APITimeoutError):
+        return f"The model provider did not answer within {settings.LLM_TIMEOUT_SECONDS:g} s."
+    if isinstance(exc, openai.APIConnectionError):
+        return "Could not reach the model provider (connection failed or was cut)."
+    return f"The model stream failed: {type(exc).__name__}."
+
+
+async def stream_chat(
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None = None,
+    *,
+    model: str | None = None,
+) -> AsyncIterator[TextDelta | RoundEnd]:
+    """Stream one model response: TextDelta pieces, then exactly one RoundEnd.
+
+    Raises LLMError if the request fails or the stream breaks.
+    """
+    kwargs: dict[str, Any] = {
+        "model": model or settings.CHAT_MODEL,
+        "messages": messages,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    if tools:
+        kwargs["tools"] = tools
+    calls: dict[int, dict[str, str]] = {}
+    end = RoundEnd()
+    try:
+        stream = await client().chat.completions.create(**kwargs)
+        try:
+            async for chunk in stream:
+                if chunk.usage:
+                    end.usage = {
+                        "prompt_tokens": chunk.usage.prompt_tokens or 0,
+                        "completion_tokens": chunk.usage.completion_tokens or 0,
+                        "total_tokens": chunk.usage.total_tokens or 0,
+                    }
+                for choice in chunk.choices or []:
+                    delta = choice.delta
+                    if delta is not None and delta.content:
+                        yield TextDelta(delta.content)
+                    for tc in (delta.tool_calls if delta is not None else None) or []:
+                        slot = calls.setdefault(tc.index, {"id": "", "name": "", "arguments": ""})
+                        if tc.id:
+                            slot["id"] = tc.id
+                        if tc.function is not None:
+                            slot["name"] += tc.function.name or ""
+                            slot["arguments"] += tc.function.arguments or ""
+                    if choice.finish_reason:
+                        end.finish_reason = choice.finish_reason
+        finally:
+            await stream.close()
+    except openai.OpenAIError as exc:
+        raise LLMError(describe_error(exc)) from exc
+    except (OSError, ValueError) as exc:  # a cut connection can surface below the openai layer
+        raise LLMError(describe_error(exc)) from exc
+    if end.finish_reason is None:
+        # Without a finish reason the connection closed early: the reply is cut short.
+        raise LLMError("The model stream ended before the reply was complete (connection cut).")
+    end.tool_calls = [
+        RequestedToolCall(id=c["id"] or f"call_{i}", name=c["name"], arguments_text=c["arguments"])
+        for i, c in sorted(calls.items())
+    ]
+    yield end

@@ -1,0 +1,192 @@
+"""Message text to safe HTML: Markdown with code blocks, sanitized by nh3, cited ids linked.
+
+No script from a message or a tool result ever runs: Markdown's output goes through nh3 with a
+short allow-list (no event handlers, no style, no javascript: URLs), and everything else on
+the page is autoescaped by the templates.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import markdown
+import nh3
+from django.urls import NoReverseMatch, reverse
+from django.utils.safestring import SafeString, mark_safe
+
+from memory.models import Message, ToolCall
+
+ALLOWED_TAGS = {
+    "p",
+    "br",
+    "hr",
+    "strong",
+    "em",
+    "b",
+    "i",
+    "del",
+    "code",
+    "pre",
+    "blockquote",
+    "ul",
+    "ol",
+    "li",
+    "a",
+    "h1",
+    "h2",
+    "h3",
+    "h4",
+    "h5",
+    "h6",
+    "table",
+    "thead",
+    "tbody",
+    "tr",
+    "th",
+    "td",
+    "span",
+}
+ALLOWED_ATTRIBUTES = {
+    "a": {"href", "title"},
+    "code": {"class"},
+    "span": {"class"},
+    "th": {"align"},
+    "td": {"align"},
+}
+ULID_RE = re.compile(r"\b[0-7][0-9A-HJKMNP-TV-Z]{25}\b")
+_TAG_SPLIT = re.compile(r"(<[^>]*>)")
+
+
+def message_url(message_id: str) -> str:
+    """Where a cited message opens: its page in the memory explorer, else its place in chat."""
+    try:
+        return reverse("explorer:message", args=[message_id])
+    except NoReverseMatch:
+        return reverse("chat:message", args=[message_id])
+
+
+def _link_ids(html: str, known_ids: set[str]) -> str:
+    """Turn cited ids of the reader's own messages into links, outside tags, links and code."""
+    if not known_ids:
+        return html
+    out, in_link, in_code = [], 0, 0
+    for part in _TAG_SPLIT.split(html):
+        if part.startswith("<"):
+            tag = part[1:].split(None, 1)[0].rstrip(">/").lower() if len(part) > 2 else ""
+            if tag in {"a"}:
+                in_link += 1
+            elif tag == "/a":
+                in_link = max(0, in_link - 1)
+            elif tag in {"code", "pre"}:
+                in_code += 1
+            elif tag in {"/code", "/pre"}:
+                in_code = max(0, in_code - 1)
+            out.append(part)
+        elif in_link or in_code:
+            out.append(part)
+        else:
+            out.append(
+                ULID_RE.sub(
+                    lambda m: (
+                        f'<a class="msg-ref" href="{message_url(m.group(0))}">{m.group(0)}</a>'
+                        if m.group(0) in known_ids
+                        else m.group(0)
+                    ),
+                    part,
+                )
+            )
+    return "".join(out)
+
+
+def cited_ids(text: str) -> set[str]:
+    return set(ULID_RE.findall(text or ""))
+
+
+def render_markdown(text: str, *, owner=None) -> SafeString:
+    """Sanitized HTML for a message. With `owner`, ids of their messages become links."""
+    html = markdown.markdown(
+        text or "", extensions=["fenced_code", "tables", "sane_lists"], output_format="html"
+    )
+    clean = nh3.clean(
+        html,
+        tags=ALLOWED_TAGS,
+        attributes=ALLOWED_ATTRIBUTES,
+        url_schemes={"http", "https", "mailto"},
+        link_rel="noopener noreferrer nofollow",
+    )
+    ids = cited_ids(text)
+    if owner is not None and ids:
+        known = set(Message.objects.owned_by(owner).filter(pk__in=ids).values_list("pk", flat=True))
+        clean = _link_ids(clean, known)
+    return mark_safe(clean)  # noqa: S308 - sanitized by nh3 above; ids are [0-9A-Z] only
+
+
+def message_html(message: Message, owner) -> str:
+    """The chat row of one message: the same fragment the page, htmx and the websocket use."""
+    from django.template.loader import render_to_string
+
+    from chat.branches import siblings_for
+
+    sib = siblings_for(message.conversation, [message])[message.pk]
+    return render_to_string("chat/_message.html", {"m": message, "sib": sib, "user": owner})
+
+
+def _args(arguments: Any) -> dict[str, Any]:
+    if isinstance(arguments, dict):
+        return arguments
+    try:
+        value = json.loads(arguments or "{}")
+    except (TypeError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def tool_label(name: str, arguments: Any) -> str:
+    """How a tool call reads in the chat: "searched memory for …", "opened message 01J…"."""
+    args = _args(arguments)
+
+    def short(value: Any, n: int = 80) -> str:
+        text = " ".join(str(value).split())
+        return text if len(text) <= n else text[: n - 1] + "…"
+
+    query = args.get("query") or args.get("pattern") or args.get("q")
+    ident = args.get("id") or args.get("message_id") or args.get("cluster_id") or args.get("node_id")
+    ids = args.get("ids") or args.get("message_ids")
+    if name in {"vector_search", "search_and_retrieve", "search", "find"} and query:
+        return f"searched memory for “{short(query)}”"
+    if name in {"get_message_by_id", "get_message_with_chunks", "expand_node"} and ident:
+        return f"opened message {short(ident, 40)}"
+    if name == "get_messages_by_ids" and isinstance(ids, list):
+        return f"opened {len(ids)} message{'s' if len(ids) != 1 else ''}"
+    if name == "get_conversation_thread" and ident:
+        return f"followed the thread of {short(ident, 40)}"
+    if name in {"get_cluster", "get_topic_messages"} and ident:
+        return f"opened topic {short(ident, 40)}"
+    if name == "get_period_messages":
+        return f"looked at messages from {short(args.get('period', 'a period'), 40)}"
+    if name in {"get_tool_call", "get_tool_calls_by_message"}:
+        return f"opened tool calls of {short(ident or args.get('message_id') or '?', 40)}"
+    return f"called {name or 'a tool'}"
+
+
+def tool_result_summary(call: ToolCall) -> str:
+    """A short line for a stored tool call's result."""
+    if call.is_error:
+        value = _args(call.result)
+        return f"error: {value.get('error') or call.result}"[:200]
+    try:
+        value = json.loads(call.result)
+    except (TypeError, ValueError):
+        return f"{len(call.result):,} characters"
+    if isinstance(value, list):
+        return f"{len(value)} result{'s' if len(value) != 1 else ''}"
+    if isinstance(value, dict):
+        for key in ("results", "messages", "hits", "items", "children", "tool_calls"):
+            if isinstance(value.get(key), list):
+                n = len(value[key])
+                return f"{n} {key if n != 1 else key.rstrip('s')}"
+        if value.get("summary"):
+            return str(value["summary"])[:200]
+    return f"{len(call.result):,} characters"

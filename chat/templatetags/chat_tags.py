@@ -1,0 +1,34 @@
+from __future__ import annotations
+
+from django import template
+
+from chat import rendering
+
+register = template.Library()
+
+
+@register.filter
+def markdown(text: str, user=None):
+    """Sanitized Markdown; ids of the user's own messages become links."""
+    return rendering.render_markdown(text, owner=user)
+
+
+@register.filter
+def logical_tool_calls(message):
+    return [c for c in message.tool_calls.all() if not c.is_chunk]
+
+
+@register.filter
+def tool_label(call):
+    return rendering.tool_label(call.tool_name, call.arguments)
+
+
+@register.filter
+def tool_summary(call):
+    return rendering.tool_result_summary(call)
+
+
+@register.filter
+def truncate_chars(text: str, n: int = 4000) -> str:
+    text = text or ""
+    return text if len(text) <= n else text[:n] + f"… ({len(text) - n:,} more characters)"

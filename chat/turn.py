@@ -1,0 +1,446 @@
+"""One chat turn, top to bottom: `run_turn` is the whole story of what the model is sent.
+
+1. The user message is stored and committed before anything else (a crash later loses nothing).
+2. `prepare_context` builds the plan over the user's whole memory; it is saved as the turn's
+   context snapshot, so the explorer can show exactly what the model saw.
+3. The model is called with the plan's index, the recent messages of the active branch, the new
+   message and the memory tools. Tokens stream out as they arrive; each tool call is executed
+   against memory and shown. After MAX_TOOL_ROUNDS rounds of tools the model must answer.
+   With no model configured, offline recall answers from memory search instead.
+4. The assistant message is stored with the user message as its parent, with its tool calls
+   (a stopped or failed stream keeps its partial text and says so).
+5. Topic upkeep is queued as background work, never on this path.
+
+Events go out through `emit` (the consumer sends them to the conversation's Channels group);
+their types are listed in the README's websocket protocol.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from channels.db import database_sync_to_async
+from django.conf import settings
+from django.utils import timezone
+
+from chat import branches, llm
+from chat.rendering import message_html, tool_label
+from memory import store
+from memory.models import Conversation, Message, new_ulid
+
+logger = logging.getLogger(__name__)
+
+Emit = Callable[[dict[str, Any]], Awaitable[None]]
+# Database work runs in a thread pool, not the single "thread-sensitive" thread, so a hundred
+# turns at once do not queue behind each other.
+
+
+def db(func):
+    return database_sync_to_async(func, thread_sensitive=False)
+
+
+SYSTEM_PROMPT = """You are Recollect, a helpful assistant whose memory never runs out.
+Today is {today}. When you rely on an earlier message, cite its id.
+
+{memory}"""
+TOOL_RESULT_MAX_CHARS = 24_000
+UNSET = object()
+
+
+@dataclass
+class ToolOutcome:
+    call_id: str
+    name: str
+    arguments_text: str
+    ok: bool
+    result: Any
+    error: str
+    summary: str
+    started_at: Any
+    duration_ms: int
+
+    def for_model(self) -> str:
+        payload = self.result if self.ok else {"error": self.error}
+        text = json.dumps(payload, ensure_ascii=False, default=str)
+        if len(text) > TOOL_RESULT_MAX_CHARS:
+            text = text[:TOOL_RESULT_MAX_CHARS] + f"… [cut at {TOOL_RESULT_MAX_CHARS} characters]"
+        return text
+
+
+@dataclass
+class Reply:
+    id: str = field(default_factory=new_ulid)
+    text: str = ""
+    status: str = "complete"  # complete | stopped | failed
+    error: str = ""
+    mode: str = "llm"  # llm | offline_recall
+    tool_outcomes: list[ToolOutcome] = field(default_factory=list)
+    usage: dict[str, int] = field(default_factory=dict)
+    rounds: int = 0
+
+    def add_usage(self, usage: dict[str, int]) -> None:
+        for key, value in usage.items():
+            self.usage[key] = self.usage.get(key, 0) + int(value or 0)
+
+
+async def run_turn(
+    owner,
+    conversation: Conversation,
+    *,
+    emit: Emit,
+    stop: asyncio.Event,
+    content: str | None = None,
+    parent_id: Any = UNSET,
+    reply_to: Message | None = None,
+    client_id: str | None = None,
+) -> Message:
+    """Answer `content` (a new user message) or, for a regeneration, `reply_to` again.
+
+    parent_id: where the new user message hangs in the tree (UNSET: after the active branch's
+    leaf; None: a new root; an id: a branch from that message, as "edit and regenerate" does).
+    Raises memory errors (NotFound, InvalidContent) before anything is stored.
+    """
+    # 1. The user message, committed first.
+    if reply_to is None:
+        user_message = await db(_store_user_message)(owner, conversation, content, parent_id)
+        await emit(
+            {
+                "type": "chat.message",
+                "message_id": user_message.pk,
+                "role": "user",
+                "parent_id": user_message.parent_id,
+                "client_id": client_id,
+                "html": await db(message_html)(user_message, owner),
+            }
+        )
+    else:
+        user_message = reply_to
+    reply = Reply()
+    await emit(
+        {
+            "type": "chat.reply_started",
+            "message_id": reply.id,
+            "parent_id": user_message.pk,
+            "client_id": client_id,
+        }
+    )
+
+    snapshot = None
+    try:
+        # 2. What the model will see, saved as this turn's snapshot.
+        plan, snapshot = await db(_prepare_context)(owner, conversation, user_message)
+
+        # 3. The answer.
+        if not llm.is_configured():
+            await _offline_recall(owner, user_message, reply, emit, stop)
+        else:
+            messages = _messages_for_model(plan, user_message)
+            tools = list(getattr(plan, "tools", None) or [])
+            for round_no in range(settings.MAX_TOOL_ROUNDS + 1):
+                if stop.is_set():
+                    reply.status = "stopped"
+                    break
+                reply.rounds = round_no + 1
+                # The last round offers no tools, so the model has to answer with what it has.
+                offered = tools if round_no < settings.MAX_TOOL_ROUNDS else None
+                text_before = len(reply.text)
+                end = await _stream_round(messages, offered, reply, emit, stop)
+                # No tools were offered on the last round: tool calls then are not run.
+                if end is None or not end.tool_calls or offered is None:
+                    break
+                messages.append(
+                    {
+                        "role": "assistant",
+                        "content": reply.text[text_before:] or None,
+                        "tool_calls": [
+                            {
+                                "id": c.id,
+                                "type": "function",
+                                "function": {"name": c.name, "arguments": c.arguments_text},
+                            }
+                            for c in end.tool_calls
+                        ],
+                    }
+                )
+                for call in end.tool_calls:
+                    await emit(
+                        {
+                            "type": "chat.tool_started",
+                            "message_id": reply.id,
+                            "call_id": call.id,
+                            "name": call.name,
+                            "arguments": call.arguments_text[:2000],
+                            "label": tool_label(call.name, call.arguments_text),
+                        }
+                    )
+                    outcome = await db(_execute_tool)(owner, conversation, call)
+                    reply.tool_outcomes.append(outcome)
+                    messages.append({"role": "tool", "tool_call_id": call.id, "content": outcome.for_model()})
+                    await emit(
+                        {
+                            "type": "chat.tool_finished",
+                            "message_id": reply.id,
+                            "call_id": call.id,
+                            "name": call.name,
+                            "ok": outcome.ok,
+                            "summary": outcome.summary,
+                            "error": outcome.error,
+                            "duration_ms": outcome.duration_ms,
+                        }
+                    )
+    except Exception:
+        # A bug or a database hiccup must not lose the reply that arrived so far.
+        logger.exception("chat turn failed in conversation %s", conversation.pk)
+        reply.status = "failed"
+        reply.error = reply.error or "Something went wrong on the server while answering."
+
+    # 4. The assistant message, its tool calls, the snapshot link, the active branch.
+    assistant = await db(_store_reply)(owner, conversation, user_message, reply, snapshot)
+    await emit(
+        {
+            "type": "chat.reply_done",
+            "message_id": assistant.pk,
+            "parent_id": user_message.pk,
+            "status": reply.status,
+            "error": reply.error,
+            "usage": reply.usage,
+            "strategy": snapshot.strategy if snapshot else None,
+            "mode": reply.mode,
+            "client_id": client_id,
+            "html": await db(message_html)(assistant, owner),
+        }
+    )
+
+    # 5. Topic upkeep, in the background.
+    await db(_queue_upkeep)(owner, [user_message.pk, assistant.pk])
+    return assistant
+
+
+# --- the steps -----------------------------------------------------------------------------------
+
+
+def _store_user_message(owner, conversation: Conversation, content: Any, parent_id: Any) -> Message:
+    conversation = store.get_conversation(owner, conversation.pk)
+    if parent_id is UNSET:
+        leaf = branches.active_leaf(conversation)
+        parent_id = leaf.pk if leaf else None
+    elif parent_id is not None:
+        parent = store.get_message(owner, parent_id, include_deleted=True)
+        if parent.conversation_id != conversation.pk or parent.is_chunk:
+            raise store.NotFound("message", parent_id)
+    # A very long message is stored at once and embedded by background work.
+    embed = isinstance(content, str) and len(content) < settings.EMBED_INLINE_MAX_PASSAGES * 600
+    message = store.store_message(owner, conversation, "user", content, parent_id=parent_id, embed=embed)
+    branches.set_leaf(conversation, message)
+    return message
+
+
+def _prepare_context(owner, conversation: Conversation, user_message: Message):
+    from memory.index_builder import prepare_context, save_snapshot
+
+    active_ids = branches._ancestor_ids(user_message.pk)
+    plan = prepare_context(
+        owner,
+        conversation,
+        user_message.content,
+        user_message=user_message,
+        active_message_ids=active_ids,
+    )
+    snapshot = save_snapshot(plan, owner, conversation, user_message)
+    return plan, snapshot
+
+
+def _messages_for_model(plan, user_message: Message) -> list[dict[str, Any]]:
+    system = SYSTEM_PROMPT.format(today=timezone.now().date().isoformat(), memory=plan.system_prompt())
+    messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
+    for m in plan.recent:
+        if m.pk == user_message.pk or m.deleted or m.role not in {"user", "assistant"}:
+            continue
+        messages.append({"role": m.role, "content": m.content})
+    messages.append({"role": "user", "content": user_message.content})
+    return messages
+
+
+async def _stream_round(messages, tools, reply: Reply, emit: Emit, stop: asyncio.Event):
+    """One model response streamed to the browser. Returns its RoundEnd, or None when the
+    person stopped it or the provider failed (reply.status says which)."""
+
+    async def consume():
+        async for event in llm.stream_chat(messages, tools):
+            if isinstance(event, llm.TextDelta):
+                reply.text += event.text
+                await emit({"type": "chat.token", "message_id": reply.id, "delta": event.text})
+            else:
+                reply.add_usage(event.usage)
+                return event
+        return None
+
+    streaming = asyncio.ensure_future(consume())
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({streaming, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+    if not streaming.done():
+        # Stop: cancel the stream (closing the HTTP response) and keep what arrived.
+        streaming.cancel()
+        await asyncio.gather(streaming, return_exceptions=True)
+        reply.status = "stopped"
+        return None
+    try:
+        return streaming.result()
+    except llm.LLMError as exc:
+        reply.status = "failed"
+        reply.error = str(exc)
+        return None
+
+
+def _execute_tool(owner, conversation: Conversation, call: llm.RequestedToolCall) -> ToolOutcome:
+    from memory.tools import execute_tool
+
+    started_at = timezone.now()
+    t0 = time.perf_counter()
+    try:
+        arguments = call.arguments()
+    except ValueError as exc:
+        ok, result, error = False, None, f"{call.name or 'tool'}: {exc}"
+        summary = "could not read the arguments"
+    else:
+        outcome = execute_tool(owner, call.name, arguments, conversation=conversation)
+        ok, result, error, summary = (
+            outcome.ok,
+            outcome.result,
+            outcome.error or "",
+            outcome.summary or "",
+        )
+    return ToolOutcome(
+        call_id=call.id,
+        name=call.name or "(no name)",
+        arguments_text=call.arguments_text,
+        ok=ok,
+        result=result,
+        error=error,
+        summary=summary or error,
+        started_at=started_at,
+        duration_ms=int((time.perf_counter() - t0) * 1000),
+    )
+
+
+async def _offline_recall(
+    owner, user_message: Message, reply: Reply, emit: Emit, stop: asyncio.Event
+) -> None:
+    """No model configured: answer with what memory search finds, plainly labelled."""
+    reply.mode = "offline_recall"
+    started_at = timezone.now()
+    t0 = time.perf_counter()
+    hits = await db(_recall_hits)(owner, user_message)
+    reply.tool_outcomes.append(
+        ToolOutcome(
+            call_id="offline",
+            name="search_and_retrieve",
+            arguments_text=json.dumps({"query": user_message.content[:500]}),
+            ok=True,
+            result=[h.as_result() for h in hits],
+            error="",
+            summary=f"{len(hits)} matching message{'s' if len(hits) != 1 else ''}",
+            started_at=started_at,
+            duration_ms=int((time.perf_counter() - t0) * 1000),
+        )
+    )
+    lines = [
+        "**Offline recall** · no language model is configured, so this answer is what "
+        "memory search found for your message.",
+        "",
+    ]
+    if not hits:
+        lines.append("Nothing in memory matches it yet.")
+    for hit in hits:
+        snippet = " ".join(hit.snippet.split())
+        lines.append(f"- {hit.timestamp:%Y-%m-%d %H:%M} · {hit.role} · {hit.message_id}: “{snippet}”")
+    text = "\n".join(lines)
+    for piece in text.split(" "):
+        if stop.is_set():
+            reply.status = "stopped"
+            return
+        delta = piece if not reply.text else " " + piece
+        reply.text += delta
+        await emit({"type": "chat.token", "message_id": reply.id, "delta": delta})
+
+
+def _recall_hits(owner, user_message: Message):
+    from memory.search import search
+
+    results = search(owner, user_message.content, limit=12)
+    ids = {h.message_id for h in results.hits}
+    earlier_recalls = set(
+        Message.objects.owned_by(owner)
+        .filter(pk__in=ids, metadata__mode="offline_recall")
+        .values_list("pk", flat=True)
+    )
+    return [
+        h for h in results.hits if h.message_id != user_message.pk and h.message_id not in earlier_recalls
+    ][:8]
+
+
+def _store_reply(owner, conversation: Conversation, user_message: Message, reply: Reply, snapshot) -> Message:
+    metadata = {
+        "status": reply.status,
+        "mode": reply.mode,
+        "model": settings.CHAT_MODEL if reply.mode == "llm" else None,
+        "usage": reply.usage,
+        "rounds": reply.rounds,
+    }
+    if reply.status != "complete":
+        metadata["incomplete"] = True
+    if reply.error:
+        metadata["error"] = reply.error
+    if snapshot is not None:
+        metadata["strategy"] = snapshot.strategy
+    [assistant] = store.store_messages(
+        owner,
+        conversation,
+        [
+            store.NewMessage(
+                id=reply.id,
+                role="assistant",
+                content=reply.text,
+                parent_id=user_message.pk,
+                metadata=metadata,
+                allow_empty=True,
+            )
+        ],
+    )
+    for outcome in reply.tool_outcomes:
+        store.store_tool_call(
+            owner,
+            assistant,
+            outcome.name,
+            outcome.arguments_text,
+            outcome.result if outcome.ok else {"error": outcome.error},
+            timestamp=outcome.started_at,
+            is_error=not outcome.ok,
+            duration_ms=outcome.duration_ms,
+        )
+    if snapshot is not None:
+        snapshot.message = assistant
+        snapshot.save(update_fields=["message"])
+    branches.set_leaf(conversation, assistant)
+    return assistant
+
+
+def _queue_upkeep(owner, message_ids: list[str]) -> None:
+    try:
+        from memory.tasks import queue_upkeep
+    except ImportError:  # the engine's task module is not there: upkeep simply waits
+        logger.warning("memory.tasks.queue_upkeep is unavailable; topic upkeep not queued")
+        return
+    try:
+        queue_upkeep(owner.pk, message_ids)
+    except Exception:
+        logger.exception("could not queue topic upkeep for %s", message_ids)

@@ -1,0 +1,261 @@
+// The chat page's websocket: send, stream, tool calls, edit / delete / regenerate.
+// Everything shown comes either from server-rendered (autoescaped, sanitized) fragments or is
+// set with textContent, so nothing from a message can run as script.
+(function () {
+  "use strict";
+  const root = document.getElementById("chat");
+  if (!root) return;
+  const thread = () => document.getElementById("thread");
+  const form = document.getElementById("composer");
+  const input = document.getElementById("composer-input");
+  const sendButton = document.getElementById("send-button");
+  const stopButton = document.getElementById("stop-button");
+  const errorBox = document.getElementById("chat-error");
+  const status = document.getElementById("connection");
+  let socket = null;
+  let retry = 0;
+  let streaming = null; // id of the reply being written
+  const queued = [];
+
+  function connect() {
+    const scheme = location.protocol === "https:" ? "wss://" : "ws://";
+    socket = new WebSocket(scheme + location.host + root.dataset.wsPath);
+    socket.addEventListener("open", () => {
+      retry = 0;
+      status.textContent = "connected";
+      root.dataset.connected = "true";
+      while (queued.length) socket.send(queued.shift());
+    });
+    socket.addEventListener("close", (ev) => {
+      root.dataset.connected = "false";
+      if (ev.code === 4401 || ev.code === 4404) { status.textContent = "not available"; return; }
+      status.textContent = "reconnecting…";
+      setTimeout(connect, Math.min(10000, 500 * 2 ** retry++));
+    });
+    socket.addEventListener("message", (ev) => handle(JSON.parse(ev.data)));
+  }
+
+  function send(frame) {
+    const text = JSON.stringify(frame);
+    if (socket && socket.readyState === WebSocket.OPEN) socket.send(text);
+    else queued.push(text);
+  }
+
+  function showError(message) {
+    errorBox.textContent = message;
+    errorBox.hidden = !message;
+  }
+
+  function setBusy(busy) {
+    sendButton.disabled = busy;
+    stopButton.hidden = !busy;
+    root.dataset.busy = busy ? "true" : "false";
+  }
+
+  function rowOf(id) { return document.getElementById("msg-" + id); }
+  function lastId() {
+    const rows = thread().querySelectorAll(":scope > li.message");
+    return rows.length ? rows[rows.length - 1].dataset.id : null;
+  }
+
+  // Insert a row after its parent, dropping whatever followed (a new branch replaces the view).
+  function placeAfterParent(el, parentId) {
+    const list = thread();
+    const parent = parentId ? rowOf(parentId) : null;
+    if (parentId && !parent) return false; // another branch than the one on screen
+    if (parent) {
+      while (parent.nextElementSibling) parent.nextElementSibling.remove();
+    } else {
+      list.replaceChildren();
+    }
+    list.appendChild(el);
+    return true;
+  }
+
+  function fromHTML(html) {
+    const t = document.createElement("template");
+    t.innerHTML = html.trim();
+    return t.content.firstElementChild;
+  }
+
+  function replaceRow(id, html) {
+    const old = rowOf(id);
+    const el = fromHTML(html);
+    if (old) old.replaceWith(el);
+    if (window.htmx) htmx.process(el);
+    return el;
+  }
+
+  function scrollDown() { window.scrollTo(0, document.body.scrollHeight); }
+
+  function handle(ev) {
+    switch (ev.type) {
+      case "message": {
+        const existing = rowOf(ev.message_id);
+        const el = fromHTML(ev.html);
+        if (existing) existing.replaceWith(el);
+        else if (!placeAfterParent(el, ev.parent_id)) return;
+        if (window.htmx) htmx.process(el);
+        scrollDown();
+        break;
+      }
+      case "reply_started": {
+        streaming = ev.message_id;
+        setBusy(true);
+        const li = document.createElement("li");
+        li.className = "message assistant streaming";
+        li.id = "msg-" + ev.message_id;
+        li.dataset.id = ev.message_id;
+        li.dataset.parent = ev.parent_id || "";
+        const meta = document.createElement("div");
+        meta.className = "meta";
+        const role = document.createElement("span");
+        role.className = "role";
+        role.textContent = "Recollect";
+        meta.appendChild(role);
+        const calls = document.createElement("div");
+        calls.className = "tool-calls";
+        const content = document.createElement("div");
+        content.className = "content streaming-text";
+        content.appendChild(document.createTextNode(""));
+        li.append(meta, calls, content);
+        if (!placeAfterParent(li, ev.parent_id)) return;
+        scrollDown();
+        break;
+      }
+      case "token": {
+        const row = rowOf(ev.message_id);
+        if (!row) return;
+        const content = row.querySelector(".streaming-text");
+        if (content) content.firstChild.appendData(ev.delta);
+        if (window.innerHeight + window.scrollY >= document.body.scrollHeight - 80) scrollDown();
+        break;
+      }
+      case "tool_started": {
+        const row = rowOf(ev.message_id);
+        if (!row) return;
+        const box = document.createElement("div");
+        box.className = "tool-call running";
+        box.id = "live-tool-" + ev.call_id;
+        const label = document.createElement("span");
+        label.className = "tool-label";
+        label.textContent = ev.label || ("calling " + ev.name);
+        const note = document.createElement("span");
+        note.className = "muted tool-note";
+        note.textContent = " · working…";
+        box.append(label, note);
+        row.querySelector(".tool-calls").appendChild(box);
+        break;
+      }
+      case "tool_finished": {
+        const box = document.getElementById("live-tool-" + ev.call_id);
+        if (!box) return;
+        box.classList.remove("running");
+        if (!ev.ok) box.classList.add("error");
+        box.querySelector(".tool-note").textContent = " · " + (ev.ok ? ev.summary : "error: " + ev.error);
+        break;
+      }
+      case "reply_done": {
+        replaceRow(ev.message_id, ev.html);
+        if (streaming === ev.message_id) { streaming = null; setBusy(false); }
+        if (ev.error) showError(ev.error);
+        scrollDown();
+        break;
+      }
+      case "message_updated":
+      case "message_deleted":
+      case "message_restored":
+        replaceRow(ev.message_id, ev.html);
+        break;
+      case "message_forgotten": {
+        const row = rowOf(ev.message_id);
+        if (row) row.remove();
+        break;
+      }
+      case "error":
+        showError(ev.message);
+        if (ev.frame === "send" || ev.frame === "regenerate") {
+          if (!streaming || ev.code !== "busy") setBusy(Boolean(streaming));
+        }
+        break;
+    }
+  }
+
+  form.addEventListener("submit", (e) => {
+    e.preventDefault();
+    const content = input.value;
+    if (!content.trim()) { showError("Type a message first."); return; }
+    showError("");
+    setBusy(true);
+    send({ type: "send", content: content, parent_id: lastId() });
+    input.value = "";
+  });
+  input.addEventListener("keydown", (e) => {
+    if (e.key === "Enter" && !e.shiftKey && !e.isComposing) {
+      e.preventDefault();
+      form.requestSubmit();
+    }
+  });
+  stopButton.addEventListener("click", () => send({ type: "stop" }));
+
+  function openEditor(row) {
+    if (row.querySelector(".editor")) return;
+    const raw = row.querySelector("textarea.raw");
+    const editor = document.createElement("form");
+    editor.className = "editor";
+    const area = document.createElement("textarea");
+    area.value = raw ? raw.value : "";
+    area.rows = Math.min(12, Math.max(3, area.value.split("\n").length + 1));
+    area.setAttribute("aria-label", "Edit message");
+    const save = document.createElement("button");
+    save.type = "submit"; save.className = "primary"; save.textContent = "Save";
+    const buttons = document.createElement("div");
+    buttons.className = "editor-buttons";
+    buttons.appendChild(save);
+    if (row.dataset.role === "user") {
+      const branch = document.createElement("button");
+      branch.type = "button"; branch.textContent = "Save as new version & answer";
+      branch.addEventListener("click", () => {
+        if (!area.value.trim()) return;
+        setBusy(true);
+        send({ type: "send", content: area.value, parent_id: row.dataset.parent || null });
+      });
+      buttons.appendChild(branch);
+    }
+    const cancel = document.createElement("button");
+    cancel.type = "button"; cancel.className = "link"; cancel.textContent = "Cancel";
+    cancel.addEventListener("click", () => editor.remove());
+    buttons.appendChild(cancel);
+    editor.append(area, buttons);
+    editor.addEventListener("submit", (e) => {
+      e.preventDefault();
+      send({ type: "edit", message_id: row.dataset.id, content: area.value });
+    });
+    row.querySelector(".content").after(editor);
+    area.focus();
+  }
+
+  root.addEventListener("click", (e) => {
+    const button = e.target.closest("[data-action]");
+    if (!button) return;
+    const row = button.closest("li.message");
+    const action = button.dataset.action;
+    if (action === "close-history") { button.closest(".history").replaceChildren(); return; }
+    if (!row || action === "history") return;
+    const id = row.dataset.id;
+    if (action === "edit") openEditor(row);
+    else if (action === "delete") send({ type: "delete", message_id: id });
+    else if (action === "restore") send({ type: "restore", message_id: id });
+    else if (action === "forget") {
+      if (confirm("Forget this message permanently? It will be gone from memory and cannot be undone.")) {
+        send({ type: "forget", message_id: id });
+      }
+    } else if (action === "regenerate") {
+      setBusy(true);
+      send({ type: "regenerate", message_id: id });
+    }
+  });
+
+  setBusy(false);
+  connect();
+})();

@@ -1,0 +1,326 @@
+"""The chat websocket against the scripted LLM, through the real openai client."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from channels.db import database_sync_to_async
+
+from memory.models import ContextSnapshot, Message, ToolCall
+from tests.chat.conftest import connect, receive_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@database_sync_to_async
+def messages_of(conversation):
+    return list(Message.objects.filter(conversation=conversation, is_chunk=False).order_by("position"))
+
+
+@database_sync_to_async
+def tool_calls_of(message_id):
+    return list(ToolCall.objects.filter(message_id=message_id, is_chunk=False).order_by("timestamp"))
+
+
+async def test_it_streams_a_reply_in_order_and_stores_both_messages(owner, conversation, scripted_llm):
+    scripted_llm.script({"text": "one two three four five", "delay": 0.01})
+    ws = await connect(owner, conversation.pk)
+    await ws.send_json_to({"type": "send", "content": "count to five", "client_id": "c1"})
+    events = await receive_until(ws, "reply_done")
+    types = [e["type"] for e in events]
+    assert types[0] == "message" and types[1] == "reply_started" and types[-1] == "reply_done"
+    tokens = [e["delta"] for e in events if e["type"] == "token"]
+    assert "".join(tokens) == "one two three four five"
+    assert len(tokens) == 5
+    stored_user, done = events[0], events[-1]
+    assert stored_user["client_id"] == "c1" and "count to five" in stored_user["html"]
+    assert done["status"] == "complete" and done["strategy"]
+    assert done["usage"]["completion_tokens"] == 5
+    rows = await messages_of(conversation)
+    assert [(m.role, m.content) for m in rows] == [
+        ("user", "count to five"),
+        ("assistant", "one two three four five"),
+    ]
+    assert rows[1].parent_id == rows[0].pk and rows[1].pk == done["message_id"]
+    snapshot = await database_sync_to_async(ContextSnapshot.objects.get)(message_id=rows[1].pk)
+    assert snapshot.user_message_id == rows[0].pk
+    await ws.disconnect()
+
+
+async def test_the_model_is_sent_the_index_recent_messages_and_memory_tools(
+    owner, conversation, scripted_llm
+):
+    ws = await connect(owner, conversation.pk)
+    await ws.send_json_to({"type": "send", "content": "first message about zebras"})
+    await receive_until(ws, "reply_done")
+    await ws.send_json_to({"type": "send", "content": "second message"})
+    await receive_until(ws, "reply_done")
+    request = scripted_llm.requests[-1]
+    roles = [m["role"] for m in request["messages"]]
+    assert roles[0] == "system" and "Recollect" in request["messages"][0]["content"]
+    assert roles[-1] == "user" and request["messages"][-1]["content"] == "second message"
+    contents = [m["content"] for m in request["messages"][1:-1]]
+    assert "first message about zebras" in contents
+    assert request["tools"], "memory tools are offered"
+    await ws.disconnect()
+
+
+async def test_it_executes_tool_calls_and_stores_them_on_the_reply(owner, conversation, scripted_llm):
+    marker = "tooltest"
+    scripted_llm.script(
+        {"tool_calls": [{"name": "vector_search", "arguments": {"query": "zebras"}}]},
+        {"text": "Found it."},
+        match=marker,
+    )
+    ws = await connect(owner, conversation.pk)
+    await ws.send_json_to({"type": "send", "content": f"{marker} what about zebras?"})
+    events = await receive_until(ws, "reply_done")
+    started = next(e for e in events if e["type"] == "tool_started")
+    finished = next(e for e in events if e["type"] == "tool_finished")
+    assert started["name"] == "vector_search" and "zebras" in started["label"]
+    assert finished["ok"] is True and finished["call_id"] == started["call_id"]
+    assert events.index(started) < events.index(finished)
+    done = events[-1]
+    assert done["status"] == "complete" and "Found it." in done["html"]
+    calls = await tool_calls_of(done["message_id"])
+    assert [c.tool_name for c in calls] == ["vector_search"]
+    assert json.loads(calls[0].arguments) == {"query": "zebras"} and not calls[0].is_error
+    # The tool result went back to the model as a tool message.
+    second = [r for r in scripted_llm.requests if marker in r["last_user"]][-1]
+    assert second["messages"][-1]["role"] == "tool"
+    await ws.disconnect()
+
+
+async def test_broken_tool_arguments_and_unknown_tools_come_back_as_errors(owner, conversation, scripted_llm):
+    marker = "brokenargs"
+    scripted_llm.script(
+        {
+            "tool_calls": [
+                {"name": "vector_search", "arguments": "{not json"},
+                {"name": "launch_rockets", "arguments": {}},
+            ]
+        },
+        {"text": "Sorry, let me answer anyway."},
+        match=marker,
+    )
+    ws = await connect(owner, conversation.pk)
+    await ws.send_json_to({"type": "send", "content": f"{marker} please"})
+    events = await receive_until(ws, "reply_done")
+    finished = [e for e in events if e["type"] == "tool_finished"]
+    assert [f["ok"] for f in finished] == [False, False]
+    assert "JSON" in finished[0]["error"] and "unknown tool" in finished[1]["error"]
+    assert events[-1]["status"] == "complete"
+    calls = await tool_calls_of(events[-1]["message_id"])
+    assert [c.is_error for c in calls] == [True, True]
+    await ws.disconnect()
+
+
+async def test_the_tool_loop_stops_after_max_rounds(owner, conversation, scripted_llm, settings):
+    settings.MAX_TOOL_ROUNDS = 2
+    marker = "looping"
+    scripted_llm.script(
+        {"tool_calls": [{"name": "vector_search", "arguments": {"query": "again"}}]},
+        match=marker,
+        repeat=True,
+    )
+    ws = await connect(owner, conversation.pk)
+    await ws.send_json_to({"type": "send", "content": f"{marker} forever"})
+    events = await receive_until(ws, "reply_done")
+    assert len([e for e in events if e["type"] == "tool_started"]) == 2
+    requests = [r for r in scripted_llm.requests if marker in r["last_user"]]
+    assert len(requests) == 3 and requests[-1]["tools"] == []
+    await ws.disconnect()
+
+
+async def test_stop_keeps_what_arrived(owner, conversation, scripted_llm):
+    scripted_llm.script({"text": " ".join(f"word{i}" for i in range(200)), "delay": 0.02})
+    ws = await connect(owner, conversation.pk)
+    await ws.send_json_to({"type": "send", "content": "talk for a long time"})
+    events = await receive_until(ws, "token")
+    for _ in range(3):
+        events.append(await ws.receive_json_from(timeout=10))
+    await ws.send_json_to({"type": "stop"})
+    events += await receive_until(ws, "reply_done")
+    done = events[-1]
+    assert done["status"] == "stopped"
+    streamed = "".join(e["delta"] for e in events if e["type"] == "token")
+    rows = await messages_of(conversation)
+    assert rows[-1].content == streamed and 0 < len(streamed.split()) < 200
+    assert rows[-1].metadata["incomplete"] is True
+    await ws.disconnect()
+
+
+async def test_a_stream_cut_midway_keeps_the_partial_reply_and_says_so(owner, conversation, scripted_llm):
+    scripted_llm.script({"text": "alpha beta gamma delta epsilon", "drop_after": 3})
+    ws = await connect(owner, conversation.pk)
+    await ws.send_json_to({"type": "send", "content": "tell me"})
+    events = await receive_until(ws, "reply_done")
+    done = events[-1]
+    assert done["status"] == "failed" and "cut" in done["error"]
+    rows = await messages_of(conversation)
+    assert rows[0].content == "tell me"
+    assert rows[-1].content == "alpha beta gamma " and rows[-1].metadata["incomplete"] is True
+    # The connection is still usable.
+    await ws.send_json_to({"type": "ping"})
+    assert (await ws.receive_json_from())["type"] == "pong"
+    await ws.disconnect()
+
+
+async def test_it_retries_a_429_and_a_500_then_answers(owner, conversation, scripted_llm):
+    scripted_llm.script({"status": 429}, {"status": 500}, {"text": "made it"}, match="flaky")
+    ws = await connect(owner, conversation.pk)
+    await ws.send_json_to({"type": "send", "content": "flaky provider"})
+    events = await receive_until(ws, "reply_done")
+    assert events[-1]["status"] == "complete" and "made it" in events[-1]["html"]
+    assert [r["status"] for r in scripted_llm.requests if "flaky" in r["last_user"]] == [429, 500, 200]
+    await ws.disconnect()
+
+
+async def test_a_provider_that_stays_down_fails_clearly_and_keeps_the_user_message(
+    owner, conversation, scripted_llm, settings
+):
+    settings.LLM_MAX_RETRIES = 1
+    scripted_llm.script({"status": 500}, match="down", repeat=True)
+    ws = await connect(owner, conversation.pk)
+    await ws.send_json_to({"type": "send", "content": "provider is down"})
+    events = await receive_until(ws, "reply_done")
+    assert events[-1]["status"] == "failed" and "500" in events[-1]["error"]
+    rows = await messages_of(conversation)
+    assert rows[0].content == "provider is down"
+    await ws.disconnect()
+
+
+async def test_bad_frames_get_errors_and_the_connection_stays_up(owner, conversation, scripted_llm, stranger):
+    ws = await connect(owner, conversation.pk)
+    await ws.send_to(text_data="this is not json")
+    assert (await ws.receive_json_from())["code"] == "bad_frame"
+    await ws.send_to(text_data="[1, 2]")
+    assert (await ws.receive_json_from())["code"] == "bad_frame"
+    await ws.send_json_to({"type": "launch"})
+    assert (await ws.receive_json_from())["code"] == "unknown_type"
+    await ws.send_json_to({"type": "send", "content": "   "})
+    assert (await ws.receive_json_from())["code"] == "invalid"
+    await ws.send_json_to({"type": "edit", "message_id": "01J00000000000000000000000", "content": "x"})
+    assert (await ws.receive_json_from())["code"] == "not_found"
+    await ws.send_to(bytes_data=b"\x00\x01")
+    assert (await ws.receive_json_from())["code"] == "bad_frame"
+    await ws.send_json_to({"type": "ping"})
+    assert (await ws.receive_json_from())["type"] == "pong"
+    assert await messages_of(conversation) == []
+    await ws.disconnect()
+
+
+async def test_a_one_megabyte_message_is_stored_whole(owner, conversation, scripted_llm):
+    big = ("All work and no play makes Jack a dull boy. " * 24000)[:1_000_000]
+    ws = await connect(owner, conversation.pk)
+    await ws.send_json_to({"type": "send", "content": big})
+    events = await receive_until(ws, "reply_done", timeout=120)
+    assert events[-1]["status"] == "complete"
+    rows = await messages_of(conversation)
+    assert rows[0].content == big
+    await ws.disconnect()
+
+
+async def test_two_tabs_on_one_conversation_both_see_the_reply(owner, conversation, scripted_llm):
+    scripted_llm.script({"text": "shared reply here"})
+    tab1 = await connect(owner, conversation.pk)
+    tab2 = await connect(owner, conversation.pk)
+    await tab1.send_json_to({"type": "send", "content": "hello from tab one"})
+    events1 = await receive_until(tab1, "reply_done")
+    events2 = await receive_until(tab2, "reply_done")
+    assert [e["type"] for e in events1] == [e["type"] for e in events2]
+    assert "".join(e["delta"] for e in events2 if e["type"] == "token") == "shared reply here"
+    await tab1.disconnect()
+    await tab2.disconnect()
+
+
+async def test_another_users_conversation_is_refused(owner, stranger_conversation):
+    from channels.testing import WebsocketCommunicator
+
+    from tests.chat.conftest import ws_app
+
+    ws = WebsocketCommunicator(ws_app(), f"/ws/chat/{stranger_conversation.pk}/")
+    ws.scope["user"] = owner
+    connected, code = await ws.connect()
+    assert not connected and code == 4404
+
+
+async def test_anonymous_users_and_foreign_origins_are_refused(conversation):
+    from channels.testing import WebsocketCommunicator
+    from django.contrib.auth.models import AnonymousUser
+
+    from config.asgi import application
+    from tests.chat.conftest import ws_app
+
+    ws = WebsocketCommunicator(ws_app(), f"/ws/chat/{conversation.pk}/")
+    ws.scope["user"] = AnonymousUser()
+    connected, code = await ws.connect()
+    assert not connected and code == 4401
+    evil = WebsocketCommunicator(
+        application, f"/ws/chat/{conversation.pk}/", headers=[(b"origin", b"http://evil.example")]
+    )
+    connected, _ = await evil.connect()
+    assert not connected
+
+
+async def test_frames_about_another_users_messages_answer_not_found(
+    owner, conversation, stranger, stranger_conversation, scripted_llm
+):
+    @database_sync_to_async
+    def stranger_message():
+        from memory.store import store_message
+
+        return store_message(stranger, stranger_conversation, "user", "stranger's secret", embed=False)
+
+    secret = await stranger_message()
+    ws = await connect(owner, conversation.pk)
+    for frame in (
+        {"type": "edit", "message_id": secret.pk, "content": "mine now"},
+        {"type": "delete", "message_id": secret.pk},
+        {"type": "forget", "message_id": secret.pk},
+        {"type": "regenerate", "message_id": secret.pk},
+        {"type": "send", "content": "branch", "parent_id": secret.pk},
+    ):
+        await ws.send_json_to(frame)
+        event = await ws.receive_json_from(timeout=10)
+        assert event["code"] == "not_found", frame
+        assert "secret" not in json.dumps(event)
+    refreshed = await database_sync_to_async(Message.objects.get)(pk=secret.pk)
+    assert refreshed.content == "stranger's secret" and not refreshed.deleted
+    await ws.disconnect()
+
+
+async def test_the_rate_limit_answers_with_an_error(owner, conversation, scripted_llm, settings):
+    settings.CHAT_RATE_LIMIT_PER_MINUTE = 1
+    ws = await connect(owner, conversation.pk)
+    await ws.send_json_to({"type": "send", "content": "first"})
+    await receive_until(ws, "reply_done")
+    await ws.send_json_to({"type": "send", "content": "second"})
+    event = await ws.receive_json_from(timeout=10)
+    assert event["type"] == "error" and event["code"] == "rate_limited"
+    assert [m.content for m in await messages_of(conversation) if m.role == "user"] == ["first"]
+    await ws.disconnect()
+
+
+async def test_offline_recall_answers_from_memory_when_no_model_is_configured(owner, conversation, no_llm):
+    @database_sync_to_async
+    def remember():
+        from memory.store import store_message
+
+        return store_message(owner, conversation, "user", "My locker combination is 4417 at the gym")
+
+    old = await remember()
+    ws = await connect(owner, conversation.pk)
+    await ws.send_json_to({"type": "send", "content": "what is my locker combination?"})
+    events = await receive_until(ws, "reply_done")
+    done = events[-1]
+    assert done["mode"] == "offline_recall" and "offline recall" in done["html"].lower()
+    assert old.pk in done["html"] and 'href="' in done["html"]
+    rows = await messages_of(conversation)
+    assert "4417" in rows[-1].content
+    calls = await tool_calls_of(rows[-1].pk)
+    assert calls[0].tool_name == "search_and_retrieve"
+    await ws.disconnect()
+    await asyncio.sleep(0)
