@@ -8,12 +8,14 @@ rebuilds them from the text (and embeds with the target's model, whatever the so
 the export records the chunk spans so the import can say when they came out differently.
 
 Ids are kept when they are free in the target (ULIDs are global); an id already taken there
-gets a new one, consistently, everywhere it is referenced.
+gets a new one derived from it and the importing user, consistently, everywhere it is
+referenced; so importing the same file twice adds nothing either way.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -604,13 +606,48 @@ class ImportReport:
         return text
 
 
-def _id_map(model, wanted: Iterable[str | None]) -> tuple[dict[str, str], int]:
-    """Keep each id that is free in the target; give each taken one a new ULID."""
+CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+
+
+def derived_id(original: str, owner_pk: object) -> str:
+    """The id a row gets in `owner`'s memory when its own id is taken: a ULID with the same
+    time part and a random part hashed from (owner, original id), so a second import of the
+    same file finds what the first one stored."""
+    digest = hashlib.sha256(f"{owner_pk}:{original}".encode("utf-8", "surrogatepass")).digest()
+    bits = int.from_bytes(digest[:16], "big")
+    hashed = "".join(CROCKFORD[(bits >> (5 * i)) & 31] for i in range(26))
+    head = original[:10].upper()
+    if len(original) != 26 or not all(ch in CROCKFORD for ch in head):
+        head = "0" + hashed[16:25]
+    return head + hashed[:16]
+
+
+def _existing(queryset, ids: Sequence[str]) -> set[str]:
+    found: set[str] = set()
+    for start in range(0, len(ids), 5000):
+        found.update(queryset.filter(pk__in=ids[start:start + 5000]).values_list("pk", flat=True))
+    return found
+
+
+def _owned(model, owner, ids: Iterable[str | None]) -> dict[str, str]:
+    """original id -> the row the owner already has for it (the id itself, or the id an earlier
+    import gave it)."""
+    candidates = {i: (i, derived_id(i, owner.pk)) for i in ids if i}
+    found = _existing(model.objects.owned_by(owner), [c for pair in candidates.values() for c in pair])
+    return {i: next(c for c in pair if c in found) for i, pair in candidates.items()
+            if pair[0] in found or pair[1] in found}
+
+
+def _id_map(model, owner, wanted: Iterable[str | None]) -> tuple[dict[str, str], int]:
+    """Keep each id that is free in the target; a taken one gets its derived id."""
     wanted = [i for i in wanted if i]
-    taken: set[str] = set()
-    for start in range(0, len(wanted), 5000):
-        taken.update(model.objects.filter(pk__in=wanted[start:start + 5000]).values_list("pk", flat=True))
-    return {i: (new_ulid() if i in taken else i) for i in wanted}, len(taken)
+    taken = _existing(model.objects.all(), wanted)
+    derived = {i: derived_id(i, owner.pk) for i in taken}
+    clash = _existing(model.objects.all(), list(derived.values()))
+    mapping = {i: i for i in wanted}
+    for i, new in derived.items():
+        mapping[i] = new_ulid() if new in clash else new
+    return mapping, len(taken)
 
 
 def import_memory(
@@ -626,19 +663,18 @@ def import_memory(
     report = ImportReport(source_model=doc["embedding_model"], target_model=settings.EMBEDDING_MODEL)
     progress = progress or (lambda stage, done, total: None)
     convs = doc["conversations"]
-    owned = set(
-        Conversation.objects.owned_by(owner).filter(pk__in=[c["id"] for c in convs if c["id"]])
-        .values_list("pk", flat=True)
-    )
+    owned = _owned(Conversation, owner, [c["id"] for c in convs])
     fresh = [c for c in convs if c["id"] not in owned]
     report.skipped_conversations = len(convs) - len(fresh)
-    # Messages of skipped conversations are already the owner's: they keep their ids.
-    kept_message_ids = {m["id"] for c in convs if c["id"] in owned for m in c["messages"]}
-    conv_ids, n1 = _id_map(Conversation, [c["id"] for c in fresh])
-    msg_ids, n2 = _id_map(Message, [m["id"] for c in fresh for m in c["messages"]])
-    call_ids, n3 = _id_map(ToolCall, [t["id"] for c in fresh for m in c["messages"] for t in m["tool_calls"]])
+    # Messages of skipped conversations are already the owner's, under their ids then.
+    kept = _owned(Message, owner, [m["id"] for c in convs if c["id"] in owned for m in c["messages"]])
+    conv_ids, n1 = _id_map(Conversation, owner, [c["id"] for c in fresh])
+    msg_ids, n2 = _id_map(Message, owner, [m["id"] for c in fresh for m in c["messages"]])
+    call_ids, n3 = _id_map(
+        ToolCall, owner, [t["id"] for c in fresh for m in c["messages"] for t in m["tool_calls"]]
+    )
     report.new_ids = n1 + n2 + n3
-    message_map = {**{i: i for i in kept_message_ids}, **msg_ids}
+    message_map = {**kept, **msg_ids}
     total = sum(len(c["messages"]) for c in fresh)
     taken_external = set(
         Message.objects.owned_by(owner).logical()
@@ -715,9 +751,7 @@ def import_memory(
                 done += 1
                 if done % 200 == 0:
                     progress("messages", done, total)
-        Conversation.objects.bulk_create(conversations, batch_size=500)
-        # auto_now fields overwrite given dates on insert; put the exported ones back.
-        Conversation.objects.bulk_update(conversations, ["created_at", "updated_at"], batch_size=500)
+        _create_keeping_dates(Conversation, conversations)
         Message.objects.bulk_create(messages, batch_size=500)
         Message.objects.bulk_create(chunks, batch_size=200)
         ToolCall.objects.bulk_create(calls, batch_size=500)
@@ -740,6 +774,16 @@ def import_memory(
     return report
 
 
+def _create_keeping_dates(model, rows: list) -> None:
+    """bulk_create, then put back the exported created_at/updated_at (auto_now fields set
+    "now" on insert, on the objects too)."""
+    dates = [(row.created_at, row.updated_at) for row in rows]
+    model.objects.bulk_create(rows, batch_size=500)
+    for row, (created, updated) in zip(rows, dates, strict=True):
+        row.created_at, row.updated_at = created, updated
+    model.objects.bulk_update(rows, ["created_at", "updated_at"], batch_size=500)
+
+
 def _embed(passages: list[Passage], progress: ProgressFn) -> None:
     embedder = get_embedder()
     for start in range(0, len(passages), EMBED_BATCH):
@@ -754,14 +798,12 @@ def _embed(passages: list[Passage], progress: ProgressFn) -> None:
 def _import_topics(
     owner, topics: list[dict], message_map: dict[str, str], report: ImportReport
 ) -> dict[str, str]:
-    owned = set(
-        Topic.objects.owned_by(owner).filter(pk__in=[t["id"] for t in topics]).values_list("pk", flat=True)
-    )
+    owned = _owned(Topic, owner, [t["id"] for t in topics])
     fresh = [t for t in topics if t["id"] not in owned]
     report.skipped_topics = len(topics) - len(fresh)
-    ids, n = _id_map(Topic, [t["id"] for t in fresh])
+    ids, n = _id_map(Topic, owner, [t["id"] for t in fresh])
     report.new_ids += n
-    topic_map = {**{i: i for i in owned}, **ids}
+    topic_map = {**owned, **ids}
     rows, memberships = [], []
     for t in fresh:
         row = Topic(
@@ -784,8 +826,7 @@ def _import_topics(
             memberships.append(TopicMembership(owner_id=owner.pk, topic_id=row.pk,
                                                message_id=message_map[member["message_id"]],
                                                score=member["score"]))
-    Topic.objects.bulk_create(rows, batch_size=500)
-    Topic.objects.bulk_update(rows, ["created_at", "updated_at"], batch_size=500)
+    _create_keeping_dates(Topic, rows)
     TopicMembership.objects.bulk_create(memberships, batch_size=1000, ignore_conflicts=True)
     report.topics = len(rows)
     report.memberships = len(memberships)
