@@ -24,11 +24,13 @@ from memory.management.commands.import_memory import StagedProgress
 from memory.models import Conversation, Message, Role
 from memory.portability import (
     InvalidExport,
+    ParsedConversation,
     detect_kind,
     import_conversations,
     import_memory,
     parse_chatgpt,
     parse_claude,
+    validate_export,
 )
 from memory.progress import Progress
 from memory.store import NewMessage, clean_content, store_messages
@@ -155,6 +157,16 @@ class Command(BaseCommand):
         path = opts["file"]
         if path != "-" and not Path(path).is_file():
             raise CommandError(f"{path}: no such file")
+        text = read_text(path)
+        try:
+            kind, data = sniff(text)
+            # Exports are checked whole before anything (or anyone) is created.
+            if kind == "recollect":
+                validate_export(data)
+            elif kind in ("chatgpt", "claude"):
+                data = (parse_chatgpt if kind == "chatgpt" else parse_claude)(data)
+        except (CommandError, InvalidExport) as exc:
+            raise CommandError(f"{path}: {exc}") from None
         user, created = get_user_model().objects.get_or_create(username=opts["user"])
         if created:
             user.set_unusable_password()
@@ -163,16 +175,11 @@ class Command(BaseCommand):
                               f"`manage.py changepassword {user.username}`)")
         self.user = user
         self.embed = not opts["no_embed"]
-        text = read_text(path)
-        try:
-            kind, data = sniff(text)
-        except CommandError as exc:
-            raise CommandError(f"{path}: {exc}") from None
         if kind == "recollect":
             self._import_export(path, data)
             return
         if kind in ("chatgpt", "claude"):
-            self._import_conversations(path, kind, data)
+            self._import_conversations(kind, data)
             return
         stream = io.StringIO(text)
         total = text.count("\n") + (0 if text.endswith("\n") else 1)
@@ -205,12 +212,7 @@ class Command(BaseCommand):
                    f"{self.bad} bad lines")
         self.stdout.write(summary)
 
-    def _import_conversations(self, path: str, kind: str, data: list) -> None:
-        parse = parse_chatgpt if kind == "chatgpt" else parse_claude
-        try:
-            conversations = parse(data)
-        except InvalidExport as exc:
-            raise CommandError(f"{path}: {exc}") from None
+    def _import_conversations(self, kind: str, conversations: list[ParsedConversation]) -> None:
         total = sum(len(c.messages) for c in conversations)
         with Progress(total, f"import {kind}", stream=getattr(self.stderr, "_out", sys.stderr)) as progress:
             report = import_conversations(self.user, conversations, embed=self.embed,
