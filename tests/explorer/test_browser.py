@@ -1,0 +1,156 @@
+"""The explorer as a person sees it, in Debian's Chromium driven by Playwright.
+
+Screenshots of every step are kept in test-artifacts/explorer/.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.test import Client
+from django.urls import reverse
+
+from memory.models import Message
+from tests.explorer.conftest import build_memory
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+# Playwright's sync API runs an event loop in this thread; the ORM calls below are still
+# plain synchronous test code.
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+CHROMIUM = "/usr/bin/chromium"
+ARTIFACTS = Path(settings.BASE_DIR) / "test-artifacts" / "explorer"
+ARGS = [
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
+
+if not Path(CHROMIUM).exists():  # pragma: no cover - the machine has it; CI images may not
+    pytest.skip("Debian's chromium is not installed", allow_module_level=True)
+
+
+@pytest.fixture
+def mem_live(owner, conversation):
+    return build_memory(owner, conversation)
+
+
+@pytest.fixture
+def page(live_server, owner):
+    from playwright.sync_api import sync_playwright
+
+    client = Client()
+    client.force_login(owner)
+    session = client.cookies[settings.SESSION_COOKIE_NAME].value
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        context = browser.new_context(viewport={"width": 1200, "height": 900})
+        host = live_server.url.split("//")[1].split(":")[0]
+        context.add_cookies(
+            [{"name": settings.SESSION_COOKIE_NAME, "value": session, "domain": host, "path": "/"}]
+        )
+        pg = context.new_page()
+        pg.base = live_server.url
+        errors: list[str] = []
+        pg.on("pageerror", lambda exc: errors.append(str(exc)))
+        pg.js_errors = errors
+        yield pg
+        context.close()
+        browser.close()
+
+
+def shot(page, name: str) -> None:
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+
+def test_every_page_opens_with_its_content(page, mem_live):
+    m = mem_live
+    pages = {
+        "overview": (reverse("explorer:overview"), "The next turn would use the"),
+        "topics": (reverse("explorer:topics"), "Map of level 0"),
+        "topic": (reverse("explorer:topic", args=[m.root.pk]), "Sub-topics"),
+        "timeline": (reverse("explorer:timeline"), "Messages per day"),
+        "message": (reverse("explorer:message", args=[m.answer.pk]), "Edit history"),
+        "tool-calls": (reverse("explorer:tool_calls"), "search_memory"),
+        "tool-call": (reverse("explorer:tool_call", args=[m.big_call.pk]), "Chunk 1 of"),
+        "contexts": (reverse("explorer:contexts"), "Context inspector"),
+        "context": (reverse("explorer:context", args=[m.snapshot.pk]), "What the model was shown"),
+        "search": (reverse("explorer:search") + "?q=rotate+password", "How do we rotate"),
+        "entities": (reverse("explorer:entities"), "Postgres"),
+        "entity": (reverse("explorer:entity", args=[m.pg.pk]), "Neighbours"),
+    }
+    for name, (url, text) in pages.items():
+        page.goto(page.base + url)
+        assert page.locator("main").get_by_text(text).locator("visible=true").first.is_visible(), name
+        shot(page, f"page-{name}")
+    # The XSS payload is on screen as text, and never ran.
+    page.goto(page.base + reverse("explorer:message", args=[m.question.pk]))
+    assert page.locator(".content").first.inner_text().count('<script>alert("xss")</script>') == 1
+    assert page.js_errors == []
+
+
+def test_click_into_a_topic_from_the_map_and_the_list(page, mem_live):
+    page.goto(page.base + reverse("explorer:topics"))
+    page.locator('.topic-map a[data-label="Databases"]').click()
+    page.wait_for_url("**/topics/*/")
+    assert page.locator("h1.topic-title").inner_text() == "Databases"
+    page.get_by_role("link", name="Password rotation").first.click()
+    page.wait_for_url(f"**/topics/{mem_live.leaf.pk}/")
+    assert page.locator("#topic-messages").get_by_text("How do we rotate").is_visible()
+    assert page.locator(".crumbs").get_by_text("Databases").is_visible()
+    shot(page, "topic-leaf")
+
+
+def test_click_a_timeline_bar_to_list_that_days_messages(page, mem_live):
+    page.goto(page.base + reverse("explorer:timeline"))
+    bar = page.locator('.bars a.bar[data-count="4"]').first  # 4 visible messages that day
+    bar.click()
+    page.locator("#period-messages").get_by_text("How do we rotate").wait_for()
+    assert page.locator("#period-messages .msg-row").count() == 4
+    shot(page, "timeline-day")
+
+
+def test_open_a_messages_edit_diff(page, mem_live):
+    page.goto(page.base + reverse("explorer:message", args=[mem_live.answer.pk]))
+    page.get_by_text("Show changes →").click()
+    page.locator("#edit-diff del").first.wait_for()
+    assert page.locator("#edit-diff del").first.inner_text() == "USER"
+    assert page.locator("#edit-diff ins").first.inner_text() == "ROLE"
+    assert "Version 1 → 2 (current)" in page.locator("#edit-diff h3").inner_text()
+    shot(page, "message-edit-diff")
+
+
+def test_restore_a_deleted_message(page, mem_live):
+    page.goto(page.base + reverse("explorer:message", args=[mem_live.gone.pk]))
+    assert page.locator(".deleted-banner").is_visible()
+    shot(page, "message-deleted")
+    page.get_by_role("button", name="Restore").click()
+    page.get_by_text("Restored: the assistant can recall this message again.").wait_for()
+    assert page.get_by_role("button", name="Delete (can be undone)").is_visible()
+    assert page.locator(".deleted-banner").count() == 0
+    assert Message.objects.get(pk=mem_live.gone.pk).deleted is False
+    shot(page, "message-restored")
+
+
+def test_open_the_context_inspector_of_a_turn(page, mem_live):
+    page.goto(page.base + reverse("explorer:message", args=[mem_live.answer.pk]))
+    page.get_by_text("What the model was shown for this turn →").click()
+    page.wait_for_url(f"**/context/{mem_live.snapshot.pk}/")
+    assert page.locator("h2", has_text="Strategy:").get_by_text("full").is_visible()
+    assert page.locator("#budget").get_by_text("500 of 10,000 tokens").is_visible()
+    assert page.locator("#budget svg rect").count() == 3
+    assert page.locator("#hits").get_by_text("0.0327").is_visible()
+    assert page.locator("#fallbacks").get_by_text("vector_timeout").is_visible()
+    assert page.locator("#called").get_by_role("link", name="search_memory").is_visible()
+    assert '<script>alert("xss")</script>' in page.locator(".index-text").inner_text()
+    shot(page, "context-inspector")
