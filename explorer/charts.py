@@ -143,8 +143,8 @@ def topic_map(
     Items with a 2-D layout (map_x/map_y from the topic centroids) are scaled into the box;
     items without one are placed on a golden-angle spiral so the map is never empty.
     """
-    pad = 34.0
     r_min, r_max = 5.0, 42.0
+    pad = r_max + 4
     peak = max((c for _, c, _, _, _ in items), default=0) or 1
     xs = [x for *_, x, y in items if x is not None and y is not None]
     ys = [y for *_, x, y in items if x is not None and y is not None]

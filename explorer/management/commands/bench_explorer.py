@@ -48,7 +48,23 @@ TOP_WORDS = [
     ["recipe", "sourdough", "oven", "starter", "flour", "crust"],
     ["security", "password", "rotation", "vault", "token", "audit"],
 ]
-FILLER = ["we", "should", "then", "also", "check", "how", "the", "next", "step", "works", "when", "it", "is", "done", "again"]
+FILLER = [
+    "we",
+    "should",
+    "then",
+    "also",
+    "check",
+    "how",
+    "the",
+    "next",
+    "step",
+    "works",
+    "when",
+    "it",
+    "is",
+    "done",
+    "again",
+]
 TOOLS = ["search_memory", "get_message", "get_topic_messages", "get_period_messages", "get_cluster"]
 
 
