@@ -313,7 +313,8 @@ def _fuse(owner, vector_rows, keyword_rows, limit) -> list[SearchHit]:
                     id=m.pk, type="message", is_chunk=m.is_chunk, message_id=logical.pk,
                     conversation=m.conversation_id, role=m.role, timestamp=m.timestamp,
                     score=score, snippet=_snippet(entry["text"]) or m.snippet,
-                    external_id=(logical.metadata or {}).get("external_id"), vector_rank=entry.get("vector_rank"),
+                    external_id=(logical.metadata or {}).get("external_id"),
+                    vector_rank=entry.get("vector_rank"),
                     keyword_rank=entry.get("keyword_rank"),
                     vector_similarity=entry.get("similarity"), passage_text=entry["text"],
                 )

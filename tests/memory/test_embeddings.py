@@ -16,7 +16,9 @@ from memory.search import search
 
 def test_every_passage_fits_the_models_window_and_together_they_cover_the_text():
     embedder = get_embedder()
-    text = " ".join(f"token{i} has some extra-long, hyphenated words: INFRA-{i}." for i in range(600))
+    text = " ".join(
+        f"token{i} has some extra-long, hyphenated words: INFRA-{i}." for i in range(600)
+    )
     spans = embedder.passages(text)
     assert len(spans) > 5
     assert spans[0][0] == 0 and spans[-1][1] == len(text)
@@ -31,7 +33,9 @@ def test_vectors_are_unit_length_and_identical_text_is_embedded_once(monkeypatch
     embedder = get_embedder()
     calls: list[int] = []
     real = embedder._embed_batch
-    monkeypatch.setattr(embedder, "_embed_batch", lambda texts: calls.append(len(texts)) or real(texts))
+    monkeypatch.setattr(
+        embedder, "_embed_batch", lambda texts: calls.append(len(texts)) or real(texts)
+    )
     unique = "a sentence nobody has embedded before: 8c1f2e"
     vectors = embedder.embed([unique, unique, "another fresh one 77aa"])
     assert calls == [2]
@@ -58,7 +62,9 @@ def test_search_never_mixes_vectors_of_two_models_and_reembed_fixes_it(owner, co
 
 @pytest.mark.django_db
 def test_passages_stored_without_vectors_are_found_by_keyword_then_embedded(owner, conversation):
-    m = store.store_message(owner, conversation, "user", "Quartzite countertops arrive Friday.", embed=False)
+    m = store.store_message(
+        owner, conversation, "user", "Quartzite countertops arrive Friday.", embed=False
+    )
     assert Passage.objects.filter(logical_message=m, embedding__isnull=True).count() == 1
     assert [h.id for h in search(owner, "quartzite").hits] == [m.pk]
     assert store.embed_pending(owner) == 1

@@ -35,13 +35,15 @@ def test_concurrent_writers_keep_unique_ordered_positions(owner, conversation):
     assert errors == []
     positions = list(
         Message.objects.filter(conversation=conversation, is_chunk=False)
-        .order_by("position").values_list("position", flat=True)
+        .order_by("position")
+        .values_list("position", flat=True)
     )
     assert positions == list(range(41))
     # Each writer's own messages keep their order.
     for n in range(4):
         mine = list(
             Message.objects.filter(conversation=conversation, content__startswith=f"writer {n} ")
-            .order_by("position").values_list("content", flat=True)
+            .order_by("position")
+            .values_list("content", flat=True)
         )
         assert mine == [f"writer {n} message {i}" for i in range(10)]

@@ -68,7 +68,9 @@ def test_it_keeps_a_message_with_nul_bytes_and_says_so(owner, conversation):
     assert m.metadata["nul_bytes_replaced"] == 1
 
 
-def test_it_chunks_a_long_message_keeping_role_timestamp_and_parent(owner, conversation, small_chunks):
+def test_it_chunks_a_long_message_keeping_role_timestamp_and_parent(
+    owner, conversation, small_chunks
+):
     parent = store.store_message(owner, conversation, "user", "start")
     text = words(400)
     m = store.store_message(owner, conversation, "assistant", text, parent_id=parent.pk, embed=True)
@@ -122,7 +124,9 @@ def test_an_edit_rechunks_when_the_text_grows_past_the_threshold(owner, conversa
     assert Passage.objects.filter(logical_message=m).count() >= 3
 
 
-def test_an_edit_unchunks_when_the_text_shrinks_below_the_threshold(owner, conversation, small_chunks):
+def test_an_edit_unchunks_when_the_text_shrinks_below_the_threshold(
+    owner, conversation, small_chunks
+):
     m = store.store_message(owner, conversation, "user", words(300), embed=True)
     old_chunk_ids = set(m.chunks.values_list("pk", flat=True))
     store.update_message(owner, m.pk, "now it is short")
@@ -161,7 +165,9 @@ def test_deleting_a_chunked_message_hides_its_chunks_too(owner, conversation, sm
 
 def test_forget_removes_content_chunks_passages_and_tool_calls(owner, conversation, small_chunks):
     question = store.store_message(owner, conversation, "user", "question")
-    m = store.store_message(owner, conversation, "assistant", words(300), parent_id=question.pk, embed=True)
+    m = store.store_message(
+        owner, conversation, "assistant", words(300), parent_id=question.pk, embed=True
+    )
     reply = store.store_message(owner, conversation, "user", "thanks", parent_id=m.pk)
     store.store_tool_call(owner, m, "vector_search", {"query": "x"}, {"hits": []})
     store.forget_message(owner, m.pk)
@@ -175,7 +181,9 @@ def test_forget_removes_content_chunks_passages_and_tool_calls(owner, conversati
 
 def test_it_stores_a_tool_call_and_chunks_a_large_result(owner, conversation, small_chunks):
     m = store.store_message(owner, conversation, "assistant", "let me look")
-    call = store.store_tool_call(owner, m, "web_search", {"query": "oauth"}, {"text": words(300)}, embed=True)
+    call = store.store_tool_call(
+        owner, m, "web_search", {"query": "oauth"}, {"text": words(300)}, embed=True
+    )
     assert call.message_id == m.pk
     assert call.chunks.count() >= 3
     passages = Passage.objects.filter(tool_call__in=[call, *call.chunks.all()])
@@ -198,7 +206,9 @@ def test_a_five_megabyte_message_is_stored_whole_and_chunked(owner, conversation
     assert Passage.objects.filter(logical_message=m).count() > len(chunks)
 
 
-def test_the_last_sentence_of_a_20000_token_message_is_found_by_meaning_and_keyword(owner, conversation):
+def test_the_last_sentence_of_a_20000_token_message_is_found_by_meaning_and_keyword(
+    owner, conversation
+):
     filler = " ".join(
         f"Paragraph {i} describes the quarterly logistics review of warehouse {i} in general terms."
         for i in range(1400)
@@ -225,7 +235,9 @@ def test_a_stranger_sees_none_of_it(owner, stranger, conversation, stranger_conv
         lambda: store.restore_message(stranger, m.pk),
         lambda: store.forget_message(stranger, m.pk),
         lambda: store.store_message(stranger, conversation, "user", "sneaky"),
-        lambda: store.store_message(stranger, stranger_conversation, "user", "reply", parent_id=m.pk),
+        lambda: store.store_message(
+            stranger, stranger_conversation, "user", "reply", parent_id=m.pk
+        ),
         lambda: store.store_tool_call(stranger, m, "x", {}, {}),
         lambda: store.get_conversation(stranger, conversation.pk),
     ):
