@@ -19,13 +19,28 @@ def write_jsonl(path, rows) -> str:
 
 
 ROWS = [
-    {"conversation": "infra", "role": "user", "content": "Our Redis cluster ticket is INFRA-992.",
-     "timestamp": "2025-03-01T10:00:00Z", "external_id": "e1", "speaker": "Sam"},
-    {"conversation": "infra", "role": "assistant", "content": "Noted: INFRA-992 uses port 6379.",
-     "timestamp": "2025-03-01T10:00:05Z", "external_id": "e2"},
-    {"conversation": "retreat", "role": "user",
-     "content": "The retreat is at Whispering Pines in Estes Park.",
-     "timestamp": "2025-03-02T09:00:00+00:00", "external_id": "e3"},
+    {
+        "conversation": "infra",
+        "role": "user",
+        "content": "Our Redis cluster ticket is INFRA-992.",
+        "timestamp": "2025-03-01T10:00:00Z",
+        "external_id": "e1",
+        "speaker": "Sam",
+    },
+    {
+        "conversation": "infra",
+        "role": "assistant",
+        "content": "Noted: INFRA-992 uses port 6379.",
+        "timestamp": "2025-03-01T10:00:05Z",
+        "external_id": "e2",
+    },
+    {
+        "conversation": "retreat",
+        "role": "user",
+        "content": "The retreat is at Whispering Pines in Estes Park.",
+        "timestamp": "2025-03-02T09:00:00+00:00",
+        "external_id": "e3",
+    },
 ]
 
 
@@ -40,8 +55,13 @@ def test_import_creates_user_and_conversations_in_file_order(tmp_path):
     out, _ = run("import_history", write_jsonl(tmp_path / "h.jsonl", ROWS), "--user", "sam")
     assert "imported 3 messages" in out
     user = get_user_model().objects.get(username="sam")
-    assert set(Conversation.objects.owned_by(user).values_list("title", flat=True)) == {"infra", "retreat"}
-    infra = list(Message.objects.owned_by(user).filter(conversation__title="infra").order_by("position"))
+    assert set(Conversation.objects.owned_by(user).values_list("title", flat=True)) == {
+        "infra",
+        "retreat",
+    }
+    infra = list(
+        Message.objects.owned_by(user).filter(conversation__title="infra").order_by("position")
+    )
     assert [m.external_id for m in infra] == ["e1", "e2"]
     assert infra[1].parent_id == infra[0].pk
     assert infra[0].metadata["speaker"] == "Sam"
@@ -65,15 +85,31 @@ def test_bad_lines_are_reported_with_their_number_and_good_ones_kept(tmp_path):
     rows = [
         ROWS[0],
         "{not json",
-        {"conversation": "infra", "role": "robot", "content": "x", "timestamp": "2025-03-01T10:00:00Z"},
-        {"conversation": "infra", "role": "user", "content": "  ", "timestamp": "2025-03-01T10:00:00Z"},
+        {
+            "conversation": "infra",
+            "role": "robot",
+            "content": "x",
+            "timestamp": "2025-03-01T10:00:00Z",
+        },
+        {
+            "conversation": "infra",
+            "role": "user",
+            "content": "  ",
+            "timestamp": "2025-03-01T10:00:00Z",
+        },
         {"conversation": "infra", "role": "user", "content": "ok", "timestamp": "yesterday"},
         [1, 2],
         ROWS[1],
     ]
     out, err = run("import_history", write_jsonl(tmp_path / "h.jsonl", rows), "--user", "sam")
     assert "imported 2 messages" in out and "5 bad lines" in out
-    for lineno, words in [(2, "not valid JSON"), (3, "role"), (4, "empty"), (5, "ISO-8601"), (6, "object")]:
+    for lineno, words in [
+        (2, "not valid JSON"),
+        (3, "role"),
+        (4, "empty"),
+        (5, "ISO-8601"),
+        (6, "object"),
+    ]:
         assert f"line {lineno}: " in err and words in err
     assert Message.objects.count() == 2
 
@@ -88,16 +124,30 @@ def test_import_of_a_missing_file_is_a_clear_error():
 def test_recall_prints_search_results_as_json(tmp_path, capsys):
     run("import_history", write_jsonl(tmp_path / "h.jsonl", ROWS), "--user", "sam")
     queries = tmp_path / "q.jsonl"
-    queries.write_text(json.dumps({"query": "Which port does Redis use?"}) + "\n"
-                       + json.dumps({"query": "Where is the company retreat?"}) + "\n")
+    queries.write_text(
+        json.dumps({"query": "Which port does Redis use?"})
+        + "\n"
+        + json.dumps({"query": "Where is the company retreat?"})
+        + "\n"
+    )
     call_command("recall", "--user", "sam", "--json", "--limit", "2", "--queries", str(queries))
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [line["query"] for line in lines] == [
-        "Which port does Redis use?", "Where is the company retreat?"
+        "Which port does Redis use?",
+        "Where is the company retreat?",
     ]
     first = lines[0]["results"][0]
-    assert set(first) >= {"id", "external_id", "conversation", "role", "timestamp", "score",
-                          "snippet", "type", "is_chunk"}
+    assert set(first) >= {
+        "id",
+        "external_id",
+        "conversation",
+        "role",
+        "timestamp",
+        "score",
+        "snippet",
+        "type",
+        "is_chunk",
+    }
     assert first["type"] == "message" and first["is_chunk"] is False
     assert "e2" in [r["external_id"] for r in lines[0]["results"]]
     assert lines[1]["results"][0]["external_id"] == "e3"
