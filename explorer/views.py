@@ -199,60 +199,14 @@ def _embedder_name() -> str:
 # --- overview ----------------------------------------------------------------------------------
 
 
-def next_turn_strategy(user, message_count: int) -> dict[str, Any]:
-    """Which index strategy the next turn would use and why (seed 000 §4.2)."""
-    try:  # the index builder decides when it is there; until then, the seed's thresholds
-        from memory import index_builder
+def next_turn_strategy(user) -> dict[str, Any]:
+    """Which index strategy the next turn would use and why (seed 000 §4.2), decided by the
+    index builder itself so the explorer never disagrees with what the model will be shown."""
+    from memory import index_builder
 
-        describe = getattr(index_builder, "describe_strategy", None) or getattr(
-            index_builder, "choose_strategy", None
-        )
-        if describe is not None:
-            result = describe(user)
-            strategy = getattr(result, "strategy", None) or (
-                result.get("strategy") if isinstance(result, dict) else None
-            )
-            reason = getattr(result, "reason", None) or (
-                result.get("reason") if isinstance(result, dict) else ""
-            )
-            if strategy:
-                return {
-                    "strategy": str(strategy),
-                    "reason": str(reason or ""),
-                    "source": "index builder",
-                }
-    except Exception:  # noqa: BLE001 - fall back to the thresholds below
-        pass
-    full, snip, clus = (
-        settings.INDEX_FULL_MAX,
-        settings.INDEX_SNIPPET_MAX,
-        settings.INDEX_CLUSTER_MAX,
-    )
-    n = message_count
-    if n <= full:
-        strategy, reason = (
-            "full",
-            f"{n:,} messages ≤ INDEX_FULL_MAX ({full:,}): every message in full",
-        )
-    elif n <= snip:
-        strategy, reason = (
-            "snippets",
-            f"{n:,} messages ≤ INDEX_SNIPPET_MAX ({snip:,}): recent messages in full, older ones as snippets",
-        )
-    elif n <= clus:
-        strategy, reason = (
-            "clusters",
-            (f"{n:,} messages ≤ INDEX_CLUSTER_MAX ({clus:,}): topics with summaries and sample messages"),
-        )
-    else:
-        strategy, reason = (
-            "hierarchy",
-            (
-                f"{n:,} messages > INDEX_CLUSTER_MAX ({clus:,}): temporal overview and the topic tree, "
-                "navigated through tools"
-            ),
-        )
-    return {"strategy": strategy, "reason": reason, "source": "thresholds"}
+    size = index_builder.history_size(user)
+    strategy, reason = index_builder.choose_strategy(size)
+    return {"strategy": strategy, "reason": reason, "source": "memory.index_builder"}
 
 
 def _temporal_overview(user, now: dt.datetime | None = None) -> list[dict[str, Any]]:
@@ -357,7 +311,7 @@ def overview(request: HttpRequest) -> HttpResponse:
         "section": "overview",
         "stats": stats,
         "health": health,
-        "strategy": next_turn_strategy(user, stats["messages"]),
+        "strategy": next_turn_strategy(user),
         "thresholds": {
             "full": settings.INDEX_FULL_MAX,
             "snippets": settings.INDEX_SNIPPET_MAX,
