@@ -104,11 +104,17 @@ def cited_ids(text: str) -> set[str]:
     return set(ULID_RE.findall(text or ""))
 
 
+def _markdown() -> markdown.Markdown:
+    """A Markdown converter that shows raw HTML as text (a person typing <b> sees <b>)."""
+    md = markdown.Markdown(extensions=["fenced_code", "tables", "sane_lists"], output_format="html")
+    md.preprocessors.deregister("html_block")
+    md.inlinePatterns.deregister("html")
+    return md
+
+
 def render_markdown(text: str, *, owner=None) -> SafeString:
     """Sanitized HTML for a message. With `owner`, ids of their messages become links."""
-    html = markdown.markdown(
-        text or "", extensions=["fenced_code", "tables", "sane_lists"], output_format="html"
-    )
+    html = _markdown().convert(text or "")
     clean = nh3.clean(
         html,
         tags=ALLOWED_TAGS,

@@ -1,0 +1,211 @@
+"""The chat as a person sees it: Debian's Chromium through Playwright against a real daphne.
+
+The server runs in a subprocess on the test database (RECOLLECT_DB_NAME) and talks to the
+scripted LLM; screenshots are kept in test-artifacts/.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from django.contrib.auth import get_user_model
+
+from chat import llm as chat_llm
+from tests import llm_server
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / "test-artifacts"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def browser_llm():
+    server = llm_server.start_in_thread(delay=0.05)
+    yield server
+    server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def live_daphne(django_db_setup, django_db_blocker, browser_llm):
+    if not os.path.exists(CHROMIUM):
+        pytest.skip("Debian's chromium is not installed")
+    from django.db import connection
+
+    with django_db_blocker.unblock():
+        db_name = connection.settings_dict["NAME"]
+    port = _free_port()
+    env = {
+        **os.environ,
+        "RECOLLECT_DB_NAME": db_name,
+        "OPENAI_BASE_URL": browser_llm.base_url,
+        "OPENAI_API_KEY": "test",
+        "CHAT_MODEL": "test-llm",
+        "RUN_WORKER_IN_SERVER": "false",
+        "RECOLLECT_TESTING": "true",
+        "XDG_RUNTIME_DIR": "/tmp",
+        "DJANGO_SETTINGS_MODULE": "config.settings",
+    }
+    ARTIFACTS.mkdir(exist_ok=True)
+    log = open(ARTIFACTS / "daphne-browser.log", "w")  # noqa: SIM115 - open for the server's life
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "config.asgi:application"],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 90
+    while time.time() < deadline:
+        try:
+            urllib.request.urlopen(url + "/login/", timeout=2)
+            break
+        except OSError:
+            if proc.poll() is not None:
+                raise RuntimeError("daphne exited; see test-artifacts/daphne-browser.log") from None
+            time.sleep(0.5)
+    yield url
+    proc.terminate()
+    proc.wait(10)
+    log.close()
+
+
+@pytest.fixture
+def page(live_daphne):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        context = browser.new_context(viewport={"width": 1200, "height": 900})
+        page = context.new_page()
+        page.set_default_timeout(60_000)
+        page.on("dialog", lambda dialog: dialog.accept())
+        yield page
+        browser.close()
+
+
+@pytest.fixture
+def person(transactional_db):
+    get_user_model().objects.create_user("ada", password="ada-pass-12345")
+    chat_llm._client.cache_clear()
+    return "ada", "ada-pass-12345"
+
+
+def sign_in_and_open_chat(page, url, person):
+    page.goto(url + "/login/")
+    page.fill("input[name=username]", person[0])
+    page.fill("input[name=password]", person[1])
+    page.click("button[type=submit]")
+    page.click("text=New chat")
+    page.wait_for_selector("#connection:has-text('connected')")
+
+
+def send(page, text):
+    page.fill("#composer-input", text)
+    page.keyboard.press("Enter")
+
+
+def test_a_person_sees_a_reply_stream_in_and_a_tool_call_appear(person, page, live_daphne, browser_llm):
+    browser_llm.state.add_script(
+        "zebra",
+        [
+            {"tool_calls": [{"name": "vector_search", "arguments": {"query": "zebra stripes"}}]},
+            {
+                "text": "Zebras have stripes, and here is **more** than one word to stream slowly",
+                "delay": 0.15,
+            },
+        ],
+        False,
+    )
+    sign_in_and_open_chat(page, live_daphne, person)
+    send(page, "tell me about zebra stripes <script>window.pwned=1</script>")
+    user_row = page.locator("li.message.user").first
+    user_row.wait_for()
+    assert "<script>window.pwned=1</script>" in user_row.locator(".content").inner_text()
+    tool = page.locator(".tool-call").first
+    tool.wait_for()
+    assert "searched memory for “zebra stripes”" in tool.inner_text()
+    streaming = page.locator("li.message.assistant.streaming .streaming-text")
+    page.wait_for_function(
+        "() => { const el = document.querySelector('li.message.streaming .streaming-text');"
+        " return el && el.textContent.split(' ').length >= 3; }"
+    )
+    partial = streaming.inner_text()
+    page.screenshot(path=str(ARTIFACTS / "chat-streaming.png"), full_page=True)
+    assert partial and "one word to stream slowly" not in partial  # still arriving
+    done = page.locator("li.message.assistant:not(.streaming)").first
+    done.wait_for()
+    assert "Zebras have stripes" in done.inner_text()
+    assert done.locator("strong").inner_text() == "more"
+    assert "searched memory for “zebra stripes”" in done.locator(".tool-call").inner_text()
+    assert page.evaluate("window.pwned") is None
+    page.screenshot(path=str(ARTIFACTS / "chat-reply-with-tool-call.png"), full_page=True)
+
+
+def test_a_person_edits_deletes_undoes_and_switches_branches(person, page, live_daphne, browser_llm):
+    sign_in_and_open_chat(page, live_daphne, person)
+    send(page, "My cat is called Tom")
+    page.locator("li.message.assistant:not(.streaming)").first.wait_for()
+
+    # Edit in place, then open the history.
+    user_row = page.locator("li.message.user").first
+    user_row.hover()
+    user_row.locator("[data-action=edit]").click()
+    user_row.locator(".editor textarea").fill("My cat is called Felix")
+    user_row.locator(".editor button[type=submit]").click()
+    page.locator("li.message.user .content:has-text('Felix')").wait_for()
+    page.locator("li.message.user [data-action=history]").click()
+    history = page.locator(".edit-history")
+    history.wait_for()
+    assert "My cat is called Tom" in history.inner_text() and "Felix" in history.inner_text()
+    page.screenshot(path=str(ARTIFACTS / "chat-edit-history.png"), full_page=True)
+
+    # Delete the reply, then undo.
+    reply = page.locator("li.message.assistant").first
+    reply.hover()
+    reply.locator("[data-action=delete]").click()
+    page.locator("li.message.deleted").wait_for()
+    page.screenshot(path=str(ARTIFACTS / "chat-deleted.png"), full_page=True)
+    page.locator("li.message.deleted [data-action=restore]").click()
+    page.locator("li.message.assistant:not(.deleted) .content:has-text('You said')").wait_for()
+
+    # Edit the user message as a new version and get a new answer: a branch.
+    user_row = page.locator("li.message.user").first
+    user_row.hover()
+    user_row.locator("[data-action=edit]").click()
+    user_row.locator(".editor textarea").fill("My dog is called Rex")
+    user_row.locator(".editor button:has-text('new version')").click()
+    page.locator("li.message.assistant:not(.streaming) .content:has-text('Rex')").wait_for()
+    page.reload()
+    page.locator(".branch-pos:has-text('2/2')").wait_for()
+    page.screenshot(path=str(ARTIFACTS / "chat-branch-2-of-2.png"), full_page=True)
+    page.locator("button[aria-label='Previous version']").click()
+    page.locator(".branch-pos:has-text('1/2')").wait_for()
+    thread = page.locator("#thread").inner_text()
+    assert "Felix" in thread and "Rex" not in thread
+    page.screenshot(path=str(ARTIFACTS / "chat-branch-1-of-2.png"), full_page=True)

@@ -1,0 +1,127 @@
+"""Chat pages: accounts, conversation list, the chat page, branches, history; strangers get 404."""
+
+from __future__ import annotations
+
+import pytest
+from django.urls import reverse
+
+from chat import branches
+from memory import store
+from memory.models import Conversation
+
+
+@pytest.fixture
+def thread(owner, conversation):
+    """user → assistant, then an edited user message branch with its own reply."""
+    q1 = store.store_message(owner, conversation, "user", "What is the capital of France?", embed=False)
+    a1 = store.store_message(owner, conversation, "assistant", "Paris.", parent_id=q1.pk, embed=False)
+    q2 = store.store_message(owner, conversation, "user", "What is the capital of Italy?", embed=False)
+    a2 = store.store_message(owner, conversation, "assistant", "Rome.", parent_id=q2.pk, embed=False)
+    branches.set_leaf(conversation, a2)
+    return q1, a1, q2, a2
+
+
+def test_it_requires_sign_in(client, conversation):
+    response = client.get(reverse("chat:conversation", args=[conversation.pk]))
+    assert response.status_code == 302 and reverse("login") in response.url
+
+
+def test_it_hides_other_users_conversations(client, owner, stranger_conversation):
+    client.force_login(owner)
+    for name in ("chat:conversation",):
+        assert client.get(reverse(name, args=[stranger_conversation.pk])).status_code == 404
+    for name in ("chat:rename_conversation", "chat:delete_conversation"):
+        assert client.post(reverse(name, args=[stranger_conversation.pk]), {"title": "x"}).status_code == 404
+    assert Conversation.objects.filter(pk=stranger_conversation.pk, title="Stranger's conversation").exists()
+
+
+def test_it_hides_other_users_messages(client, stranger, owner, thread, stranger_conversation):
+    q1, *_ = thread
+    client.force_login(stranger)
+    assert client.get(reverse("chat:message", args=[q1.pk])).status_code == 404
+    assert client.get(reverse("chat:message_history", args=[q1.pk])).status_code == 404
+    url = reverse("chat:switch_branch", args=[stranger_conversation.pk, q1.pk])
+    assert client.post(url).status_code == 404
+
+
+def test_the_page_shows_the_active_branch_with_version_navigation(client, owner, conversation, thread):
+    q1, a1, q2, a2 = thread
+    client.force_login(owner)
+    page = client.get(reverse("chat:conversation", args=[conversation.pk])).content.decode()
+    assert "Rome." in page and "capital of Italy" in page
+    assert "Paris." not in page
+    assert "2/2" in page
+
+
+def test_switching_branches_shows_the_other_version(client, owner, conversation, thread):
+    q1, a1, q2, a2 = thread
+    client.force_login(owner)
+    response = client.post(
+        reverse("chat:switch_branch", args=[conversation.pk, q1.pk]), HTTP_HX_REQUEST="true"
+    )
+    html = response.content.decode()
+    assert response.status_code == 200 and html.lstrip().startswith('<ol class="messages" id="thread">')
+    assert "Paris." in html and "Rome." not in html and "1/2" in html
+    assert branches.active_leaf(conversation).pk == a1.pk
+
+
+def test_edit_history_is_one_click_away(client, owner, thread):
+    q1, *_ = thread
+    store.update_message(owner, q1.pk, "What is the capital of Spain?")
+    client.force_login(owner)
+    html = client.get(reverse("chat:message_history", args=[q1.pk])).content.decode()
+    assert "capital of France" in html and "capital of Spain" in html
+
+
+def test_a_cited_message_opens_on_its_branch(client, owner, conversation, thread):
+    q1, a1, *_ = thread
+    client.force_login(owner)
+    response = client.get(reverse("chat:message", args=[a1.pk]))
+    assert response.status_code == 302
+    page = client.get(response.url).content.decode()
+    assert "Paris." in page and "Rome." not in page
+
+
+def test_message_content_is_escaped_and_markdown_sanitized(client, owner, conversation):
+    store.store_message(
+        owner,
+        conversation,
+        "assistant",
+        "<script>alert(1)</script> **bold** <img src=x onerror=alert(2)> [x](javascript:alert(3))\n\n```\ncode <b>\n```",
+        embed=False,
+    )
+    client.force_login(owner)
+    page = client.get(reverse("chat:conversation", args=[conversation.pk])).content.decode()
+    thread_html = page.split('id="thread"', 1)[1]
+    assert "<script>alert" not in thread_html and "onerror" not in thread_html.replace(
+        "onerror=alert(2)&gt;", ""
+    )
+    assert "javascript:" not in thread_html.split('class="raw"')[0]
+    assert "<strong>bold</strong>" in thread_html and "code &lt;b&gt;" in thread_html
+
+
+def test_signup_can_be_switched_off(client, settings, db):
+    assert client.get(reverse("chat:signup")).status_code == 200
+    settings.ALLOW_SIGNUP = False
+    assert client.get(reverse("chat:signup")).status_code == 404
+
+
+def test_signup_creates_an_account_and_signs_in(client, db):
+    response = client.post(
+        reverse("chat:signup"),
+        {"username": "newbie", "password1": "a-long-pass-123", "password2": "a-long-pass-123"},
+    )
+    assert response.status_code == 302
+    assert client.get(reverse("chat:home")).status_code == 200
+
+
+def test_conversations_can_be_created_renamed_and_deleted(client, owner):
+    client.force_login(owner)
+    response = client.post(reverse("chat:new_conversation"))
+    conv = Conversation.objects.get(owner=owner)
+    assert response.url == reverse("chat:conversation", args=[conv.pk])
+    client.post(reverse("chat:rename_conversation", args=[conv.pk]), {"title": "Trip plans"})
+    conv.refresh_from_db()
+    assert conv.title == "Trip plans"
+    client.post(reverse("chat:delete_conversation", args=[conv.pk]))
+    assert not Conversation.objects.filter(pk=conv.pk).exists()
