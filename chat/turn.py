@@ -27,6 +27,7 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 from django.conf import settings
+from django.db import InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 
 from chat import branches, llm
@@ -43,6 +44,30 @@ Emit = Callable[[dict[str, Any]], Awaitable[None]]
 
 def db(func):
     return database_sync_to_async(func, thread_sensitive=False)
+
+
+DB_WRITE_ATTEMPTS = 4
+
+
+def durable(func):
+    """`func` in one transaction, tried again when the database connection drops (a restart,
+    a failover, a killed backend): the message a person sent and the reply must not be lost
+    to a blip. One transaction makes a retry safe: a failed attempt leaves nothing behind."""
+
+    def run(*args, **kwargs):
+        for attempt in range(DB_WRITE_ATTEMPTS):
+            try:
+                with transaction.atomic():
+                    return func(*args, **kwargs)
+            except (OperationalError, InterfaceError):
+                if attempt == DB_WRITE_ATTEMPTS - 1:
+                    raise
+                logger.warning("database write failed (attempt %d); retrying", attempt + 1)
+                connection.close()
+                time.sleep(0.2 * 3**attempt)
+        raise AssertionError("unreachable")
+
+    return run
 
 
 SYSTEM_PROMPT = """You are Recollect, a helpful assistant whose memory never runs out.
@@ -108,7 +133,7 @@ async def run_turn(
     """
     # 1. The user message, committed first.
     if reply_to is None:
-        user_message = await db(_store_user_message)(owner, conversation, content, parent_id)
+        user_message = await db(durable(_store_user_message))(owner, conversation, content, parent_id)
         await emit(
             {
                 "type": "chat.message",
@@ -201,7 +226,7 @@ async def run_turn(
         reply.error = reply.error or "Something went wrong on the server while answering."
 
     # 4. The assistant message, its tool calls, the snapshot link, the active branch.
-    assistant = await db(_store_reply)(owner, conversation, user_message, reply, snapshot)
+    assistant = await db(durable(_store_reply))(owner, conversation, user_message, reply, snapshot)
     await emit(
         {
             "type": "chat.reply_done",
