@@ -7,12 +7,14 @@ Every run is recorded as an UpkeepRun so the explorer can show what ran and what
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import time
 from collections.abc import Iterable
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from django.db import transaction
 from django.utils import timezone
 from django_tasks import task
 
@@ -84,7 +86,14 @@ def run_upkeep(owner, message_ids: Iterable[str]) -> dict[str, Any]:
 @task()
 def topic_upkeep(owner_id: int, message_ids: list[str]) -> dict[str, Any]:
     owner = _owner(owner_id)
-    return _record(owner_id, "topic_upkeep", lambda: run_upkeep(owner, message_ids))
+
+    def work():
+        # All or nothing: a worker killed halfway leaves no half-made topic behind, and the
+        # task, queued again, starts from a clean slate.
+        with transaction.atomic():
+            return run_upkeep(owner, message_ids)
+
+    return _record(owner_id, "topic_upkeep", work)
 
 
 @task()
@@ -107,10 +116,40 @@ def embed_pending_task(owner_id: int | None = None) -> dict[str, Any]:
     return _record(owner_id, "embed_pending", lambda: {"embedded": embed_pending(owner)})
 
 
+# A task still "running" after this long lost its worker (killed, out of memory, host gone).
+ABANDONED_AFTER = dt.timedelta(minutes=30)
+
+
+def requeue_abandoned(older_than: dt.timedelta = ABANDONED_AFTER) -> int:
+    """Put tasks a worker claimed but never finished back in the queue, and mark their upkeep
+    runs as stopped so the explorer says what happened. Returns how many tasks were requeued.
+
+    The database backend has no heartbeat: a worker killed mid-task leaves its task RUNNING
+    forever. Upkeep is idempotent (topic_upkeep is one transaction and skips messages that
+    already have a topic), so running such a task again is safe."""
+    from django_tasks import TaskResultStatus
+    from django_tasks_db.models import DBTaskResult
+
+    cutoff = timezone.now() - older_than
+    requeued = DBTaskResult.objects.filter(status=TaskResultStatus.RUNNING, started_at__lt=cutoff).update(
+        status=TaskResultStatus.READY, started_at=None
+    )
+    if requeued:
+        logger.warning("requeued %d task(s) abandoned by a stopped worker", requeued)
+        UpkeepRun.objects.filter(finished_at=None, started_at__lt=cutoff).update(
+            ok=False,
+            finished_at=timezone.now(),
+            detail={"error": "the worker stopped before finishing; the task was queued again"},
+        )
+    return requeued
+
+
 def queue_upkeep(owner_id: int, message_ids: Iterable[str]) -> bool:
     """Enqueue topic upkeep for these messages. Cheap, and never fails the caller: a queue
-    problem is logged and reported as False (the next rebuild catches up)."""
+    problem is logged and reported as False (the next rebuild catches up). Tasks abandoned by
+    a dead worker are requeued on the way, so the queue heals without an operator."""
     try:
+        requeue_abandoned()
         ids = [str(i) for i in message_ids if i]
         if not ids:
             return False
