@@ -82,6 +82,9 @@ class ServerProcess:
             "OPENAI_API_KEY": "sk-test-secret-key", "CHAT_MODEL": "test-llm", "LLM_MAX_RETRIES": "0",
             "RUN_WORKER_IN_SERVER": "false", "XDG_RUNTIME_DIR": "/tmp",
             "DJANGO_SETTINGS_MODULE": "config.settings", "REDIS_URL": redis_url,
+            # The scripted LLM's deterministic embeddings: no 10-40 s model load per server.
+            "EMBEDDING_BACKEND": "openai", "EMBEDDING_BASE_URL": llm_base_url,
+            "EMBEDDING_API_KEY": "test", "EMBEDDING_MODEL": "test-embed", "EMBEDDING_DIMENSIONS": "384",
             **(extra_env or {}),
         }
         self.log_path = ARTIFACTS / f"daphne-{name}.log"
