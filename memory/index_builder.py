@@ -423,24 +423,25 @@ def _matches(
     writer.add("")
     writer.add(header)
     shown_sessions: set[str] = set()
+    # The best few hits bring their session neighbours (seed 001 §2.1), once per session,
+    # fetched in one query.
+    _check(deadline)
+    top_ids = [h.message_id for h in hits[:neighbours] if h.type == "message"]
+    tops = {m.pk: m for m in Message.objects.visible_to(owner).filter(pk__in=top_ids)} if top_ids else {}
+    around = sessions.neighbours_many(owner, list(tops.values()))
+    recent_ids = {m.pk for m in plan.recent}
     for i, h in enumerate(hits):
         if not writer.add(_hit_line(h)):
             break
         included.append(h.message_id)
-        # The best few hits bring their session neighbours (seed 001 §2.1), once per session.
-        if i < neighbours and h.type == "message":
-            _check(deadline)
-            hit_message = Message.objects.visible_to(owner).filter(pk=h.message_id).first()
-            if hit_message is None or hit_message.pk in shown_sessions:
+        if i >= neighbours or h.message_id not in tops or h.message_id in shown_sessions:
+            continue
+        for n in around.get(h.message_id, []):
+            if n.pk in included or n.pk in recent_ids:
                 continue
-            for n in sessions.neighbours(owner, hit_message, before=1, after=1):
-                if n.pk in included or n.pk in {m.pk for m in plan.recent}:
-                    continue
-                shown_sessions.add(n.pk)
-                if writer.add(
-                    f"    ↳ same session: {n.pk} {n.role}: {_quote(n.snippet or n.content)}"
-                ):
-                    included.append(n.pk)
+            shown_sessions.add(n.pk)
+            if writer.add(f"    ↳ same session: {n.pk} {n.role}: {_quote(n.snippet or n.content)}"):
+                included.append(n.pk)
 
 
 def _full(owner, plan, writer, hits, left_out, included, deadline, query) -> None:

@@ -247,6 +247,7 @@ class Passage(models.Model):
             models.Index(fields=["owner", "deleted", "kind"], name="passage_owner_live"),
             models.Index(fields=["owner", "timestamp"], name="passage_owner_ts"),
             models.Index(fields=["embedding_model"], name="passage_model"),
+            models.Index(fields=["owner", "embedding_model"], name="passage_owner_model"),
         ]
 
 

@@ -21,7 +21,7 @@ from django.db import connection, transaction
 from django.db.utils import OperationalError
 
 from memory.embeddings import get_embedder
-from memory.models import Message, Passage, ToolCall
+from memory.models import Message, ToolCall
 
 logger = logging.getLogger(__name__)
 
@@ -159,8 +159,7 @@ def _vector_candidates(owner, query, filters, k, results, query_vector=None) -> 
         "1 - (p.embedding <=> %s::vector) AS similarity "
         "FROM memory_passage p "
         "WHERE p.owner_id = %s AND NOT p.deleted AND p.embedding_model = %s "
-        "AND p.embedding IS NOT NULL" + where +
-        " ORDER BY p.embedding <=> %s::vector LIMIT %s"
+        "AND p.embedding IS NOT NULL" + where + " ORDER BY p.embedding <=> %s::vector LIMIT %s"
     )
     vec = vector_literal(vector)
     try:
@@ -174,8 +173,11 @@ def _vector_candidates(owner, query, filters, k, results, query_vector=None) -> 
     except OperationalError as exc:  # statement_timeout (QueryCanceled) and friends
         logger.warning("vector search fell back: %s", exc)
         results.fallbacks.append(
-            {"kind": "vector_timeout", "detail": f"vector search exceeded "
-             f"{settings.VECTOR_SEARCH_TIMEOUT_MS} ms; keyword results only"}
+            {
+                "kind": "vector_timeout",
+                "detail": f"vector search exceeded "
+                f"{settings.VECTOR_SEARCH_TIMEOUT_MS} ms; keyword results only",
+            }
         )
         return []
     _note_model_mismatch(owner, embedder.name, results)
@@ -185,13 +187,18 @@ def _vector_candidates(owner, query, filters, k, results, query_vector=None) -> 
 
 
 def _note_model_mismatch(owner, model_name: str, results: SearchResults) -> None:
-    other = (
-        Passage.objects.owned_by(owner)
-        .exclude(embedding_model=model_name)
-        .exclude(embedding_model="")
-        .values_list("embedding_model", flat=True)
-        .first()
-    )
+    # Two range probes on (owner, embedding_model) instead of `<>`, so each is one index
+    # descent however large the memory (a `<>` filter would walk every row of the owner).
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "(SELECT embedding_model FROM memory_passage WHERE owner_id = %s "
+            "AND embedding_model > '' AND embedding_model < %s LIMIT 1) UNION ALL "
+            "(SELECT embedding_model FROM memory_passage WHERE owner_id = %s "
+            "AND embedding_model > %s LIMIT 1) LIMIT 1",
+            [owner.pk, model_name, owner.pk, model_name],
+        )
+        row = cursor.fetchone()
+    other = row[0] if row else None
     if other:
         results.fallbacks.append(
             {
@@ -202,69 +209,131 @@ def _note_model_mismatch(owner, model_name: str, results: SearchResults) -> None
         )
 
 
+# Question phrasing that says nothing about the answer (Postgres' English stop words already
+# drop "what", "did", "the", ...).
+QUERY_STOP_WORDS = frozenset(
+    [
+        "remember",
+        "recall",
+        "tell",
+        "mention",
+        "mentioned",
+        "said",
+        "say",
+        "talk",
+        "talked",
+        "discuss",
+        "discussed",
+        "ask",
+        "asked",
+        "know",
+        "think",
+        "again",
+        "earlier",
+        "previously",
+        "ever",
+        "please",
+    ]
+)
+# Document frequencies are estimated on the owner's most recent passages: exact for a small
+# history, a sample for a large one. Counting every match of a common word at 1M rows would
+# cost more than the whole turn may.
+DF_SAMPLE = 4000
+# A term is "rare" when it occurs in at most this share of the sample: only rare terms retrieve
+# from the whole history (their matches are few); every term scores, and every term retrieves
+# from the most recent RECENT_WINDOW passages.
+RARE_SHARE = 0.005
+RECENT_WINDOW = 1000
+RARE_CAP = 5000
+
+
+def query_lexemes(query: str) -> list[str]:
+    """The query's English lexemes (stemmed, stop words and question phrasing dropped)."""
+    words = [w for w in query_terms(query) if w not in QUERY_STOP_WORDS]
+    if not words:
+        return []
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT DISTINCT unnest(tsvector_to_array(to_tsvector('english', %s)))",
+            [" ".join(words)],
+        )
+        return sorted(r[0] for r in cursor.fetchall() if re.fullmatch(r"[a-z0-9_]+", r[0]))[:24]
+
+
 def _keyword_candidates(owner, query, filters, k, results) -> list[tuple]:
-    terms = query_terms(query)
-    if not terms:
+    lexemes = query_lexemes(query)
+    if not lexemes:
         return []
     where, params = filters.sql()
     # OR of the terms (a natural question rarely has every word in the answer), each term
     # weighted by its rarity among this owner's passages, BM25-style.
-    weights = _term_weights(owner, terms)
+    weights, complete, shares = _term_weights(owner, lexemes)
     if not weights:
         return []
-    tsquery = " | ".join(f"'{t}'" for t in weights)
-    weighted = " + ".join(
-        ["%s * ts_rank_cd(p.search_vector, to_tsquery('english', %s), 1)"] * len(weights)
-    )
+    rare = [t for t in weights if complete or shares[t] <= RARE_SHARE]
+    any_q = " | ".join(f"'{t}'" for t in weights)
+    weighted = " + ".join(["%s * ts_rank_cd(p.search_vector, to_tsquery('english', %s), 1)"] * len(weights))
     weight_params: list[Any] = []
     for term, w in weights.items():
         weight_params.extend([w, f"'{term}'"])
+    base = (
+        "SELECT p.id FROM memory_passage p WHERE p.owner_id = %s AND NOT p.deleted "
+        "AND p.search_vector @@ to_tsquery('english', %s)" + where
+    )
+    parts, part_params = [], []
+    if rare:
+        parts.append(f"({base} LIMIT {RARE_CAP})")
+        part_params += [owner.pk, " | ".join(f"'{t}'" for t in rare), *params]
+    if not complete:
+        parts.append(f"({base} ORDER BY p.timestamp DESC LIMIT {RECENT_WINDOW})")
+        part_params += [owner.pk, any_q, *params]
     sql = (
         "SELECT p.message_id, p.tool_call_id, p.logical_message_id, p.text, "
         f"({weighted}) AS score "
-        "FROM memory_passage p "
-        "WHERE p.owner_id = %s AND NOT p.deleted "
-        "AND p.search_vector @@ to_tsquery('english', %s)" + where +
-        " ORDER BY score DESC LIMIT %s"
+        "FROM memory_passage p WHERE p.id IN (" + " UNION ALL ".join(parts) + ") "
+        "ORDER BY score DESC LIMIT %s"
     )
     try:
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute(f"SET LOCAL statement_timeout = {int(settings.VECTOR_SEARCH_TIMEOUT_MS)}")
-            cursor.execute(sql, [*weight_params, owner.pk, tsquery, *params, k])
+            cursor.execute(sql, [*weight_params, *part_params, k])
             return cursor.fetchall()
     except OperationalError as exc:
         results.fallbacks.append({"kind": "keyword_timeout", "detail": str(exc)[:200]})
         return []
 
 
-def _term_weights(owner, terms: list[str]) -> dict[str, float]:
-    """IDF of each distinct query lexeme among the owner's passages (stop words dropped)."""
+def _term_weights(owner, lexemes: list[str]) -> tuple[dict[str, float], bool, dict[str, float]]:
+    """BM25 IDF of each lexeme, from one query over the owner's newest DF_SAMPLE passages.
+
+    Returns (weights, complete, share): complete is True when the sample is the whole history
+    (so the counts are exact), share the fraction of sampled passages holding each lexeme.
+    Lexemes absent from the sample get the highest weight (they are rare, or absent: an absent
+    one simply matches nothing)."""
+    if not lexemes:
+        return {}, True, {}
+    counts = ", ".join(
+        ["count(*) FILTER (WHERE s.search_vector @@ to_tsquery('english', %s))"] * len(lexemes)
+    )
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT DISTINCT unnest(tsvector_to_array(to_tsvector('english', %s)))",
-            [" ".join(terms)],
+            f"SELECT count(*), {counts} FROM (SELECT search_vector FROM memory_passage "
+            "WHERE owner_id = %s AND NOT deleted ORDER BY timestamp DESC LIMIT %s) s",
+            [*(f"'{lex}'" for lex in lexemes), owner.pk, DF_SAMPLE],
         )
-        lexemes = [r[0] for r in cursor.fetchall() if re.fullmatch(r"[a-z0-9_]+", r[0])]
-        if not lexemes:
-            return {}
-        cursor.execute(
-            "SELECT reltuples::bigint FROM pg_class WHERE relname = 'memory_passage'"
-        )
-        total = max(1, int(cursor.fetchone()[0] or 0))
-        weights = {}
-        cap = 20000
-        for lex in lexemes[:16]:
-            cursor.execute(
-                "SELECT count(*) FROM (SELECT 1 FROM memory_passage WHERE owner_id = %s "
-                "AND search_vector @@ to_tsquery('english', %s) LIMIT %s) s",
-                [owner.pk, f"'{lex}'", cap],
-            )
-            df = int(cursor.fetchone()[0])
-            if df == 0:
-                continue
-            n = max(total, df)
-            weights[lex] = math.log(1 + (n - df + 0.5) / (df + 0.5))
-    return weights
+        row = cursor.fetchone()
+    n = int(row[0])
+    if n == 0:
+        return {}, True, {}
+    complete = n < DF_SAMPLE
+    weights, shares = {}, {}
+    for lex, df in zip(lexemes, row[1:], strict=True):
+        df = int(df)
+        if complete and df == 0:
+            continue  # exact: the term is nowhere in this owner's memory
+        weights[lex] = math.log(1 + (n - df + 0.5) / (df + 0.5))
+        shares[lex] = df / n
+    return weights, complete, shares
 
 
 def _fuse(owner, vector_rows, keyword_rows, limit) -> list[SearchHit]:
@@ -310,13 +379,20 @@ def _fuse(owner, vector_rows, keyword_rows, limit) -> list[SearchHit]:
             logical = m.chunk_parent if m.is_chunk else m
             hits.append(
                 SearchHit(
-                    id=m.pk, type="message", is_chunk=m.is_chunk, message_id=logical.pk,
-                    conversation=m.conversation_id, role=m.role, timestamp=m.timestamp,
-                    score=score, snippet=_snippet(entry["text"]) or m.snippet,
+                    id=m.pk,
+                    type="message",
+                    is_chunk=m.is_chunk,
+                    message_id=logical.pk,
+                    conversation=m.conversation_id,
+                    role=m.role,
+                    timestamp=m.timestamp,
+                    score=score,
+                    snippet=_snippet(entry["text"]) or m.snippet,
                     external_id=(logical.metadata or {}).get("external_id"),
                     vector_rank=entry.get("vector_rank"),
                     keyword_rank=entry.get("keyword_rank"),
-                    vector_similarity=entry.get("similarity"), passage_text=entry["text"],
+                    vector_similarity=entry.get("similarity"),
+                    passage_text=entry["text"],
                 )
             )
         else:
@@ -325,11 +401,19 @@ def _fuse(owner, vector_rows, keyword_rows, limit) -> list[SearchHit]:
                 continue
             hits.append(
                 SearchHit(
-                    id=c.pk, type="tool_call", is_chunk=c.is_chunk, message_id=c.message_id,
-                    conversation=entry.get("conversation") or "", role="tool", timestamp=c.timestamp,
-                    score=score, snippet=_snippet(entry["text"]), vector_rank=entry.get("vector_rank"),
+                    id=c.pk,
+                    type="tool_call",
+                    is_chunk=c.is_chunk,
+                    message_id=c.message_id,
+                    conversation=entry.get("conversation") or "",
+                    role="tool",
+                    timestamp=c.timestamp,
+                    score=score,
+                    snippet=_snippet(entry["text"]),
+                    vector_rank=entry.get("vector_rank"),
                     keyword_rank=entry.get("keyword_rank"),
-                    vector_similarity=entry.get("similarity"), passage_text=entry["text"],
+                    vector_similarity=entry.get("similarity"),
+                    passage_text=entry["text"],
                 )
             )
     # Tool-call hits carry their message's conversation.

@@ -50,6 +50,42 @@ def neighbours(owner, message: Message, *, before: int = 1, after: int = 1) -> l
     return run[max(0, i - before) : i] + run[i + 1 : i + 1 + after]
 
 
+def neighbours_many(
+    owner, messages: list[Message], *, before: int = 1, after: int = 1
+) -> dict[str, list[Message]]:
+    """neighbours() for several messages in one query: {message id: its session neighbours}."""
+    from django.db.models import Q
+
+    if not messages:
+        return {}
+    reach = max(before, after) + 2  # a little slack for chunks and hidden rows between positions
+    ranges = Q()
+    for m in messages:
+        ranges |= Q(conversation_id=m.conversation_id, position__gte=m.position - reach,
+                    position__lte=m.position + reach)
+    rows = list(Message.objects.visible_to(owner).logical().filter(ranges).order_by("position"))
+    gap = idle_gap()
+    found: dict[str, list[Message]] = {}
+    for m in messages:
+        same = [r for r in rows if r.conversation_id == m.conversation_id and r.pk != m.pk]
+        earlier = [r for r in same if r.position < m.position][::-1]
+        later = [r for r in same if r.position > m.position]
+        picked_before, last = [], m
+        for r in earlier[:before]:
+            if last.timestamp - r.timestamp > gap:
+                break
+            picked_before.insert(0, r)
+            last = r
+        picked_after, last = [], m
+        for r in later[:after]:
+            if r.timestamp - last.timestamp > gap:
+                break
+            picked_after.append(r)
+            last = r
+        found[m.pk] = picked_before + picked_after
+    return found
+
+
 def split_sessions(messages: list[Message]) -> list[list[Message]]:
     """Cut a time-ordered list of messages into sessions at idle gaps and conversation changes."""
     gap = idle_gap()
