@@ -128,6 +128,8 @@ class ChatConsumer(AsyncWebsocketConsumer):
                 frame = json.loads(text_data)
             except json.JSONDecodeError:
                 raise FrameError("bad_frame", "frame is not valid JSON") from None
+            except RecursionError:
+                raise FrameError("bad_frame", "frame is nested too deeply") from None
             if not isinstance(frame, dict):
                 raise FrameError("bad_frame", "frame must be a JSON object")
             frame_type = frame.get("type")
