@@ -338,28 +338,38 @@ def _time_range(user) -> tuple[dt.datetime, dt.datetime] | None:
 def _sparklines(
     user, topics: list[Topic], span: tuple[dt.datetime, dt.datetime] | None
 ) -> dict[str, charts.Sparkline]:
-    """Activity of each topic (its whole subtree) over the memory's time span, in equal buckets."""
+    """Activity of each topic over the memory's time span, in equal buckets.
+
+    Read from the leaf topics below each one (their period and size), never from the messages
+    themselves: a top-level topic of 100,000 messages costs as little as a leaf. Each leaf's
+    messages are spread evenly over its period, which the temporally ordered tree keeps short.
+    """
     if not topics or span is None:
         return {}
     lo = span[0].timestamp()
-    hi = span[1].timestamp() + 1
+    width = max(1.0, span[1].timestamp() + 1 - lo) / SPARK_BUCKETS
     with connection.cursor() as cursor:
         cursor.execute(
             "WITH RECURSIVE tree(root, id) AS ("
             " SELECT id, id FROM memory_topic WHERE owner_id = %s AND id = ANY(%s)"
-            " UNION ALL SELECT tree.root, t.id FROM memory_topic t JOIN tree ON t.parent_id = tree.id)"
-            " SELECT tree.root, width_bucket(extract(epoch FROM m.timestamp)::float8, %s, %s, %s), count(*)"
-            " FROM tree JOIN memory_topicmembership tm ON tm.topic_id = tree.id"
-            " JOIN memory_message m ON m.id = tm.message_id"
-            " WHERE NOT m.deleted GROUP BY 1, 2",
-            [user.pk, [t.pk for t in topics], lo, hi, SPARK_BUCKETS],
+            " UNION ALL SELECT tree.root, t.id FROM memory_topic t"
+            " JOIN tree ON t.parent_id = tree.id)"
+            " SELECT tree.root, extract(epoch FROM t.period_start)::float8,"
+            " extract(epoch FROM coalesce(t.period_end, t.period_start))::float8, t.message_count"
+            " FROM tree JOIN memory_topic t ON t.id = tree.id"
+            " WHERE t.period_start IS NOT NULL"
+            " AND NOT EXISTS (SELECT 1 FROM memory_topic c WHERE c.parent_id = t.id)",
+            [user.pk, [t.pk for t in topics]],
         )
         rows = cursor.fetchall()
-    values: dict[str, list[int]] = {t.pk: [0] * SPARK_BUCKETS for t in topics}
-    for root, bucket, count in rows:
-        index = min(max(int(bucket) - 1, 0), SPARK_BUCKETS - 1)
-        values[root][index] += int(count)
-    return {pk: charts.sparkline(v) for pk, v in values.items()}
+    values: dict[str, list[float]] = {t.pk: [0.0] * SPARK_BUCKETS for t in topics}
+    for root, start, end, count in rows:
+        first = min(max(int((start - lo) // width), 0), SPARK_BUCKETS - 1)
+        last = min(max(int((end - lo) // width), first), SPARK_BUCKETS - 1)
+        share = (count or 0) / (last - first + 1)
+        for b in range(first, last + 1):
+            values[root][b] += share
+    return {pk: charts.sparkline([round(x) for x in v]) for pk, v in values.items()}
 
 
 @login_required
