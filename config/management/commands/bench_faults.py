@@ -233,7 +233,8 @@ def fault_worker_killed_mid_task(owner, conversation, llm) -> FaultResult:
     # Hold the topic table so the worker blocks inside the task, then kill it there.
     with psycopg.connect(**params) as blocker:
         blocker.execute("LOCK TABLE memory_topic IN ACCESS EXCLUSIVE MODE")
-        task = tasks.topic_upkeep.enqueue(owner.pk, ids)
+        # Top priority: on a database with a backlog the worker takes this task first.
+        task = tasks.topic_upkeep.using(priority=100).enqueue(owner.pk, ids)
         worker = _worker(db_name)
         try:
             deadline = time.time() + 60
@@ -267,7 +268,7 @@ def fault_worker_killed_mid_task(owner, conversation, llm) -> FaultResult:
     stopped_runs = UpkeepRun.objects.owned_by(owner).filter(ok=False).count()
     page = explorer_page(owner, "/explorer/")
     result.survived = (
-        stuck == TaskResultStatus.RUNNING and requeued == 1 and final.status == TaskResultStatus.SUCCESSFUL
+        stuck == TaskResultStatus.RUNNING and requeued >= 1 and final.status == TaskResultStatus.SUCCESSFUL
         and duplicates == 0 and set(memberships) == logical and empty_leaves == 0 and stopped_runs >= 1
         and page
     )
