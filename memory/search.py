@@ -141,7 +141,7 @@ def search(
     keyword_rows = _keyword_candidates(owner, query, filters, k, results)
     results.timings_ms["keyword"] = round((time.perf_counter() - started) * 1000, 2)
 
-    results.hits = _fuse(owner, vector_rows, keyword_rows, limit)
+    results.hits = _fuse(owner, vector_rows, keyword_rows, limit, boosts=QueryBoosts.of(query))
     return results
 
 
@@ -156,7 +156,7 @@ def _vector_candidates(owner, query, filters, k, results, query_vector=None) -> 
         return []
     sql = (
         "SELECT p.message_id, p.tool_call_id, p.logical_message_id, p.text, "
-        "1 - (p.embedding <=> %s::vector) AS similarity "
+        "1 - (p.embedding <=> %s::vector) AS similarity, p.timestamp "
         "FROM memory_passage p "
         "WHERE p.owner_id = %s AND NOT p.deleted AND p.embedding_model = %s "
         "AND p.embedding IS NOT NULL" + where + " ORDER BY p.embedding <=> %s::vector LIMIT %s"
@@ -289,7 +289,7 @@ def _keyword_candidates(owner, query, filters, k, results) -> list[tuple]:
         part_params += [owner.pk, any_q, *params]
     sql = (
         "SELECT p.message_id, p.tool_call_id, p.logical_message_id, p.text, "
-        f"({weighted}) AS score "
+        f"({weighted}) AS score, p.timestamp "
         "FROM memory_passage p WHERE p.id IN (" + " UNION ALL ".join(parts) + ") "
         "ORDER BY score DESC LIMIT %s"
     )
@@ -336,8 +336,94 @@ def _term_weights(owner, lexemes: list[str]) -> tuple[dict[str, float], bool, di
     return weights, complete, shares
 
 
-def _fuse(owner, vector_rows, keyword_rows, limit) -> list[SearchHit]:
-    """Reciprocal rank fusion per unit (message, chunk or tool call)."""
+# A soft boost is worth half of a first place in one ranked list: enough to lift a candidate
+# the query names exactly, not enough to outrank one both lists agree on.
+BOOST = 0.5 / (RRF_K + 1)
+_MONTH_NAMES = [
+    "january", "february", "march", "april", "may", "june", "july", "august", "september",
+    "october", "november", "december",
+]
+_ISO_DATE = re.compile(r"\b(\d{4})-(\d{2})-(\d{2})\b")
+_IN_MONTH = re.compile(
+    r"\b(?:in|during|from|since|of)\s+(" + "|".join(_MONTH_NAMES) + r")\b(?:\s+(\d{4}))?", re.I
+)
+_IN_YEAR = re.compile(r"\b(?:in|during)\s+((?:19|20)\d{2})\b", re.I)
+
+
+def query_period(query: str, now: dt.datetime | None = None) -> tuple[dt.datetime, dt.datetime] | None:
+    """The time range a question names, if any: '2024-05-03', 'in March [2024]', 'in 2023',
+    'yesterday', 'today', 'last week', 'this week', 'last month', 'this month', 'last year'.
+
+    A month without a year is its latest occurrence not after `now`."""
+    from django.utils import timezone
+
+    now = timezone.localtime(now or timezone.now())
+    day0 = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    text = (query or "").lower()
+    if m := _ISO_DATE.search(text):
+        try:
+            start = day0.replace(year=int(m[1]), month=int(m[2]), day=int(m[3]))
+        except ValueError:
+            return None
+        return start, start + dt.timedelta(days=1)
+    if m := _IN_MONTH.search(text):
+        month = _MONTH_NAMES.index(m[1].lower()) + 1
+        year = int(m[2]) if m[2] else (now.year if month <= now.month else now.year - 1)
+        start = day0.replace(year=year, month=month, day=1)
+        end = start.replace(year=year + (month == 12), month=month % 12 + 1)
+        return start, end
+    if m := _IN_YEAR.search(text):
+        start = day0.replace(year=int(m[1]), month=1, day=1)
+        return start, start.replace(year=start.year + 1)
+    week0 = day0 - dt.timedelta(days=day0.weekday())
+    month0 = day0.replace(day=1)
+    relative = {
+        "yesterday": (day0 - dt.timedelta(days=1), day0),
+        "today": (day0, day0 + dt.timedelta(days=1)),
+        "last week": (week0 - dt.timedelta(days=7), week0),
+        "this week": (week0, week0 + dt.timedelta(days=7)),
+        "last month": ((month0 - dt.timedelta(days=1)).replace(day=1), month0),
+        "this month": (month0, (month0 + dt.timedelta(days=32)).replace(day=1)),
+        "last year": (day0.replace(year=now.year - 1, month=1, day=1), day0.replace(month=1, day=1)),
+    }
+    for phrase, span in relative.items():
+        if re.search(rf"\b{phrase}\b", text):
+            return span
+    return None
+
+
+@dataclass
+class QueryBoosts:
+    """What a query names exactly: entities (identifiers, names, numbers, dates) and a period."""
+
+    entities: list[str] = field(default_factory=list)
+    period: tuple[dt.datetime, dt.datetime] | None = None
+
+    @classmethod
+    def of(cls, query: str) -> QueryBoosts:
+        from memory import entities as entity_extraction
+
+        names = []
+        for found in entity_extraction.extract(query or ""):
+            name = entity_extraction.normalize(found.name)
+            name = re.sub(r"['’]s$", "", name)
+            if len(name) >= 2 and name not in QUERY_STOP_WORDS:
+                names.append(name)
+        return cls(entities=list(dict.fromkeys(names))[:8], period=query_period(query))
+
+    def bonus(self, text: str, timestamp: dt.datetime | None) -> float:
+        score = 0.0
+        if self.entities:
+            flat = " ".join((text or "").lower().split())
+            score += BOOST * min(2, sum(1 for e in self.entities if e in flat))
+        if self.period and timestamp is not None and self.period[0] <= timestamp < self.period[1]:
+            score += BOOST
+        return score
+
+
+def _fuse(owner, vector_rows, keyword_rows, limit, boosts: QueryBoosts | None = None) -> list[SearchHit]:
+    """Reciprocal rank fusion per unit (message, chunk or tool call), plus soft boosts for
+    the entities and the period the query names."""
     scores: dict[tuple[str, str], float] = {}
     info: dict[tuple[str, str], dict[str, Any]] = {}
 
@@ -361,6 +447,11 @@ def _fuse(owner, vector_rows, keyword_rows, limit) -> list[SearchHit]:
                 entry["similarity"] = float(row[4])
             elif "vector_rank" not in entry:
                 entry["text"] = row[3]
+            if len(row) > 5:
+                entry["timestamp"] = row[5]
+    if boosts is not None and (boosts.entities or boosts.period):
+        for key, entry in info.items():
+            scores[key] += boosts.bonus(entry["text"], entry.get("timestamp"))
     ranked = sorted(scores.items(), key=lambda kv: -kv[1])[:limit]
     message_ids = [key[1] for key, _ in ranked if key[0] == "message"]
     call_ids = [key[1] for key, _ in ranked if key[0] == "tool_call"]

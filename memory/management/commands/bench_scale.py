@@ -185,7 +185,7 @@ class Command(BaseCommand):
                 INSERT INTO memory_message (id, owner_id, conversation_id, role, content, snippet,
                     timestamp, token_count, metadata, edited, deleted, edit_history, is_chunk,
                     position)
-                SELECT 'S' || lpad(g::text, 25, '0'), %(owner)s, %(conv)s,
+                SELECT 'S' || lpad(%(owner)s::text, 6, '0') || lpad(g::text, 19, '0'), %(owner)s, %(conv)s,
                        CASE WHEN g %% 2 = 0 THEN 'user' ELSE 'assistant' END,
                        c.text, left(c.text, 100),
                        now() - make_interval(mins => (%(total)s - g)), ceil(length(c.text) * %(ratio)s),
