@@ -16,9 +16,9 @@ from typing import Any
 from django.conf import settings
 from django.contrib import messages as flash
 from django.contrib.auth.decorators import login_required
-from django.core.paginator import Page, Paginator
+from django.core.paginator import Page
 from django.db import connection, transaction
-from django.db.models import Count, F, Q, QuerySet, Sum
+from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet, Sum
 from django.db.models.functions import Left, Trunc
 from django.db.utils import OperationalError
 from django.http import Http404, HttpRequest, HttpResponse
@@ -29,6 +29,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django.views.decorators.vary import vary_on_headers
 
 from explorer import charts
+from explorer.counting import Tally, bounded_count, capped_page
 from explorer.filters import (
     GRANULARITIES,
     Filters,
@@ -122,8 +123,9 @@ def _get_entity_for_user(user, entity_id: int) -> Entity:
 
 
 def _page(request: HttpRequest, items, *, param: str = "page", per_page: int = PAGE_SIZE) -> Page:
-    """One page of `items`; a missing, malformed or too large page number gives page 1 / the last."""
-    return Paginator(items, per_page).get_page(request.GET.get(param))
+    """One page of `items`; a missing, malformed or too large page number gives page 1 / the last.
+    A long list is counted only a little past the page asked for (see explorer.counting)."""
+    return capped_page(items, request.GET.get(param), per_page)
 
 
 def _render(
@@ -150,13 +152,18 @@ def _descendant_ids(user, topic: Topic) -> list[str]:
         return [r[0] for r in cursor.fetchall()]
 
 
-def _messages_in_topic(user, topic: Topic) -> QuerySet[Message]:
-    ids = _descendant_ids(user, topic)
-    return (
-        Message.objects.visible_to(user)
-        .logical()
-        .filter(pk__in=TopicMembership.objects.owned_by(user).filter(topic_id__in=ids).values("message_id"))
+def _in_topics(user, topic: Topic) -> Exists:
+    """Membership in the topic or a topic below it, as EXISTS: an IN-subquery over a big topic
+    is materialised in full and keeps Postgres from walking the timestamp index in order."""
+    return Exists(
+        TopicMembership.objects.owned_by(user).filter(
+            message_id=OuterRef("pk"), topic_id__in=_descendant_ids(user, topic)
+        )
     )
+
+
+def _messages_in_topic(user, topic: Topic) -> QuerySet[Message]:
+    return Message.objects.visible_to(user).logical().filter(_in_topics(user, topic))
 
 
 def _apply_message_filters(user, qs: QuerySet[Message], f: Filters) -> QuerySet[Message]:
@@ -169,10 +176,7 @@ def _apply_message_filters(user, qs: QuerySet[Message], f: Filters) -> QuerySet[
     if f.end_dt:
         qs = qs.filter(timestamp__lt=f.end_dt)
     if f.topic:
-        ids = _descendant_ids(user, f.topic)
-        qs = qs.filter(
-            pk__in=TopicMembership.objects.owned_by(user).filter(topic_id__in=ids).values("message_id")
-        )
+        qs = qs.filter(_in_topics(user, f.topic))
     return qs
 
 
@@ -199,6 +203,16 @@ def _embedder_name() -> str:
 # --- overview ----------------------------------------------------------------------------------
 
 
+def _token_total(live: QuerySet[Message], messages: Tally) -> Tally:
+    """Tokens stored: summed exactly for a memory within the count cap, else estimated from
+    the newest messages' average (summing 100,000 rows would read them all)."""
+    if messages.exact:
+        return Tally(live.aggregate(n=Sum("token_count"))["n"] or 0)
+    sample = list(live.order_by("-timestamp").values_list("token_count", flat=True)[:1000])
+    average = sum(sample) / max(1, len(sample))
+    return Tally(round(average * messages.value), exact=False)
+
+
 def next_turn_strategy(user) -> dict[str, Any]:
     """Which index strategy the next turn would use and why (seed 000 §4.2), decided by the
     index builder itself so the explorer never disagrees with what the model will be shown."""
@@ -215,16 +229,15 @@ def _temporal_overview(user, now: dt.datetime | None = None) -> list[dict[str, A
     today = now.replace(hour=0, minute=0, second=0, microsecond=0)
     week = today - dt.timedelta(days=today.weekday())
     month = today.replace(day=1)
-    agg = (
-        Message.objects.visible_to(user)
-        .logical()
-        .aggregate(
-            today=Count("id", filter=Q(timestamp__gte=today)),
-            week=Count("id", filter=Q(timestamp__gte=week)),
-            month=Count("id", filter=Q(timestamp__gte=month)),
-            older=Count("id", filter=Q(timestamp__lt=month)),
-        )
+    live = Message.objects.visible_to(user).logical()
+    # The recent periods are a short range of the (owner, timestamp) index; "older" is most of
+    # a big memory, so it is counted up to a cap and estimated beyond it.
+    agg = live.filter(timestamp__gte=min(week, month)).aggregate(
+        today=Count("timestamp", filter=Q(timestamp__gte=today)),
+        week=Count("timestamp", filter=Q(timestamp__gte=week)),
+        month=Count("timestamp", filter=Q(timestamp__gte=month)),
     )
+    agg["older"] = bounded_count(live.filter(timestamp__lt=month))
     summaries = {p.period: p for p in PeriodSummary.objects.owned_by(user)[:20]}
     timeline = reverse("explorer:timeline")
     rows = [
@@ -262,45 +275,40 @@ def _temporal_overview(user, now: dt.datetime | None = None) -> list[dict[str, A
 @require_GET
 def overview(request: HttpRequest) -> HttpResponse:
     user = request.user
-    msg = Message.objects.owned_by(user).aggregate(
-        messages=Count("id", filter=Q(is_chunk=False, deleted=False)),
-        chunks=Count("id", filter=Q(is_chunk=True, deleted=False)),
-        tokens=Sum("token_count", filter=Q(is_chunk=False, deleted=False)),
-        deleted=Count("id", filter=Q(is_chunk=False, deleted=True)),
-        orphaned_chunks=Count("id", filter=Q(is_chunk=True, chunk_parent__isnull=True)),
-    )
+    owned = Message.objects.owned_by(user)
+    live = owned.visible().logical()
+    messages = bounded_count(live)
+    tokens = _token_total(live, messages)
     model = _embedder_name()
-    passages = Passage.objects.owned_by(user).aggregate(
-        total=Count("id"),
-        unembedded=Count("id", filter=Q(embedding__isnull=True)),
-        other_model=Count("id", filter=Q(embedding__isnull=False) & ~Q(embedding_model=model)),
-        unembedded_messages=Count("logical_message_id", distinct=True, filter=Q(embedding__isnull=True)),
-    )
+    passages = Passage.objects.owned_by(user)
+    unembedded = passages.filter(embedding__isnull=True)
     # Chunks whose parent's deleted flag differs were left behind by an interrupted delete/restore.
-    stale_chunks = (
-        Message.objects.owned_by(user)
-        .filter(is_chunk=True, chunk_parent__isnull=False)
-        .exclude(deleted=F("chunk_parent__deleted"))
-        .count()
+    stale_chunks = bounded_count(
+        owned.filter(is_chunk=True, chunk_parent__isnull=False).exclude(deleted=F("chunk_parent__deleted"))
     )
     stats = {
-        "conversations": Conversation.objects.owned_by(user).count(),
-        "messages": msg["messages"],
-        "chunks": msg["chunks"],
-        "tokens": msg["tokens"] or 0,
-        "deleted": msg["deleted"],
-        "tool_calls": ToolCall.objects.owned_by(user).logical().count(),
-        "topics": Topic.objects.owned_by(user).count(),
-        "entities": Entity.objects.owned_by(user).count(),
-        "snapshots": ContextSnapshot.objects.owned_by(user).count(),
-        "passages": passages["total"],
+        "conversations": bounded_count(Conversation.objects.owned_by(user)),
+        "messages": messages,
+        "chunks": bounded_count(owned.filter(is_chunk=True, deleted=False)),
+        "tokens": tokens,
+        "deleted": bounded_count(owned.filter(is_chunk=False, deleted=True)),
+        "tool_calls": bounded_count(ToolCall.objects.owned_by(user).logical()),
+        "topics": bounded_count(Topic.objects.owned_by(user)),
+        "entities": bounded_count(Entity.objects.owned_by(user)),
+        "snapshots": bounded_count(ContextSnapshot.objects.owned_by(user)),
+        "passages": bounded_count(passages),
     }
     health = {
-        "unembedded": passages["unembedded"],
-        "unembedded_messages": passages["unembedded_messages"],
-        "other_model": passages["other_model"],
+        "unembedded": bounded_count(unembedded),
+        "unembedded_messages": bounded_count(unembedded.values("logical_message_id").distinct()),
+        # Two ranges rather than "<>", so the (owner, embedding_model) index finds just these rows.
+        "other_model": bounded_count(
+            passages.filter(embedding__isnull=False).filter(
+                Q(embedding_model__lt=model) | Q(embedding_model__gt=model)
+            )
+        ),
         "model": model,
-        "orphaned_chunks": msg["orphaned_chunks"],
+        "orphaned_chunks": bounded_count(owned.filter(is_chunk=True, chunk_parent__isnull=True)),
         "stale_chunks": stale_chunks,
     }
     health["ok"] = not any(
@@ -506,6 +514,9 @@ def timeline(request: HttpRequest) -> HttpResponse:
 
     # The window of bars ends at `until` (default: the newest message), BUCKETS[granularity] wide.
     until = parse_date(request.GET.get("until", ""), "“until”", errors)
+    if until is None and f.topic and f.topic.period_end:
+        # A topic knows its period: no walk back through the whole memory to find its newest.
+        until = timezone.localtime(f.topic.period_end).date()
     if until is None:
         newest = base.order_by("-timestamp").values_list("timestamp", flat=True).first()
         until = timezone.localtime(newest).date() if newest else timezone.localdate()
@@ -528,7 +539,7 @@ def timeline(request: HttpRequest) -> HttpResponse:
         for row in base.filter(timestamp__gte=day_start(starts[0]), timestamp__lt=day_start(window_end))
         .annotate(bucket=Trunc("timestamp", granularity))
         .values("bucket")
-        .annotate(n=Count("id"))
+        .annotate(n=Count("*"))
         .order_by()
     }
     period = parse_date(request.GET.get("period", ""), "the period", errors)

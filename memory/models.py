@@ -112,6 +112,13 @@ class Message(models.Model):
             models.Index(fields=["chunk_parent"], name="message_chunk_parent"),
             models.Index(fields=["conversation", "position"], name="message_conv_pos"),
             models.Index(fields=["owner", "deleted", "is_chunk"], name="message_owner_live"),
+            # The explorer's per-period counts and temporal overview, read from the index alone.
+            models.Index(
+                fields=["owner", "timestamp"],
+                include=["role"],
+                condition=Q(deleted=False, is_chunk=False),
+                name="message_owner_live_ts",
+            ),
         ]
         constraints = [
             models.UniqueConstraint(
@@ -248,6 +255,18 @@ class Passage(models.Model):
             models.Index(fields=["owner", "timestamp"], name="passage_owner_ts"),
             models.Index(fields=["embedding_model"], name="passage_model"),
             models.Index(fields=["owner", "embedding_model"], name="passage_owner_model"),
+            # The explorer's memory health: the embedding backlog and vectors of another model.
+            models.Index(
+                fields=["owner"],
+                include=["logical_message_id"],
+                condition=Q(embedding__isnull=True),
+                name="passage_owner_unembedded",
+            ),
+            models.Index(
+                fields=["owner", "embedding_model"],
+                condition=Q(embedding__isnull=False),
+                name="passage_owner_embedded_model",
+            ),
         ]
 
 

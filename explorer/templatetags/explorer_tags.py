@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from django import template
 
+from explorer.counting import Tally
+
 register = template.Library()
 
 
 @register.filter
 def thousands(value) -> str:
+    if isinstance(value, Tally):
+        return str(value)
     try:
         return f"{int(value):,}"
     except (TypeError, ValueError):
