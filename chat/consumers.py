@@ -109,12 +109,15 @@ class ChatConsumer(AsyncWebsocketConsumer):
             await self.close(code=4404)
             return
         self.group = f"conv.{self.conversation.pk}"
+        self.peers: set[str] = set()  # other sockets on this conversation (other tabs)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
+        await self.channel_layer.group_send(self.group, {"type": "chat.hello", "origin": self.channel_name})
 
     async def disconnect(self, code: int) -> None:
         if getattr(self, "group", None):
             await self.channel_layer.group_discard(self.group, self.channel_name)
+            await self.channel_layer.group_send(self.group, {"type": "chat.bye", "origin": self.channel_name})
         # A running turn carries on: its reply is stored and shows up on the next visit.
 
     # --- client frames ---------------------------------------------------------------------------
@@ -231,7 +234,9 @@ class ChatConsumer(AsyncWebsocketConsumer):
             self.reply_id = None
             self.busy = False
         await self._relay(event, force=True)
-        await self.channel_layer.group_send(self.group, event)
+        # Alone on the conversation (the usual case), the group has no one else to tell.
+        if self.peers or event["type"] != "chat.token":
+            await self.channel_layer.group_send(self.group, event)
 
     # --- group events (type "chat.x" → handler chat_x) -------------------------------------------
 
@@ -249,6 +254,18 @@ class ChatConsumer(AsyncWebsocketConsumer):
             {"type": "chat.error", "code": code, "message": message, "frame": frame_type},
             force=True,
         )
+
+    # Presence: each socket learns which other sockets share its conversation.
+    async def chat_hello(self, event: dict) -> None:
+        if event["origin"] != self.channel_name:
+            self.peers.add(event["origin"])
+            await self.channel_layer.send(event["origin"], {"type": "chat.here", "origin": self.channel_name})
+
+    async def chat_here(self, event: dict) -> None:
+        self.peers.add(event["origin"])
+
+    async def chat_bye(self, event: dict) -> None:
+        self.peers.discard(event["origin"])
 
     async def chat_stop(self, event: dict) -> None:
         if event.get("origin") != self.channel_name:

@@ -108,6 +108,12 @@ class Reply:
     tool_outcomes: list[ToolOutcome] = field(default_factory=list)
     usage: dict[str, int] = field(default_factory=dict)
     rounds: int = 0
+    started: float = field(default_factory=time.perf_counter)
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+    def mark(self, name: str, since: float) -> None:
+        """Milliseconds from the start of the turn to a step (kept in the reply's metadata)."""
+        self.timings_ms.setdefault(name, round((time.perf_counter() - since) * 1000, 1))
 
     def add_usage(self, usage: dict[str, int]) -> None:
         for key, value in usage.items():
@@ -131,6 +137,8 @@ async def run_turn(
     leaf; None: a new root; an id: a branch from that message, as "edit and regenerate" does).
     Raises memory errors (NotFound, InvalidContent) before anything is stored.
     """
+    reply = Reply()
+    started = reply.started
     # 1. The user message, committed first.
     if reply_to is None:
         user_message = await db(durable(_store_user_message))(owner, conversation, content, parent_id)
@@ -146,7 +154,7 @@ async def run_turn(
         )
     else:
         user_message = reply_to
-    reply = Reply()
+    reply.mark("stored", started)
     await emit(
         {
             "type": "chat.reply_started",
@@ -160,6 +168,7 @@ async def run_turn(
     try:
         # 2. What the model will see, saved as this turn's snapshot.
         plan, snapshot = await db(_prepare_context)(owner, conversation, user_message)
+        reply.mark("context", started)
 
         # 3. The answer.
         if not llm.is_configured():
@@ -259,10 +268,13 @@ def _store_user_message(owner, conversation: Conversation, content: Any, parent_
         parent = store.get_message(owner, parent_id, include_deleted=True)
         if parent.conversation_id != conversation.pk or parent.is_chunk:
             raise store.NotFound("message", parent_id)
-    # A very long message is stored at once and embedded by background work.
-    embed = isinstance(content, str) and len(content) < settings.EMBED_INLINE_MAX_PASSAGES * 600
-    message = store.store_message(owner, conversation, "user", content, parent_id=parent_id, embed=embed)
+    # embed=None: short texts are embedded now, very long ones by background work.
+    message = store.store_message(owner, conversation, "user", content, parent_id=parent_id, embed=None)
     branches.set_leaf(conversation, message)
+    if not conversation.title:
+        # An untitled conversation is named after its first message.
+        title = " ".join(message.content[:200].split())[:60]
+        Conversation.objects.filter(pk=conversation.pk, title="").update(title=title)
     return message
 
 
@@ -299,6 +311,8 @@ async def _stream_round(messages, tools, reply: Reply, emit: Emit, stop: asyncio
     async def consume():
         async for event in llm.stream_chat(messages, tools):
             if isinstance(event, llm.TextDelta):
+                if not reply.text:
+                    reply.mark("first_token", reply.started)
                 reply.text += event.text
                 await emit({"type": "chat.token", "message_id": reply.id, "delta": event.text})
             else:
@@ -420,6 +434,7 @@ def _store_reply(owner, conversation: Conversation, user_message: Message, reply
         "model": settings.CHAT_MODEL if reply.mode == "llm" else None,
         "usage": reply.usage,
         "rounds": reply.rounds,
+        "timings_ms": reply.timings_ms,
     }
     if reply.status != "complete":
         metadata["incomplete"] = True
@@ -440,6 +455,8 @@ def _store_reply(owner, conversation: Conversation, user_message: Message, reply
                 allow_empty=True,
             )
         ],
+        # The reply's vectors come from background work; keyword search finds it at once.
+        embed=False,
     )
     for outcome in reply.tool_outcomes:
         store.store_tool_call(
@@ -451,6 +468,7 @@ def _store_reply(owner, conversation: Conversation, user_message: Message, reply
             timestamp=outcome.started_at,
             is_error=not outcome.ok,
             duration_ms=outcome.duration_ms,
+            embed=False,
         )
     if snapshot is not None:
         snapshot.message = assistant

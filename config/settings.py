@@ -190,7 +190,10 @@ else:
     }
     # Lets a test start a server process on the test database.
     DATABASES["default"]["NAME"] = env_str("RECOLLECT_DB_NAME", DATABASES["default"]["NAME"])
-DATABASES["default"]["CONN_MAX_AGE"] = 0
+# Seconds a server thread keeps its database connection (0: a new one per request). A busy
+# daphne serving many websockets wants persistent connections (e.g. 60).
+DATABASES["default"]["CONN_MAX_AGE"] = env_int("DB_CONN_MAX_AGE", 0, minimum=0)
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DATABASES["default"].setdefault("OPTIONS", {})
 DATABASES["default"]["TEST"] = {"NAME": env_str("TEST_DATABASE_NAME", "test_recollect")}
 

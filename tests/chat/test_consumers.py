@@ -324,3 +324,78 @@ async def test_offline_recall_answers_from_memory_when_no_model_is_configured(ow
     assert calls[0].tool_name == "search_and_retrieve"
     await ws.disconnect()
     await asyncio.sleep(0)
+
+
+async def test_regenerate_answers_the_same_message_again_as_a_new_branch(owner, conversation, scripted_llm):
+    scripted_llm.script({"text": "first answer"}, {"text": "second answer"}, match="regen me")
+    ws = await connect(owner, conversation.pk)
+    await ws.send_json_to({"type": "send", "content": "regen me please"})
+    first = (await receive_until(ws, "reply_done"))[-1]
+    await ws.send_json_to({"type": "regenerate", "message_id": first["message_id"]})
+    events = await receive_until(ws, "reply_done")
+    assert not [e for e in events if e["type"] == "message"], "no new user message"
+    second = events[-1]
+    rows = await messages_of(conversation)
+    assert [m.role for m in rows] == ["user", "assistant", "assistant"]
+    assert rows[1].parent_id == rows[2].parent_id == rows[0].pk
+    assert rows[2].content == "second answer" and "2/2" in second["html"]
+    await ws.disconnect()
+
+
+async def test_an_edited_branch_leaves_the_old_branch_out_of_the_recent_conversation(
+    owner, conversation, scripted_llm
+):
+    ws = await connect(owner, conversation.pk)
+    await ws.send_json_to({"type": "send", "content": "my favourite colour is green"})
+    await receive_until(ws, "reply_done")
+    rows = await messages_of(conversation)
+    await ws.send_json_to({"type": "send", "content": "my favourite colour is blue", "parent_id": None})
+    events = await receive_until(ws, "reply_done")
+    assert events[0]["type"] == "message" and events[0]["parent_id"] is None
+    await ws.send_json_to({"type": "send", "content": "what did I say?"})
+    await receive_until(ws, "reply_done")
+    sent = scripted_llm.requests[-1]["messages"]
+    history = [m["content"] for m in sent if m["role"] in {"user", "assistant"}]
+    assert "my favourite colour is blue" in history
+    assert "my favourite colour is green" not in history and rows[0].content == "my favourite colour is green"
+    await ws.disconnect()
+
+
+async def test_edit_delete_restore_and_forget_through_the_socket(owner, conversation, scripted_llm):
+    ws = await connect(owner, conversation.pk)
+    await ws.send_json_to({"type": "send", "content": "the meeting is on Monday"})
+    done = (await receive_until(ws, "reply_done"))[-1]
+    user_id = (await messages_of(conversation))[0].pk
+    await ws.send_json_to({"type": "edit", "message_id": user_id, "content": "the meeting is on Tuesday"})
+    updated = await ws.receive_json_from(timeout=30)
+    assert (
+        updated["type"] == "message_updated" and "Tuesday" in updated["html"] and "history" in updated["html"]
+    )
+    await ws.send_json_to({"type": "delete", "message_id": done["message_id"]})
+    deleted = await ws.receive_json_from(timeout=10)
+    assert deleted["type"] == "message_deleted" and "Undo" in deleted["html"]
+    await ws.send_json_to({"type": "restore", "message_id": done["message_id"]})
+    assert (await ws.receive_json_from(timeout=10))["type"] == "message_restored"
+    await ws.send_json_to({"type": "forget", "message_id": done["message_id"]})
+    assert (await ws.receive_json_from(timeout=10))["type"] == "message_forgotten"
+    rows = await messages_of(conversation)
+    assert [(m.content, m.edited) for m in rows] == [("the meeting is on Tuesday", True)]
+    await ws.disconnect()
+
+
+async def test_editing_a_chunk_is_refused_with_a_clear_error(owner, conversation, scripted_llm, settings):
+    settings.INDEX_CHUNK_THRESHOLD = 100
+
+    @database_sync_to_async
+    def long_message():
+        from memory.store import store_message
+
+        message = store_message(owner, conversation, "user", "lorem ipsum dolor " * 200, embed=False)
+        return message.chunks.order_by("chunk_index").first()
+
+    chunk = await long_message()
+    ws = await connect(owner, conversation.pk)
+    await ws.send_json_to({"type": "edit", "message_id": chunk.pk, "content": "x"})
+    event = await ws.receive_json_from(timeout=10)
+    assert event["type"] == "error" and event["code"] == "invalid" and "chunk" in event["message"]
+    await ws.disconnect()

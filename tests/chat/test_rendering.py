@@ -15,7 +15,11 @@ def test_it_links_only_the_readers_own_message_ids(owner, stranger, conversation
 
 def test_no_script_survives(owner):
     html = render_markdown('<svg onload=alert(1)><a href="javascript:x">y</a><iframe src=//x>', owner=owner)
-    assert "onload" not in html and "javascript" not in html and "<iframe" not in html and "<svg" not in html
+    # Raw HTML shows as text: no element, no handler, no javascript: link is made.
+    assert "<svg" not in html and "<iframe" not in html and "<a " not in html
+    assert "&lt;svg onload=alert(1)&gt;" in html
+    markdown_link = render_markdown("[click](javascript:alert(1))", owner=owner)
+    assert "javascript" not in markdown_link and ">click</a>" in markdown_link
 
 
 def test_tool_calls_read_as_actions():

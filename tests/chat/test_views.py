@@ -87,7 +87,8 @@ def test_message_content_is_escaped_and_markdown_sanitized(client, owner, conver
         owner,
         conversation,
         "assistant",
-        "<script>alert(1)</script> **bold** <img src=x onerror=alert(2)> [x](javascript:alert(3))\n\n```\ncode <b>\n```",
+        "<script>alert(1)</script> **bold** <img src=x onerror=alert(2)> "
+        "[x](javascript:alert(3))\n\n```\ncode <b>\n```",
         embed=False,
     )
     client.force_login(owner)

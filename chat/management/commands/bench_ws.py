@@ -1,0 +1,373 @@
+"""manage.py bench_ws: N concurrent websocket chats against daphne and the scripted test LLM.
+
+Each client is its own user with its own conversation, connects over a real websocket, and
+sends one message at the same moment as the others; the test LLM streams each reply at
+--rate tokens per second. Reported:
+
+- messages lost: user messages or replies not stored whole, plus token events that never
+  reached the client (must be 0);
+- added latency per token relayed, p50 / p95: from the moment the LLM wrote a token to the
+  moment the browser-side client received it;
+- turn overhead before the first token, p95: the time to the first token minus the LLM's own
+  time to first token (storing the message, building the context, relaying);
+- server peak RSS (VmHWM of the daphne process).
+
+By default it starts the test LLM in this process and daphne in a subprocess on a free port.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+from django.conf import settings
+from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
+from django.contrib.sessions.backends.db import SessionStore
+from django.core.management.base import BaseCommand, CommandError
+
+from memory.models import Conversation, Message
+
+BENCH_PREFIX = "bench_ws_"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _percentile(values: list[float], p: float) -> float:
+    if not values:
+        return float("nan")
+    values = sorted(values)
+    k = (len(values) - 1) * p / 100
+    lo, hi = int(k), min(int(k) + 1, len(values) - 1)
+    return values[lo] + (values[hi] - values[lo]) * (k - lo)
+
+
+def _cpu_seconds(pid: int | None) -> float | None:
+    """User + system CPU time of a process so far."""
+    if not pid:
+        return None
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _peak_rss_mb(pid: int) -> float | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+class _LLMProcess:
+    """`python -m tests.llm_server` on a free port."""
+
+    def __init__(self) -> None:
+        port = _free_port()
+        self.root = f"http://127.0.0.1:{port}"
+        self.base_url = self.root + "/v1"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.llm_server", "--port", str(port), "--delay", "0"],
+            cwd=settings.BASE_DIR,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            try:
+                urllib.request.urlopen(self.base_url + "/models", timeout=1).read()
+                return
+            except OSError:
+                time.sleep(0.1)
+        raise CommandError("the test LLM did not start")
+
+    def post(self, path: str, payload: dict) -> None:
+        request = urllib.request.Request(
+            self.root + path, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"}
+        )
+        urllib.request.urlopen(request, timeout=10).read()
+
+    def requests(self) -> list[dict]:
+        with urllib.request.urlopen(self.root + "/_requests", timeout=30) as response:
+            return json.loads(response.read())
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
+class Command(BaseCommand):
+    help = "Benchmark the chat websocket: N concurrent clients, test LLM streaming."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--clients", type=int, default=100)
+        parser.add_argument("--tokens", type=int, default=50, help="tokens per reply")
+        parser.add_argument("--rate", type=float, default=50.0, help="tokens per second per stream")
+        parser.add_argument("--url", default="", help="a running server (default: start daphne)")
+        parser.add_argument("--server-pid", type=int, default=0, help="pid of --url's server, for RSS")
+        parser.add_argument("--timeout", type=float, default=180.0)
+        parser.add_argument(
+            "--conn-max-age",
+            type=int,
+            default=60,
+            help="DB_CONN_MAX_AGE for the started daphne (persistent database connections)",
+        )
+        parser.add_argument("--keep", action="store_true", help="keep the bench users and their data")
+        parser.add_argument(
+            "--remote-embeddings",
+            action="store_true",
+            help="the started daphne embeds through the test LLM's /embeddings instead of the local "
+            "model (separates the chat path from local model inference)",
+        )
+
+    def handle(self, *args, **opts):
+        try:
+            import websockets  # noqa: F401
+        except ImportError:
+            raise CommandError("bench_ws needs the `websockets` package (pip install websockets)") from None
+        n = opts["clients"]
+        # The test LLM runs in a process of its own, so its timing is not disturbed by the
+        # clients' event loop (and vice versa).
+        llm = _LLMProcess()
+        script = {
+            "match": "[bench]",
+            "repeat": True,
+            "steps": [{"words": opts["tokens"], "delay": 1.0 / opts["rate"]}],
+        }
+        llm.post("/_scripts", script)
+        proc = None
+        url = opts["url"].rstrip("/")
+        pid = opts["server_pid"] or None
+        try:
+            if not url:
+                url, proc = self._start_daphne(llm.base_url, opts["remote_embeddings"], opts["conn_max_age"])
+                pid = proc.pid
+            self.stdout.write(f"server {url}, test LLM {llm.base_url}, {n} clients")
+            users = self._make_users(n + 1)
+            # One warm-up turn loads the embedding model in the server process.
+            asyncio.run(self._run_clients(url, users[:1], opts, warmup=True))
+            llm.post("/_reset", {})
+            llm.post("/_scripts", script)
+            started, cpu_before = time.time(), _cpu_seconds(pid)
+            results = asyncio.run(self._run_clients(url, users[1:], opts))
+            wall = time.time() - started
+            cpu = (_cpu_seconds(pid) - cpu_before) if cpu_before is not None else None
+            self._report(results, llm, users[1:], opts, wall, pid)
+            if cpu is not None:
+                self.stdout.write(
+                    f"server CPU during the run: {cpu:.1f} s over {wall:.1f} s of wall time; "
+                    f"machine load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+                )
+        finally:
+            if proc is not None:
+                proc.terminate()
+                try:
+                    proc.wait(15)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+            llm.stop()
+            if not opts["keep"]:
+                get_user_model().objects.filter(username__startswith=BENCH_PREFIX).delete()
+
+    # --- setup -----------------------------------------------------------------------------------
+
+    def _start_daphne(self, llm_url: str, remote_embeddings: bool, conn_max_age: int):
+        port = _free_port()
+        env = {
+            **os.environ,
+            "OPENAI_BASE_URL": llm_url,
+            "OPENAI_API_KEY": "bench",
+            "CHAT_MODEL": "test-llm",
+            "DJANGO_SETTINGS_MODULE": "config.settings",
+            "DB_CONN_MAX_AGE": str(conn_max_age),
+        }
+        if remote_embeddings:
+            env.update(
+                {
+                    "EMBEDDING_BACKEND": "openai",
+                    "EMBEDDING_BASE_URL": llm_url,
+                    "EMBEDDING_API_KEY": "bench",
+                    "EMBEDDING_MODEL": "test-embeddings",
+                    "EMBEDDING_DIMENSIONS": str(settings.EMBEDDING_DIMENSIONS),
+                }
+            )
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "config.asgi:application"],
+            cwd=settings.BASE_DIR,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            try:
+                urllib.request.urlopen(url + "/login/", timeout=2).read()
+                return url, proc
+            except OSError:
+                if proc.poll() is not None:
+                    raise CommandError("daphne exited during startup") from None
+                time.sleep(0.3)
+        proc.kill()
+        raise CommandError("daphne did not start within 120 s")
+
+    def _make_users(self, count: int) -> list[dict]:
+        User = get_user_model()
+        User.objects.filter(username__startswith=BENCH_PREFIX).delete()
+        users = []
+        for i in range(count):
+            # Sessions are made directly, so no (slow to hash) password is needed.
+            user = User(username=f"{BENCH_PREFIX}{i:04d}")
+            user.set_unusable_password()
+            user.save()
+            conversation = Conversation.objects.create(owner=user, title=f"bench {i}")
+            session = SessionStore()
+            session[SESSION_KEY] = str(user.pk)
+            session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
+            session[HASH_SESSION_KEY] = user.get_session_auth_hash()
+            session.create()
+            users.append({"user": user, "conversation": conversation, "session": session.session_key})
+        return users
+
+    # --- clients ---------------------------------------------------------------------------------
+
+    async def _run_clients(self, url: str, users: list[dict], opts, warmup: bool = False) -> list[dict]:
+        import websockets
+
+        ws_url = url.replace("http://", "ws://")
+        go = asyncio.Event()
+        ready = 0
+        # Connections are opened 20 at a time; the turns then all start at the same moment.
+        opening = asyncio.Semaphore(20)
+
+        async def client(i: int, u: dict) -> dict:
+            nonlocal ready
+            text = f"[bench] client {i} {uuid.uuid4().hex} tell me something"
+            result = {"text": text, "tokens": [], "user_stored": False, "done": None, "error": None}
+            headers = {"Cookie": f"{settings.SESSION_COOKIE_NAME}={u['session']}", "Origin": url}
+            try:
+                async with opening:
+                    ws = await websockets.connect(
+                        f"{ws_url}/ws/chat/{u['conversation'].pk}/",
+                        additional_headers=headers,
+                        open_timeout=60,
+                        max_size=None,
+                    )
+                async with ws:
+                    ready += 1
+                    await go.wait()
+                    result["sent"] = time.time()
+                    await ws.send(json.dumps({"type": "send", "content": text}))
+                    while True:
+                        event = json.loads(await asyncio.wait_for(ws.recv(), opts["timeout"]))
+                        now = time.time()
+                        if event["type"] == "token":
+                            result["tokens"].append((now, event["delta"]))
+                        elif event["type"] == "message":
+                            result["user_stored"] = True
+                        elif event["type"] == "reply_done":
+                            result["done"] = event
+                            result["done_at"] = now
+                            break
+                        elif event["type"] == "error":
+                            result["error"] = event
+                            break
+            except Exception as exc:  # counted as lost below
+                result["error"] = {"message": f"{type(exc).__name__}: {exc}"}
+            return result
+
+        tasks = [asyncio.ensure_future(client(i, u)) for i, u in enumerate(users)]
+        deadline = time.time() + 120
+        while ready < len(users) and time.time() < deadline and not all(t.done() for t in tasks):
+            await asyncio.sleep(0.05)
+        if not warmup:
+            self.stdout.write(f"{ready}/{len(users)} clients connected; sending")
+        go.set()
+        return await asyncio.gather(*tasks)
+
+    # --- figures ---------------------------------------------------------------------------------
+
+    def _report(self, results, llm, users, opts, wall, pid) -> None:
+        requests = {r["last_user"]: r for r in llm.requests() if r["stream"]}
+        expected_text = "".join(f"w{i} " for i in range(opts["tokens"]))
+        per_token, first_overhead, before_llm, lost_tokens = [], [], [], 0
+        errors = [r["error"] for r in results if r["error"]]
+        errors += [
+            {"reply": r["done"]["status"], "message": r["done"]["error"]}
+            for r in results
+            if r["done"] and r["done"]["status"] != "complete"
+        ]
+        for r in results:
+            req = requests.get(r["text"])
+            got = len(r["tokens"])
+            lost_tokens += max(0, opts["tokens"] - got)
+            if req is None or not r["tokens"]:
+                continue
+            for (recv, _), emitted in zip(r["tokens"], req["emitted"], strict=False):
+                per_token.append((recv - emitted) * 1000)
+            llm_ttft = req["emitted"][0] - req["arrived"]
+            first_overhead.append((r["tokens"][0][0] - r["sent"] - llm_ttft) * 1000)
+            before_llm.append((req["arrived"] - r["sent"]) * 1000)
+        # What is stored is what counts: both messages of every turn, the reply whole.
+        stored_ok = 0
+        for u, r in zip(users, results, strict=True):
+            rows = list(
+                Message.objects.filter(conversation=u["conversation"], is_chunk=False)
+                .order_by("position")
+                .values_list("role", "content")
+            )
+            if rows == [("user", r["text"]), ("assistant", expected_text)]:
+                stored_ok += 1
+        lost_messages = 2 * len(results) - 2 * stored_ok
+        steps: dict[str, list[float]] = {}
+        for timings in Message.objects.filter(
+            owner__username__startswith=BENCH_PREFIX,
+            role="assistant",
+            conversation__in=[u["conversation"] for u in users],
+        ).values_list("metadata__timings_ms", flat=True):
+            for name, ms in (timings or {}).items():
+                steps.setdefault(name, []).append(ms)
+        rss = _peak_rss_mb(pid) if pid else None
+        lines = [
+            f"clients: {len(results)}, tokens per reply: {opts['tokens']} at {opts['rate']:g}/s, "
+            f"wall time {wall:.1f} s",
+            f"messages lost: {lost_messages + lost_tokens} "
+            f"({lost_messages} stored messages, {lost_tokens} token events); errors: {len(errors)}",
+            f"added latency per token relayed: p50 {_percentile(per_token, 50):.1f} ms, "
+            f"p95 {_percentile(per_token, 95):.1f} ms, max {max(per_token, default=float('nan')):.1f} ms "
+            f"({len(per_token)} tokens)",
+            f"turn overhead before the first token: p50 {_percentile(first_overhead, 50):.0f} ms, "
+            f"p95 {_percentile(first_overhead, 95):.0f} ms "
+            f"(of which before the LLM request: p50 {_percentile(before_llm, 50):.0f} ms, "
+            f"p95 {_percentile(before_llm, 95):.0f} ms)",
+            f"server peak RSS: {rss:.0f} MB" if rss else "server peak RSS: unknown (pass --server-pid)",
+        ]
+        lines.append(
+            "server-side steps from the start of a turn: "
+            + ", ".join(
+                f"{name} p50 {_percentile(v, 50):.0f} / p95 {_percentile(v, 95):.0f} ms"
+                for name, v in steps.items()
+            )
+        )
+        if errors:
+            lines.append(f"first error: {errors[0]}")
+        if per_token:
+            lines.append(f"mean relay {statistics.mean(per_token):.1f} ms")
+        for line in lines:
+            self.stdout.write(line)
