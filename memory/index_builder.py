@@ -47,6 +47,13 @@ INSTRUCTIONS = (
 SHORT_INSTRUCTIONS = "Memory index (ids can be read with the memory tools):"
 
 STRATEGIES = ("full", "snippets", "clusters", "hierarchical")
+# The tools each strategy's index points the model to; they are offered with it.
+STRATEGY_TOOLS = {
+    "full": [],
+    "snippets": ["get_session"],
+    "clusters": ["get_cluster"],
+    "hierarchical": ["get_period_messages", "view_topic", "get_cluster"],
+}
 
 
 @dataclass
@@ -238,7 +245,7 @@ def prepare_context(
     if recently_used_tools is None and conversation is not None:
         recently_used_tools = _recent_tool_names(owner, conversation)
     plan.tools, tools_tokens = select_tools(
-        query, zones["tools"], recently_used=recently_used_tools or []
+        query, zones["tools"], recently_used=recently_used_tools or [], wanted=STRATEGY_TOOLS[strategy]
     )
     t = mark("tools", t)
 
@@ -633,10 +640,22 @@ def _hierarchical(owner, plan, writer, hits, left_out, included, deadline, query
         for topic in topics:
             if not _cluster_block(writer, topic, included, samples):
                 break
-    writer.add("Navigation:")
-    writer.add("  - get_period_messages('today') / ('this_week') / ('2024-05-01..2024-05-31')")
-    writer.add("  - view_topic() to walk the topic tree; get_cluster(topic_id) for its messages")
-    writer.add("  - search_and_retrieve(query) / vector_search(query, limit) / find(pattern)")
+    # Navigation names only the tools this turn is offered.
+    offered = set(plan.tool_names)
+    lines = [
+        (
+            "get_period_messages",
+            "  - get_period_messages('today') / ('this_week') / ('2024-05-01..2024-05-31')",
+        ),
+        ("view_topic", "  - view_topic() to walk the topic tree; get_cluster(topic_id) for its messages"),
+        ("search_and_retrieve", "  - search_and_retrieve(query) / vector_search(query, limit)"),
+        ("find", "  - find(pattern) for an exact word or regular expression"),
+    ]
+    shown = [line for name, line in lines if name in offered]
+    if shown:
+        writer.add("Navigation:")
+        for line in shown:
+            writer.add(line)
 
 
 def _simple(plan, writer, hits, left_out, included) -> None:

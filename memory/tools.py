@@ -130,32 +130,48 @@ def schema_tokens(schema: dict[str, Any]) -> int:
 _QWORD = re.compile(r"[a-z0-9]+")
 
 
+# Seed 003 A2: a turn is offered the tools it is likely to need, not all of them: schemas are
+# most of a prompt's fixed cost. Any tool still runs if the model calls it by name.
+MAX_OFFERED_TOOLS = 8
+_SCHEMA_TOKENS: dict[str, int] = {}
+
+
+def _tool_tokens(t: Tool) -> int:
+    if t.name not in _SCHEMA_TOKENS:
+        _SCHEMA_TOKENS[t.name] = schema_tokens(t.schema())
+    return _SCHEMA_TOKENS[t.name]
+
+
 def select_tools(
     query: str,
     budget: int,
     *,
     recently_used: list[str] | None = None,
+    wanted: list[str] | None = None,
+    max_tools: int = MAX_OFFERED_TOOLS,
 ) -> tuple[list[dict[str, Any]], int]:
-    """Seed 003 A2: tools ranked by relevance to the query (keyword overlap), core and recently
-    used tools first, added while their schemas fit `budget` tokens. Returns (schemas, tokens)."""
+    """Seed 003 A2: the tools this turn is offered, added in this order while their schemas fit
+    `budget` tokens and at most `max_tools` are chosen: recently used tools (always kept while
+    they fit), the core tools, the `wanted` ones (those the memory index points to), then the
+    others whose keywords the query mentions, best first. Tools nothing points to are left out.
+    Returns (schemas in registry order, tokens)."""
     words = set(_QWORD.findall((query or "").lower()))
-    recent = [n for n in (recently_used or []) if n in TOOLS][:6]
+    recent = [n for n in dict.fromkeys(recently_used or []) if n in TOOLS][:6]
+    wanted = [n for n in dict.fromkeys(wanted or []) if n in TOOLS]
 
-    def score(t: Tool) -> float:
-        hits = sum(1 for k in t.keywords if k in words or any(w.startswith(k) for w in words))
-        return hits
+    def score(t: Tool) -> int:
+        return sum(1 for k in t.keywords if k in words or any(w.startswith(k) for w in words))
 
-    ordered = (
-        [TOOLS[n] for n in recent]
-        + [t for t in TOOLS.values() if t.core and t.name not in recent]
-        + sorted(
-            (t for t in TOOLS.values() if not t.core and t.name not in recent),
-            key=lambda t: -score(t),
-        )
+    first = recent + [t.name for t in TOOLS.values() if t.core] + wanted
+    relevant = sorted(
+        (t for t in TOOLS.values() if t.name not in first and score(t) > 0), key=lambda t: -score(t)
     )
+    ordered = [TOOLS[n] for n in dict.fromkeys(first)] + relevant
     chosen, used = [], 0
     for t in ordered:
-        cost = schema_tokens(t.schema())
+        if len(chosen) >= max(max_tools, len(recent)):
+            break
+        cost = _tool_tokens(t)
         if used + cost <= budget:
             chosen.append(t)
             used += cost

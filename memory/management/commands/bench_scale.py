@@ -133,7 +133,12 @@ class Command(BaseCommand):
         started = time.perf_counter()
         n = size - stored
         # Dropping the indexes pays off once the load is large against what is already indexed.
-        rebuild = n >= 5000 and n >= stored // 2
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE relname = 'memory_passage'"
+            )
+            indexed = int(cursor.fetchone()[0])
+        rebuild = n >= 5000 and n >= indexed // 2
         with connection.cursor() as cursor:
             if rebuild:
                 for name in BULK_INDEXES:

@@ -1,0 +1,123 @@
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.utils import timezone
+
+from memory import sessions
+from memory.index_builder import prepare_context
+from memory.search import (
+    SearchFilters,
+    SearchResults,
+    _keyword_candidates,
+    _term_weights,
+    query_lexemes,
+    query_period,
+    search,
+)
+from memory.tools import select_tools
+from tests.memory.conftest import add_turns
+
+pytestmark = pytest.mark.django_db
+
+
+def test_term_weights_are_exact_for_a_brand_new_user(owner, conversation):
+    add_turns(owner, conversation, ["the garden has tulips", "the garden has roses", "zebras"])
+    weights, complete, shares = _term_weights(owner, query_lexemes("garden tulips unicorn"))
+    assert complete
+    assert set(weights) == {"garden", "tulip"}, "a word nowhere in memory gets no weight"
+    assert weights["tulip"] > weights["garden"] > 0
+    assert shares["garden"] == pytest.approx(2 / 3)
+
+
+def test_keyword_search_ranks_the_rare_word_first_in_a_tiny_history(owner, conversation):
+    add_turns(owner, conversation, ["the garden plan", "the garden hose", "tulips in the garden"])
+    rows = _keyword_candidates(
+        owner, "what did I say about tulips in the garden?", SearchFilters(), 10, SearchResults("")
+    )
+    assert rows and "tulips" in rows[0][3]
+
+
+def test_question_phrasing_is_not_searched_for(owner, conversation):
+    assert query_lexemes("Do you remember what I mentioned about the heron?") == ["heron"]
+
+
+@pytest.mark.parametrize(
+    ("query", "start", "end"),
+    [
+        ("what happened on 2024-05-03?", dt.date(2024, 5, 3), dt.date(2024, 5, 4)),
+        ("the plan we made in March 2023", dt.date(2023, 3, 1), dt.date(2023, 4, 1)),
+        ("what did we do in march", dt.date(2024, 3, 1), dt.date(2024, 4, 1)),
+        ("anything from last week?", dt.date(2024, 6, 3), dt.date(2024, 6, 10)),
+        ("what did I say yesterday", dt.date(2024, 6, 12), dt.date(2024, 6, 13)),
+        ("in 2022 we moved", dt.date(2022, 1, 1), dt.date(2023, 1, 1)),
+    ],
+)
+def test_it_reads_the_period_a_question_names(query, start, end):
+    now = timezone.make_aware(dt.datetime(2024, 6, 13, 15, 0))  # a Thursday
+    period = query_period(query, now=now)
+    assert period is not None
+    assert (period[0].date(), period[1].date()) == (start, end)
+
+
+def test_a_question_without_a_period_has_none():
+    assert query_period("what is my dog called?") is None
+
+
+def test_a_named_period_lifts_matches_from_it(owner, conversation):
+    now = timezone.now()
+    add_turns(owner, conversation, ["we talked about the boat repair"], start=now - dt.timedelta(days=400))
+    recent = add_turns(
+        owner, conversation, ["we talked about the boat repair"], start=now - dt.timedelta(hours=3)
+    )
+    hits = search(owner, "the boat repair we talked about today").hits
+    assert hits[0].message_id == recent[0].pk
+
+
+def test_an_identifier_in_the_question_lifts_the_message_that_holds_it(owner, conversation):
+    add_turns(
+        owner,
+        conversation,
+        [
+            "the flaky login test keeps failing on staging, see INFRA-991",
+            "the flaky login test keeps failing on staging, see INFRA-992",
+            "the flaky login test keeps failing on staging, see INFRA-993",
+        ],
+        gap_minutes=60,
+    )
+    hits = search(owner, "what was INFRA-992 about?").hits
+    assert "INFRA-992" in hits[0].passage_text
+
+
+def test_session_neighbours_in_one_query_match_the_one_by_one_answer(owner, conversation):
+    msgs = add_turns(owner, conversation, ["a", "b", "c", "d"], gap_minutes=1)
+    msgs += add_turns(
+        owner, conversation, ["e", "f"], start=msgs[-1].timestamp + dt.timedelta(hours=2)
+    )
+    found = sessions.neighbours_many(owner, [msgs[1], msgs[3], msgs[4]])
+    for m in (msgs[1], msgs[3], msgs[4]):
+        assert [n.pk for n in found[m.pk]] == [n.pk for n in sessions.neighbours(owner, m)]
+    assert [n.pk for n in found[msgs[4].pk]] == [msgs[5].pk], "an idle gap ends a session"
+
+
+def test_tool_filtering_offers_few_tools_and_keeps_recently_used_ones():
+    chosen, _ = select_tools("what is my dog called?", 5000, recently_used=["get_tool_call"])
+    names = {c["function"]["name"] for c in chosen}
+    assert "get_tool_call" in names, "a recently used tool is always kept"
+    assert {"get_message_by_id", "vector_search", "search_and_retrieve"} <= names
+    assert "memory_graph_query" not in names, "nothing in the question points to it"
+    assert len(names) <= 8
+
+
+def test_the_plan_offers_the_tools_its_index_points_to(owner, conversation, settings):
+    settings.INDEX_FULL_MAX = 1
+    settings.INDEX_SNIPPET_MAX = 2
+    settings.INDEX_CLUSTER_MAX = 3
+    add_turns(owner, conversation, ["tulips", "roses", "herons", "pelicans", "zebras"])
+    plan = prepare_context(owner, conversation, "tulips")
+    assert plan.strategy == "hierarchical"
+    assert {"view_topic", "get_period_messages"} <= set(plan.tool_names)
+    for name in ("find(", "memory_graph_query"):
+        if name.rstrip("(") not in plan.tool_names:
+            assert name not in plan.text
