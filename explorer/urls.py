@@ -13,6 +13,7 @@ urlpatterns = [
     path("timeline/", views.timeline, name="timeline"),
     path("messages/<str:message_id>/", views.message_detail, name="message"),
     path("messages/<str:message_id>/diff/<int:version>/", views.message_diff, name="diff"),
+    path("messages/<str:message_id>/edit/", views.message_edit, name="edit"),
     path("messages/<str:message_id>/delete/", views.message_delete, name="delete"),
     path("messages/<str:message_id>/restore/", views.message_restore, name="restore"),
     path("messages/<str:message_id>/forget/", views.message_forget, name="forget"),

@@ -38,7 +38,7 @@ from explorer.filters import (
     parse_date,
     parse_filters,
 )
-from memory import store
+from memory import store, tasks
 from memory.errors import MemoryStoreError
 from memory.models import (
     ContextSnapshot,
@@ -743,6 +743,29 @@ def message_detail(request: HttpRequest, message_id: str) -> HttpResponse:
         return redirect(f"{url}#chunk-{message.chunk_index}")
     context = _message_context(request, message)
     return _render(request, "explorer/message.html", "chunk-list", context)
+
+
+@login_required
+@require_POST
+def message_edit(request: HttpRequest, message_id: str) -> HttpResponse:
+    """Correct a message's text: same id, the old text kept in the edit history, re-chunked and
+    re-embedded by memory.store; topic upkeep then places it again in the background."""
+    message = _get_message_for_user(request.user, message_id)
+    text = request.POST.get("content", "")
+    try:
+        edited = store.update_message(request.user, message.pk, text)
+    except MemoryStoreError as exc:
+        if message.is_chunk:
+            message = _get_message_for_user(request.user, message.chunk_parent_id)
+        context = _message_context(request, message)
+        context.update(edit_error=str(exc), edit_text=text[:CONTENT_PREVIEW_CHARS])
+        return render(request, "explorer/message.html", context, status=400)
+    if edited.edit_history != message.edit_history:
+        tasks.queue_upkeep(request.user.pk, [edited.pk])
+        flash.success(request, "Saved: the old text is kept in the edit history below.")
+    else:
+        flash.info(request, "The text is unchanged, so nothing was saved.")
+    return redirect("explorer:message", message_id=edited.pk)
 
 
 @login_required

@@ -5,23 +5,36 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('memory', '0002_perf_owner_model'),
+        ("memory", "0002_perf_owner_model"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.AddIndex(
-            model_name='message',
-            index=models.Index(condition=models.Q(('deleted', False), ('is_chunk', False)), fields=['owner', 'timestamp'], include=('role',), name='message_owner_live_ts'),
+            model_name="message",
+            index=models.Index(
+                condition=models.Q(("deleted", False), ("is_chunk", False)),
+                fields=["owner", "timestamp"],
+                include=("role",),
+                name="message_owner_live_ts",
+            ),
         ),
         migrations.AddIndex(
-            model_name='passage',
-            index=models.Index(condition=models.Q(('embedding__isnull', True)), fields=['owner'], include=('logical_message_id',), name='passage_owner_unembedded'),
+            model_name="passage",
+            index=models.Index(
+                condition=models.Q(("embedding__isnull", True)),
+                fields=["owner"],
+                include=("logical_message_id",),
+                name="passage_owner_unembedded",
+            ),
         ),
         migrations.AddIndex(
-            model_name='passage',
-            index=models.Index(condition=models.Q(('embedding__isnull', False)), fields=['owner', 'embedding_model'], name='passage_owner_embedded_model'),
+            model_name="passage",
+            index=models.Index(
+                condition=models.Q(("embedding__isnull", False)),
+                fields=["owner", "embedding_model"],
+                name="passage_owner_embedded_model",
+            ),
         ),
     ]

@@ -150,6 +150,52 @@ def test_a_deleted_message_can_be_restored_and_deleted_again(owner_client, mem):
     assert mem.gone.deleted
 
 
+def test_the_owner_corrects_a_messages_text_and_upkeep_is_queued(owner_client, mem, monkeypatch):
+    queued = []
+    monkeypatch.setattr("memory.tasks.queue_upkeep", lambda owner_id, ids: queued.append((owner_id, ids)))
+    url = reverse("explorer:message", args=[mem.question.pk])
+    assert 'name="content"' in html(owner_client.get(url))
+    response = owner_client.post(
+        reverse("explorer:edit", args=[mem.question.pk]), {"content": "How do we rotate the vault token?"}
+    )
+    assert response.status_code == 302 and response["Location"] == url
+    mem.question.refresh_from_db()
+    assert mem.question.content == "How do we rotate the vault token?"
+    assert mem.question.edited
+    assert mem.question.edit_history[-1]["previous_content"].startswith("How do we rotate the Postgres")
+    assert queued == [(mem.question.owner_id, [mem.question.pk])]
+    page = html(owner_client.get(url))
+    assert "Saved" in page and "Show changes" in page
+
+
+def test_editing_a_chunk_explains_that_the_whole_message_is_edited(owner_client, mem, monkeypatch):
+    queued = []
+    monkeypatch.setattr("memory.tasks.queue_upkeep", lambda owner_id, ids: queued.append(ids))
+    chunk = Message.objects.filter(chunk_parent=mem.long, is_chunk=True).order_by("chunk_index").first()
+    response = owner_client.post(reverse("explorer:edit", args=[chunk.pk]), {"content": "new text"})
+    assert response.status_code == 400
+    assert "chunks cannot be edited on their own" in html(response)
+    assert f"edit the whole message {mem.long.pk}" in html(response)
+    chunk.refresh_from_db()
+    assert chunk.content != "new text"
+    assert queued == []
+
+
+def test_an_empty_edit_is_refused_with_a_message(owner_client, mem):
+    response = owner_client.post(reverse("explorer:edit", args=[mem.question.pk]), {"content": "   "})
+    assert response.status_code == 400
+    assert 'role="alert"' in html(response)
+    mem.question.refresh_from_db()
+    assert not mem.question.edited
+
+
+def test_a_stranger_cannot_edit_a_message(stranger_client, mem):
+    response = stranger_client.post(reverse("explorer:edit", args=[mem.question.pk]), {"content": "mine now"})
+    assert response.status_code == 404
+    mem.question.refresh_from_db()
+    assert "Postgres password" in mem.question.content and not mem.question.edited
+
+
 def test_forget_asks_for_confirmation_then_removes_everything(owner_client, mem):
     url = reverse("explorer:forget", args=[mem.answer.pk])
     page = html(owner_client.get(url))
