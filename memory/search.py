@@ -164,10 +164,14 @@ def _vector_candidates(owner, query, filters, k, results, query_vector=None) -> 
     vec = vector_literal(vector)
     try:
         with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute(f"SET LOCAL statement_timeout = {int(settings.VECTOR_SEARCH_TIMEOUT_MS)}")
-            # Filtered HNSW scans keep going until enough rows pass the owner filter.
-            cursor.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
-            cursor.execute(f"SET LOCAL hnsw.ef_search = {max(40, min(k, 1000))}")
+            # One round trip for the three settings. Filtered HNSW scans keep going until enough
+            # rows pass the owner filter (iterative scan).
+            cursor.execute(
+                "SELECT set_config('statement_timeout', %s, true), "
+                "set_config('hnsw.iterative_scan', 'relaxed_order', true), "
+                "set_config('hnsw.ef_search', %s, true)",
+                [str(int(settings.VECTOR_SEARCH_TIMEOUT_MS)), str(max(40, min(k, 1000)))],
+            )
             cursor.execute(sql, [vec, owner.pk, embedder.name, *params, vec, k])
             rows = cursor.fetchall()
     except OperationalError as exc:  # statement_timeout (QueryCanceled) and friends
