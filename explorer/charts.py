@@ -151,13 +151,15 @@ def topic_map(
     have_layout = len(xs) == len(items) and len(items) > 1 and (max(xs) - min(xs) or max(ys) - min(ys))
     labelled = {i for i, _ in sorted(enumerate(items), key=lambda p: -p[1][1])[:max_labels]}
     circles = []
+    if have_layout:
+        min_x, min_y = min(xs), min(ys)
+        span_x = (max(xs) - min_x) or 1.0
+        span_y = (max(ys) - min_y) or 1.0
     for i, (label, count, href, mx, my) in enumerate(items):
         r = r_min + (r_max - r_min) * math.sqrt(max(count, 0) / peak)
         if have_layout:
-            span_x = (max(xs) - min(xs)) or 1.0
-            span_y = (max(ys) - min(ys)) or 1.0
-            cx = pad + (width - 2 * pad) * ((mx - min(xs)) / span_x)
-            cy = pad + (height - 2 * pad) * ((my - min(ys)) / span_y)
+            cx = pad + (width - 2 * pad) * ((mx - min_x) / span_x)
+            cy = pad + (height - 2 * pad) * ((my - min_y) / span_y)
         else:
             angle = i * 2.399963  # golden angle
             dist = math.sqrt((i + 0.5) / max(1, len(items)))
