@@ -1,8 +1,35 @@
-"""The chat websocket: one connection per open conversation (ws/chat/<conversation id>/).
+"""The chat websocket: one connection per open conversation, `ws/chat/<conversation id>/`.
 
-Client frames and server events are JSON objects with a "type"; the README lists them. Every
-event of a conversation also goes to its Channels group, so two tabs see the same thing; the
-tab that started a turn gets its events directly and skips its own copy from the group.
+Authentication (the session cookie) is required, the Origin must be an allowed host, and a
+conversation of someone else is refused exactly like one that does not exist (close 4404;
+4401 when signed out). Every frame and event is a JSON object with a "type".
+
+Client frames:
+  send        {content, parent_id?, client_id?}  a message; parent_id absent: after the active
+                                                 branch; null: a new root; an id: a branch
+  stop        {}                                 stop the reply being written (any tab)
+  edit        {message_id, content}              edit in place (history kept, re-embedded)
+  delete      {message_id}                       soft delete (undo with restore)
+  restore     {message_id}
+  forget      {message_id}                       permanent
+  regenerate  {message_id}                       answer a user message (or a reply's) again
+  ping        {}                                 answered with pong
+
+Server events (sent to every socket on the conversation):
+  message          {message_id, role, parent_id, client_id, html}   user message stored
+  reply_started    {message_id, parent_id, client_id}
+  token            {message_id, delta}
+  tool_started     {message_id, call_id, name, arguments, label}
+  tool_finished    {message_id, call_id, name, ok, summary, error, duration_ms}
+  reply_done       {message_id, parent_id, status (complete|stopped|failed), error, usage,
+                    strategy, mode (llm|offline_recall), client_id, html}
+  message_updated / message_deleted / message_restored  {message_id, html}
+  message_forgotten {message_id}
+  error            {code, message, frame}  codes: bad_frame, unknown_type, invalid, not_found,
+                   busy, rate_limited, server_error. The connection stays open.
+
+The tab that started a turn gets its events directly; other tabs get them through the
+conversation's Channels group (tokens go through the group only when another tab is there).
 """
 
 from __future__ import annotations

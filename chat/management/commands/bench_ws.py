@@ -123,10 +123,22 @@ class Command(BaseCommand):
         parser.add_argument("--server-pid", type=int, default=0, help="pid of --url's server, for RSS")
         parser.add_argument("--timeout", type=float, default=180.0)
         parser.add_argument(
+            "--ramp",
+            type=float,
+            default=0.0,
+            help="spread the clients' first sends evenly over this many seconds (0: all at once)",
+        )
+        parser.add_argument(
             "--conn-max-age",
             type=int,
             default=60,
             help="DB_CONN_MAX_AGE for the started daphne (persistent database connections)",
+        )
+        parser.add_argument(
+            "--embedding-threads",
+            type=int,
+            default=1,
+            help="EMBEDDING_THREADS for the started daphne (1 suits many concurrent turns)",
         )
         parser.add_argument("--keep", action="store_true", help="keep the bench users and their data")
         parser.add_argument(
@@ -156,7 +168,9 @@ class Command(BaseCommand):
         pid = opts["server_pid"] or None
         try:
             if not url:
-                url, proc = self._start_daphne(llm.base_url, opts["remote_embeddings"], opts["conn_max_age"])
+                url, proc = self._start_daphne(
+                    llm.base_url, opts["remote_embeddings"], opts["conn_max_age"], opts["embedding_threads"]
+                )
                 pid = proc.pid
             self.stdout.write(f"server {url}, test LLM {llm.base_url}, {n} clients")
             users = self._make_users(n + 1)
@@ -187,7 +201,7 @@ class Command(BaseCommand):
 
     # --- setup -----------------------------------------------------------------------------------
 
-    def _start_daphne(self, llm_url: str, remote_embeddings: bool, conn_max_age: int):
+    def _start_daphne(self, llm_url: str, remote_embeddings: bool, conn_max_age: int, threads: int):
         port = _free_port()
         env = {
             **os.environ,
@@ -196,6 +210,7 @@ class Command(BaseCommand):
             "CHAT_MODEL": "test-llm",
             "DJANGO_SETTINGS_MODULE": "config.settings",
             "DB_CONN_MAX_AGE": str(conn_max_age),
+            "EMBEDDING_THREADS": str(threads),
         }
         if remote_embeddings:
             env.update(
@@ -272,6 +287,8 @@ class Command(BaseCommand):
                 async with ws:
                     ready += 1
                     await go.wait()
+                    if opts["ramp"] and len(users) > 1:
+                        await asyncio.sleep(opts["ramp"] * i / (len(users) - 1))
                     result["sent"] = time.time()
                     await ws.send(json.dumps({"type": "send", "content": text}))
                     while True:
@@ -346,7 +363,7 @@ class Command(BaseCommand):
         rss = _peak_rss_mb(pid) if pid else None
         lines = [
             f"clients: {len(results)}, tokens per reply: {opts['tokens']} at {opts['rate']:g}/s, "
-            f"wall time {wall:.1f} s",
+            f"sends spread over {opts['ramp']:g} s, wall time {wall:.1f} s",
             f"messages lost: {lost_messages + lost_tokens} "
             f"({lost_messages} stored messages, {lost_tokens} token events); errors: {len(errors)}",
             f"added latency per token relayed: p50 {_percentile(per_token, 50):.1f} ms, "
