@@ -26,6 +26,8 @@ from memory.models import Message, ToolCall
 logger = logging.getLogger(__name__)
 
 RRF_K = 60
+# Up to this many passages an owner's vector search is an exact scan of their own rows.
+EXACT_SEARCH_MAX = 2000
 _WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9_]*")
 
 
@@ -169,9 +171,23 @@ def _vector_candidates(owner, query, filters, k, results, query_vector=None) -> 
             cursor.execute(
                 "SELECT set_config('statement_timeout', %s, true), "
                 "set_config('hnsw.iterative_scan', 'relaxed_order', true), "
-                "set_config('hnsw.ef_search', %s, true)",
-                [str(int(settings.VECTOR_SEARCH_TIMEOUT_MS)), str(max(40, min(k, 1000)))],
+                "set_config('hnsw.ef_search', %s, true), "
+                "(SELECT count(*) FROM (SELECT 1 FROM memory_passage WHERE owner_id = %s "
+                "AND NOT deleted LIMIT %s) s)",
+                [
+                    str(int(settings.VECTOR_SEARCH_TIMEOUT_MS)),
+                    str(max(40, min(k, 1000))),
+                    owner.pk,
+                    EXACT_SEARCH_MAX + 1,
+                ],
             )
+            if cursor.fetchone()[3] <= EXACT_SEARCH_MAX:
+                # A small memory in a big shared table: the HNSW graph is mostly other owners'
+                # rows, and a filtered graph walk visits many of them. Scanning this owner's
+                # rows exactly is cheaper, and exact. `+ 0` keeps the planner off the HNSW index.
+                sql = sql.replace(
+                    "ORDER BY p.embedding <=> %s::vector", "ORDER BY (p.embedding <=> %s::vector) + 0"
+                )
             cursor.execute(sql, [vec, owner.pk, embedder.name, *params, vec, k])
             rows = cursor.fetchall()
     except OperationalError as exc:  # statement_timeout (QueryCanceled) and friends
@@ -351,8 +367,18 @@ def _term_weights(owner, lexemes: list[str]) -> tuple[dict[str, float], bool, di
 # the query names exactly, not enough to outrank one both lists agree on.
 BOOST = 0.5 / (RRF_K + 1)
 _MONTH_NAMES = [
-    "january", "february", "march", "april", "may", "june", "july", "august", "september",
-    "october", "november", "december",
+    "january",
+    "february",
+    "march",
+    "april",
+    "may",
+    "june",
+    "july",
+    "august",
+    "september",
+    "october",
+    "november",
+    "december",
 ]
 _ISO_DATE = re.compile(r"\b(\d{4})-(\d{2})-(\d{2})\b")
 _IN_MONTH = re.compile(
