@@ -293,16 +293,9 @@ def _keyword_candidates(owner, query, filters, k, results) -> list[tuple]:
     rare = [t for t in weights if complete or shares[t] <= RARE_SHARE]
     any_q = " | ".join(f"'{t}'" for t in weights)
     weighted = " + ".join(["%s * ts_rank_cd(p.search_vector, to_tsquery('english', %s), 1)"] * len(weights))
-    # Coverage: the share of the query's IDF mass a passage holds. A passage matching only the
-    # weakest word of the question ranks somewhere in the keyword list, but should count for
-    # little in the fusion.
-    covered = " + ".join(["%s * (p.search_vector @@ to_tsquery('english', %s))::int"] * len(weights))
-    total_weight = sum(weights.values()) or 1.0
     weight_params: list[Any] = []
-    coverage_params: list[Any] = []
     for term, w in weights.items():
         weight_params.extend([w, f"'{term}'"])
-        coverage_params.extend([w / total_weight, f"'{term}'"])
     base = (
         "SELECT p.id FROM memory_passage p WHERE p.owner_id = %s AND NOT p.deleted "
         "AND p.search_vector @@ to_tsquery('english', %s)" + where
@@ -316,14 +309,14 @@ def _keyword_candidates(owner, query, filters, k, results) -> list[tuple]:
         part_params += [owner.pk, any_q, *params]
     sql = (
         "SELECT p.message_id, p.tool_call_id, p.logical_message_id, p.text, "
-        f"({weighted}) AS score, p.timestamp, ({covered}) AS coverage "
+        f"({weighted}) AS score, p.timestamp "
         "FROM memory_passage p WHERE p.id IN (" + " UNION ALL ".join(parts) + ") "
         "ORDER BY score DESC LIMIT %s"
     )
     try:
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute(f"SET LOCAL statement_timeout = {int(settings.VECTOR_SEARCH_TIMEOUT_MS)}")
-            cursor.execute(sql, [*weight_params, *coverage_params, *part_params, k])
+            cursor.execute(sql, [*weight_params, *part_params, k])
             return cursor.fetchall()
     except OperationalError as exc:
         results.fallbacks.append({"kind": "keyword_timeout", "detail": str(exc)[:200]})
@@ -477,10 +470,7 @@ def _fuse(owner, vector_rows, keyword_rows, limit, boosts: QueryBoosts | None = 
                 continue
             seen.add(key)
             rank += 1
-            weight = 1.0
-            if source == "keyword" and len(row) > 6 and row[6] is not None:
-                weight = 0.25 + 0.75 * float(row[6])
-            scores[key] = scores.get(key, 0.0) + weight / (RRF_K + rank)
+            scores[key] = scores.get(key, 0.0) + 1.0 / (RRF_K + rank)
             entry = info.setdefault(key, {"logical": row[2], "text": row[3]})
             entry[f"{source}_rank"] = rank
             if source == "vector":
