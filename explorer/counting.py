@@ -94,6 +94,8 @@ class CappedPaginator(Paginator):
 
     @cached_property
     def count(self) -> int:
+        if hasattr(self.object_list, "capped_count"):
+            return min(self.object_list.capped_count(self.cap), self.cap + 1)
         if not isinstance(self.object_list, QuerySet):
             return len(self.object_list)
         return min(capped_count(self.object_list, self.cap), self.cap + 1)

@@ -119,6 +119,13 @@ class Message(models.Model):
                 condition=Q(deleted=False, is_chunk=False),
                 name="message_owner_live_ts",
             ),
+            # A topic's messages in time order: members' timestamps read from the index alone.
+            models.Index(
+                fields=["id"],
+                include=["owner", "timestamp"],
+                condition=Q(deleted=False, is_chunk=False),
+                name="message_live_id_ts",
+            ),
         ]
         constraints = [
             models.UniqueConstraint(

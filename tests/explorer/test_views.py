@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from memory.models import Message, ToolCall
+from memory.models import Message, ToolCall, TopicMembership
 from tests.explorer.conftest import XSS
 
 pytestmark = pytest.mark.django_db
@@ -66,6 +66,15 @@ def test_topic_page_lists_sub_topics_and_the_messages_below_it(owner_client, mem
     assert reverse("explorer:message", args=[mem.long.pk]) not in page
     leaf = html(owner_client.get(reverse("explorer:topic", args=[mem.leaf.pk])))
     assert "Databases" in leaf  # breadcrumb to the parent
+
+
+def test_a_topic_lists_its_visible_messages_oldest_first_and_counts_them(owner_client, mem):
+    TopicMembership.objects.create(owner=mem.question.owner, topic=mem.leaf, message=mem.gone)
+    response = owner_client.get(reverse("explorer:topic", args=[mem.root.pk]))
+    rows = list(response.context["messages_page"].object_list)
+    assert [m.pk for m in rows] == [mem.question.pk, mem.answer.pk]
+    assert response.context["messages_page"].paginator.count == 2
+    assert reverse("explorer:message", args=[mem.gone.pk]) not in html(response)
 
 
 def test_timeline_draws_bars_and_lists_a_periods_messages(owner_client, mem):
