@@ -90,6 +90,35 @@ def describe_error(exc: BaseException) -> str:
     return f"The model stream failed: {type(exc).__name__}."
 
 
+async def _chunks(stream) -> AsyncIterator[dict[str, Any]]:
+    """The stream's chunks as plain dicts.
+
+    The package builds a typed object per chunk (a few hundred microseconds of the event loop
+    each, thousands of times a second with a hundred replies streaming); the server-sent events
+    are read directly when the package exposes them, and typed chunks are the fallback.
+    """
+    events = getattr(stream, "_iter_events", None)
+    if events is None:
+        async for chunk in stream:
+            yield chunk.model_dump()
+        return
+    async for sse in events():
+        if sse.data.startswith("[DONE]"):
+            break
+        data = json.loads(sse.data)
+        if not isinstance(data, dict):
+            continue
+        if data.get("error"):
+            error = data["error"]
+            message = error.get("message") if isinstance(error, dict) else None
+            raise openai.APIError(
+                message if isinstance(message, str) and message else "An error occurred during streaming",
+                request=stream.response.request,
+                body=error,
+            )
+        yield data
+
+
 async def stream_chat(
     messages: list[dict[str, Any]],
     tools: list[dict[str, Any]] | None = None,
@@ -113,26 +142,27 @@ async def stream_chat(
     try:
         stream = await client().chat.completions.create(**kwargs)
         try:
-            async for chunk in stream:
-                if chunk.usage:
+            async for chunk in _chunks(stream):
+                usage = chunk.get("usage")
+                if usage:
                     end.usage = {
-                        "prompt_tokens": chunk.usage.prompt_tokens or 0,
-                        "completion_tokens": chunk.usage.completion_tokens or 0,
-                        "total_tokens": chunk.usage.total_tokens or 0,
+                        "prompt_tokens": usage.get("prompt_tokens") or 0,
+                        "completion_tokens": usage.get("completion_tokens") or 0,
+                        "total_tokens": usage.get("total_tokens") or 0,
                     }
-                for choice in chunk.choices or []:
-                    delta = choice.delta
-                    if delta is not None and delta.content:
-                        yield TextDelta(delta.content)
-                    for tc in (delta.tool_calls if delta is not None else None) or []:
-                        slot = calls.setdefault(tc.index, {"id": "", "name": "", "arguments": ""})
-                        if tc.id:
-                            slot["id"] = tc.id
-                        if tc.function is not None:
-                            slot["name"] += tc.function.name or ""
-                            slot["arguments"] += tc.function.arguments or ""
-                    if choice.finish_reason:
-                        end.finish_reason = choice.finish_reason
+                for choice in chunk.get("choices") or []:
+                    delta = choice.get("delta") or {}
+                    if delta.get("content"):
+                        yield TextDelta(delta["content"])
+                    for tc in delta.get("tool_calls") or []:
+                        slot = calls.setdefault(tc.get("index") or 0, {"id": "", "name": "", "arguments": ""})
+                        if tc.get("id"):
+                            slot["id"] = tc["id"]
+                        function = tc.get("function") or {}
+                        slot["name"] += function.get("name") or ""
+                        slot["arguments"] += function.get("arguments") or ""
+                    if choice.get("finish_reason"):
+                        end.finish_reason = choice["finish_reason"]
         finally:
             await stream.close()
     except openai.OpenAIError as exc:
