@@ -157,7 +157,9 @@ async def run_turn(
         # Its vector (also the memory query's) is computed first, in the shared embedding batch,
         # with no database thread or transaction held while it waits.
         await _prefetch_embedding(content)
-        user_message = await db(durable(_store_user_message))(owner, conversation, content, parent_id)
+        user_message, html = await db(_stored_and_rendered)(
+            durable(_store_user_message), owner, conversation, content, parent_id
+        )
         await emit(
             {
                 "type": "chat.message",
@@ -165,7 +167,7 @@ async def run_turn(
                 "role": "user",
                 "parent_id": user_message.parent_id,
                 "client_id": client_id,
-                "html": await db(message_html)(user_message, owner),
+                "html": html,
             }
         )
     else:
@@ -251,7 +253,9 @@ async def run_turn(
         reply.error = reply.error or "Something went wrong on the server while answering."
 
     # 4. The assistant message, its tool calls, the snapshot link, the active branch.
-    assistant = await db(durable(_store_reply))(owner, conversation, user_message, reply, snapshot)
+    assistant, html = await db(_stored_and_rendered)(
+        durable(_store_reply), owner, conversation, user_message, reply, snapshot
+    )
     await emit(
         {
             "type": "chat.reply_done",
@@ -263,7 +267,7 @@ async def run_turn(
             "strategy": snapshot.strategy if snapshot else None,
             "mode": reply.mode,
             "client_id": client_id,
-            "html": await db(message_html)(assistant, owner),
+            "html": html,
         }
     )
 
@@ -273,6 +277,12 @@ async def run_turn(
 
 
 # --- the steps -----------------------------------------------------------------------------------
+
+
+def _stored_and_rendered(store_step, owner, *args) -> tuple[Message, str]:
+    """A store step and the stored message's html in one trip to a database thread."""
+    message = store_step(owner, *args)
+    return message, message_html(message, owner)
 
 
 async def _prefetch_embedding(content: Any) -> None:
