@@ -185,7 +185,7 @@ async def run_turn(
     snapshot = None
     try:
         # 2. What the model will see, saved as this turn's snapshot.
-        plan, snapshot = await db(_prepare_context)(owner, conversation, user_message)
+        plan, snapshot = await db(durable(_prepare_context))(owner, conversation, user_message)
         reply.mark("context", started)
 
         # 3. The answer.
@@ -231,7 +231,7 @@ async def run_turn(
                             "label": tool_label(call.name, call.arguments_text),
                         }
                     )
-                    outcome = await db(_execute_tool)(owner, conversation, call)
+                    outcome = await db(durable(_execute_tool))(owner, conversation, call)
                     reply.tool_outcomes.append(outcome)
                     messages.append({"role": "tool", "tool_call_id": call.id, "content": outcome.for_model()})
                     await emit(
@@ -272,7 +272,7 @@ async def run_turn(
     )
 
     # 5. Topic upkeep, in the background.
-    await db(_queue_upkeep)(owner, [user_message.pk, assistant.pk])
+    await db(durable(_queue_upkeep))(owner, [user_message.pk, assistant.pk])
     return assistant
 
 
@@ -282,7 +282,8 @@ async def run_turn(
 def _stored_and_rendered(store_step, owner, *args) -> tuple[Message, str]:
     """A store step and the stored message's html in one trip to a database thread."""
     message = store_step(owner, *args)
-    return message, message_html(message, owner)
+    # Rendering reads again; a dropped connection here must not lose the turn either.
+    return message, durable(message_html)(message, owner)
 
 
 async def _prefetch_embedding(content: Any) -> None:
@@ -423,7 +424,7 @@ async def _offline_recall(
     reply.mode = "offline_recall"
     started_at = timezone.now()
     t0 = time.perf_counter()
-    hits = await db(_recall_hits)(owner, user_message)
+    hits = await db(durable(_recall_hits))(owner, user_message)
     reply.tool_outcomes.append(
         ToolOutcome(
             call_id="offline",
