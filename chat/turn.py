@@ -44,7 +44,7 @@ Emit = Callable[[dict[str, Any]], Awaitable[None]]
 # behind each other. Each worker keeps its own database connection (DB_CONN_MAX_AGE), which
 # database_sync_to_async checks and closes when stale before and after each call; most of a
 # worker's time is spent waiting on Postgres or on the embedding thread, not on the CPU.
-DB_THREADS = int(getattr(settings, "CHAT_DB_THREADS", 0) or 24)
+DB_THREADS = settings.CHAT_DB_THREADS
 _executor: ThreadPoolExecutor | None = None
 
 

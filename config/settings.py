@@ -304,6 +304,8 @@ SUMMARY_MODEL = env_str("SUMMARY_MODEL", CHAT_MODEL)
 LLM_TIMEOUT_SECONDS = env_float("LLM_TIMEOUT_SECONDS", 60.0, low=1.0)
 LLM_MAX_RETRIES = env_int("LLM_MAX_RETRIES", 3, minimum=0)
 MAX_TOOL_ROUNDS = env_int("MAX_TOOL_ROUNDS", 5, minimum=1)
+# Threads of the pool that runs chat turns' database and memory work (turns run in parallel).
+CHAT_DB_THREADS = env_int("CHAT_DB_THREADS", 24, minimum=1)
 CHAT_RATE_LIMIT_PER_MINUTE = env_int("CHAT_RATE_LIMIT_PER_MINUTE", 30, minimum=1)
 MAX_MESSAGE_CHARS = env_int("MAX_MESSAGE_CHARS", 8_000_000, minimum=1)
 # Passages beyond this many in one message are embedded by background work, not inline.
