@@ -53,7 +53,7 @@ def browser_llm():
 @pytest.fixture(scope="module")
 def live_daphne(django_db_setup, django_db_blocker, browser_llm):
     if not os.path.exists(CHROMIUM):
-        pytest.skip("Debian's chromium is not installed")
+        pytest.fail("Debian's chromium is not installed: `make test` installs it (apt-get install chromium)")
     from django.db import connection
 
     with django_db_blocker.unblock():

@@ -35,8 +35,9 @@ ARGS = [
     "--disable-quic",
 ]
 
-if not Path(CHROMIUM).exists():  # pragma: no cover - the machine has it; CI images may not
-    pytest.skip("Debian's chromium is not installed", allow_module_level=True)
+if not Path(CHROMIUM).exists():  # pragma: no cover - `make test` installs it
+    pytest.fail("Debian's chromium is not installed: `make test` installs it (apt-get install chromium)",
+                pytrace=False)
 
 
 @pytest.fixture

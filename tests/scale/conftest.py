@@ -53,7 +53,8 @@ class RedisProcess:
 
     def __init__(self) -> None:
         if not os.path.exists(REDIS_SERVER):
-            pytest.skip("redis-server is not installed (apt-get install redis-server)")
+            pytest.fail("redis-server is not installed: `make test` installs it "
+                        "(apt-get install redis-server)")
         self.port = free_port()
         self.proc = subprocess.Popen(
             [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
