@@ -19,22 +19,12 @@ from django.contrib.auth import get_user_model
 
 from chat import llm as chat_llm
 from tests import llm_server
+from tests.browser import CHROMIUM, CHROMIUM_ARGS, MISSING
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless=new",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--disable-quic",
-]
 
 
 def _free_port() -> int:
@@ -53,7 +43,7 @@ def browser_llm():
 @pytest.fixture(scope="module")
 def live_daphne(django_db_setup, django_db_blocker, browser_llm):
     if not os.path.exists(CHROMIUM):
-        pytest.fail("Debian's chromium is not installed: `make test` installs it (apt-get install chromium)")
+        pytest.fail(MISSING)
     from django.db import connection
 
     with django_db_blocker.unblock():

@@ -14,6 +14,7 @@ from django.test import Client
 from django.urls import reverse
 
 from memory.models import Message
+from tests.browser import CHROMIUM, CHROMIUM_ARGS, MISSING
 from tests.explorer.conftest import build_memory
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -22,22 +23,11 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 # plain synchronous test code.
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
-CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = Path(settings.BASE_DIR) / "test-artifacts" / "explorer"
-ARGS = [
-    "--headless=new",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--disable-quic",
-]
+ARGS = CHROMIUM_ARGS
 
 if not Path(CHROMIUM).exists():  # pragma: no cover - `make test` installs it
-    pytest.fail("Debian's chromium is not installed: `make test` installs it (apt-get install chromium)",
-                pytrace=False)
+    pytest.fail(MISSING, pytrace=False)
 
 
 @pytest.fixture
