@@ -13,6 +13,9 @@ sends one message at the same moment as the others; the test LLM streams each re
 - server peak RSS (VmHWM of the daphne process).
 
 By default it starts the test LLM in this process and daphne in a subprocess on a free port.
+With --servers N (N > 1) it starts a loopback redis-server and N daphne processes sharing it as
+the channel layer; clients alternate between servers, and each client also watches its
+conversation through a second socket on another server, so every token also crosses Redis.
 """
 
 from __future__ import annotations
@@ -43,6 +46,25 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _start_redis() -> tuple[subprocess.Popen, str]:
+    """A throwaway redis-server on a free loopback port (no persistence)."""
+    port = _free_port()
+    proc = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return proc, f"redis://127.0.0.1:{port}/0"
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise CommandError("redis-server did not start (is it installed? apt-get install redis-server)")
 
 
 def _percentile(values: list[float], p: float) -> float:
@@ -142,6 +164,12 @@ class Command(BaseCommand):
         )
         parser.add_argument("--keep", action="store_true", help="keep the bench users and their data")
         parser.add_argument(
+            "--servers",
+            type=int,
+            default=1,
+            help="daphne processes to start; more than one shares a loopback Redis channel layer",
+        )
+        parser.add_argument(
             "--remote-embeddings",
             action="store_true",
             help="the started daphne embeds through the test LLM's /embeddings instead of the local "
@@ -163,45 +191,64 @@ class Command(BaseCommand):
             "steps": [{"words": opts["tokens"], "delay": 1.0 / opts["rate"]}],
         }
         llm.post("/_scripts", script)
-        proc = None
-        url = opts["url"].rstrip("/")
-        pid = opts["server_pid"] or None
+        procs: list[subprocess.Popen] = []
+        redis = None
+        urls = [opts["url"].rstrip("/")] if opts["url"] else []
+        pids = [opts["server_pid"]] if opts["server_pid"] else []
         try:
-            if not url:
-                url, proc = self._start_daphne(
-                    llm.base_url, opts["remote_embeddings"], opts["conn_max_age"], opts["embedding_threads"]
-                )
-                pid = proc.pid
-            self.stdout.write(f"server {url}, test LLM {llm.base_url}, {n} clients")
-            users = self._make_users(n + 1)
-            # One warm-up turn loads the embedding model in the server process.
-            asyncio.run(self._run_clients(url, users[:1], opts, warmup=True))
+            if not urls:
+                redis_url = ""
+                if opts["servers"] > 1:
+                    redis, redis_url = _start_redis()
+                for _ in range(max(1, opts["servers"])):
+                    url, proc = self._start_daphne(
+                        llm.base_url, opts["remote_embeddings"], opts["conn_max_age"],
+                        opts["embedding_threads"], redis_url,
+                    )
+                    urls.append(url)
+                    procs.append(proc)
+                    pids.append(proc.pid)
+            layer = " sharing a Redis channel layer" if redis else ""
+            self.stdout.write(f"servers {', '.join(urls)}{layer}, test LLM {llm.base_url}, {n} clients")
+            users = self._make_users(n + len(urls))
+            # One warm-up turn per server loads the embedding model in each server process.
+            for i, url in enumerate(urls):
+                asyncio.run(self._run_clients([url], users[i : i + 1], opts, warmup=True))
             llm.post("/_reset", {})
             llm.post("/_scripts", script)
-            started, cpu_before = time.time(), _cpu_seconds(pid)
-            results = asyncio.run(self._run_clients(url, users[1:], opts))
+            started = time.time()
+            cpu_before = [_cpu_seconds(pid) for pid in pids]
+            results = asyncio.run(self._run_clients(urls, users[len(urls) :], opts))
             wall = time.time() - started
-            cpu = (_cpu_seconds(pid) - cpu_before) if cpu_before is not None else None
-            self._report(results, llm, users[1:], opts, wall, pid)
-            if cpu is not None:
-                self.stdout.write(
-                    f"server CPU during the run: {cpu:.1f} s over {wall:.1f} s of wall time; "
-                    f"machine load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
-                )
+            self._report(results, llm, users[len(urls) :], opts, wall, pids[0] if pids else None)
+            for pid, before in zip(pids, cpu_before, strict=True):
+                after = _cpu_seconds(pid)
+                if before is not None and after is not None:
+                    rss = _peak_rss_mb(pid)
+                    self.stdout.write(
+                        f"server pid {pid}: CPU {after - before:.1f} s over {wall:.1f} s of wall time, "
+                        f"peak RSS {rss:.0f} MB" if rss else f"server pid {pid}: CPU {after - before:.1f} s"
+                    )
+            self.stdout.write(f"machine load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
         finally:
-            if proc is not None:
+            for proc in procs:
                 proc.terminate()
                 try:
                     proc.wait(15)
                 except subprocess.TimeoutExpired:
                     proc.kill()
+            if redis is not None:
+                redis.terminate()
+                redis.wait(10)
             llm.stop()
             if not opts["keep"]:
                 get_user_model().objects.filter(username__startswith=BENCH_PREFIX).delete()
 
     # --- setup -----------------------------------------------------------------------------------
 
-    def _start_daphne(self, llm_url: str, remote_embeddings: bool, conn_max_age: int, threads: int):
+    def _start_daphne(
+        self, llm_url: str, remote_embeddings: bool, conn_max_age: int, threads: int, redis_url: str = ""
+    ):
         port = _free_port()
         env = {
             **os.environ,
@@ -211,6 +258,9 @@ class Command(BaseCommand):
             "DJANGO_SETTINGS_MODULE": "config.settings",
             "DB_CONN_MAX_AGE": str(conn_max_age),
             "EMBEDDING_THREADS": str(threads),
+            "REDIS_URL": redis_url,
+            # Background work would compete with the turns being measured.
+            "RUN_WORKER_IN_SERVER": "false",
         }
         if remote_embeddings:
             env.update(
@@ -262,29 +312,53 @@ class Command(BaseCommand):
 
     # --- clients ---------------------------------------------------------------------------------
 
-    async def _run_clients(self, url: str, users: list[dict], opts, warmup: bool = False) -> list[dict]:
+    async def _run_clients(
+        self, urls: list[str], users: list[dict], opts, warmup: bool = False
+    ) -> list[dict]:
         import websockets
 
-        ws_url = url.replace("http://", "ws://")
         go = asyncio.Event()
         ready = 0
         # Connections are opened 20 at a time; the turns then all start at the same moment.
         opening = asyncio.Semaphore(20)
 
+        async def connect(url: str, u: dict):
+            headers = {"Cookie": f"{settings.SESSION_COOKIE_NAME}={u['session']}", "Origin": url}
+            async with opening:
+                return await websockets.connect(
+                    f"{url.replace('http://', 'ws://')}/ws/chat/{u['conversation'].pk}/",
+                    additional_headers=headers,
+                    open_timeout=60,
+                    max_size=None,
+                )
+
+        async def watch(ws, result: dict) -> None:
+            """A second tab on another server: counts the tokens that reach it through Redis."""
+            try:
+                while True:
+                    event = json.loads(await asyncio.wait_for(ws.recv(), opts["timeout"]))
+                    if event["type"] == "token":
+                        result["watched_tokens"] += 1
+                    elif event["type"] == "reply_done":
+                        result["watched_done"] = True
+                        return
+            except Exception as exc:  # noqa: BLE001 - counted as lost below
+                result["watch_error"] = f"{type(exc).__name__}: {exc}"
+
         async def client(i: int, u: dict) -> dict:
             nonlocal ready
             text = f"[bench] client {i} {uuid.uuid4().hex} tell me something"
-            result = {"text": text, "tokens": [], "user_stored": False, "done": None, "error": None}
-            headers = {"Cookie": f"{settings.SESSION_COOKIE_NAME}={u['session']}", "Origin": url}
+            result = {"text": text, "tokens": [], "user_stored": False, "done": None, "error": None,
+                      "watched_tokens": 0, "watched_done": False, "watching": False}
+            url = urls[i % len(urls)]
+            watcher = None
             try:
-                async with opening:
-                    ws = await websockets.connect(
-                        f"{ws_url}/ws/chat/{u['conversation'].pk}/",
-                        additional_headers=headers,
-                        open_timeout=60,
-                        max_size=None,
-                    )
+                ws = await connect(url, u)
+                if len(urls) > 1 and not warmup:
+                    watcher = await connect(urls[(i + 1) % len(urls)], u)
+                    result["watching"] = True
                 async with ws:
+                    watching = asyncio.ensure_future(watch(watcher, result)) if watcher else None
                     ready += 1
                     await go.wait()
                     if opts["ramp"] and len(users) > 1:
@@ -305,8 +379,13 @@ class Command(BaseCommand):
                         elif event["type"] == "error":
                             result["error"] = event
                             break
+                    if watching is not None:
+                        await asyncio.wait_for(watching, opts["timeout"])
             except Exception as exc:  # counted as lost below
                 result["error"] = {"message": f"{type(exc).__name__}: {exc}"}
+            finally:
+                if watcher is not None:
+                    await watcher.close()
             return result
 
         tasks = [asyncio.ensure_future(client(i, u)) for i, u in enumerate(users)]
@@ -361,6 +440,10 @@ class Command(BaseCommand):
             for name, ms in (timings or {}).items():
                 steps.setdefault(name, []).append(ms)
         rss = _peak_rss_mb(pid) if pid else None
+        watched = [r for r in results if r["watching"]]
+        lost_watched = sum(
+            max(0, opts["tokens"] - r["watched_tokens"]) + (0 if r["watched_done"] else 1) for r in watched
+        )
         lines = [
             f"clients: {len(results)}, tokens per reply: {opts['tokens']} at {opts['rate']:g}/s, "
             f"sends spread over {opts['ramp']:g} s, wall time {wall:.1f} s",
@@ -375,6 +458,12 @@ class Command(BaseCommand):
             f"p95 {_percentile(before_llm, 95):.0f} ms)",
             f"server peak RSS: {rss:.0f} MB" if rss else "server peak RSS: unknown (pass --server-pid)",
         ]
+        if watched:
+            lines.insert(
+                2,
+                f"second tabs on another server (through Redis): {len(watched)}, "
+                f"token events or replies lost there: {lost_watched}",
+            )
         lines.append(
             "server-side steps from the start of a turn: "
             + ", ".join(
