@@ -540,8 +540,8 @@ def _samples(owner, topics: list[Topic]) -> dict[str, Message]:
     return {m.pk: m for m in Message.objects.visible_to(owner).filter(pk__in=ids)}
 
 
-def _clusters(owner, plan, writer, hits, left_out, included, deadline, query) -> None:
-    _recent_header(plan, writer, left_out, included)
+def _entities_and_best_matches(owner, plan, writer, hits, included, deadline) -> None:
+    """The key entities of the hits, then the ten best matches (clusters and hierarchy share it)."""
     _key_entities(writer, hits)
     _matches(
         owner,
@@ -553,6 +553,11 @@ def _clusters(owner, plan, writer, hits, left_out, included, deadline, query) ->
         header="Best Matches (retrieve with get_message_by_id):",
     )
     _check(deadline)
+
+
+def _clusters(owner, plan, writer, hits, left_out, included, deadline, query) -> None:
+    _recent_header(plan, writer, left_out, included)
+    _entities_and_best_matches(owner, plan, writer, hits, included, deadline)
     query_vector = _query_vector(query)
     topics = _relevant_topics(owner, query_vector, hits, limit=8)
     if not topics:
@@ -621,17 +626,7 @@ def _hierarchical(owner, plan, writer, hits, left_out, included, deadline, query
                 else ""
             )
             writer.add(f'  "{t.label}": {t.message_count:,} messages {period} [topic {t.pk}]')
-    _key_entities(writer, hits)
-    _matches(
-        owner,
-        plan,
-        writer,
-        hits[:10],
-        included,
-        deadline,
-        header="Best Matches (retrieve with get_message_by_id):",
-    )
-    _check(deadline)
+    _entities_and_best_matches(owner, plan, writer, hits, included, deadline)
     topics = _relevant_topics(owner, _query_vector(query), hits, limit=4)
     if topics:
         writer.add("")
