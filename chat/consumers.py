@@ -30,6 +30,9 @@ Server events (sent to every socket on the conversation):
 
 The tab that started a turn gets its events directly; other tabs get them through the
 conversation's Channels group (tokens go through the group only when another tab is there).
+A `token` event carries whatever text arrived since the last one: one token while the server
+keeps up, several when tokens arrive faster than they can be sent (never more than one event
+in flight per socket, so a busy server sends fewer, larger frames instead of falling behind).
 """
 
 from __future__ import annotations
@@ -119,6 +122,18 @@ def _regeneration_target(user, conversation, message_id) -> Message:
     return message
 
 
+def merge_tokens(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Consecutive token events of one reply as one event with their deltas joined."""
+    merged: list[dict[str, Any]] = []
+    for event in events:
+        last = merged[-1] if merged else None
+        if last is not None and last["message_id"] == event["message_id"]:
+            merged[-1] = {**last, "delta": last["delta"] + event["delta"]}
+        else:
+            merged.append(event)
+    return merged
+
+
 class ChatConsumer(AsyncWebsocketConsumer):
     async def connect(self) -> None:
         self.user = self.scope.get("user")
@@ -126,6 +141,8 @@ class ChatConsumer(AsyncWebsocketConsumer):
         self.stop_event = asyncio.Event()
         self.reply_id: str | None = None
         self.busy = False  # from a send until its reply is done (upkeep queueing may follow)
+        self.pending_tokens: list[dict[str, Any]] = []  # token events not yet sent
+        self.token_sender: asyncio.Task | None = None
         if self.user is None or not self.user.is_authenticated:
             await self.close(code=4401)
             return
@@ -253,17 +270,42 @@ class ChatConsumer(AsyncWebsocketConsumer):
             self.busy = False
 
     async def _broadcast(self, event: dict[str, Any]) -> None:
-        """Send an event to this socket at once, and to the conversation's other sockets."""
+        """Send an event to this socket at once, and to the conversation's other sockets.
+
+        Tokens are queued and sent by one sender task, which merges the tokens that queued up
+        while it was sending; any other event first waits until the queued tokens are out, so
+        events keep their order."""
         event = {**event, "origin": self.channel_name}
+        if event["type"] == "chat.token":
+            self.pending_tokens.append(event)
+            if self.token_sender is None or self.token_sender.done():
+                self.token_sender = asyncio.ensure_future(self._send_tokens())
+            return
+        while self.token_sender is not None and not self.token_sender.done():
+            await asyncio.shield(self.token_sender)
         if event["type"] == "chat.reply_started":
             self.reply_id = event["message_id"]
         elif event["type"] == "chat.reply_done":
             self.reply_id = None
             self.busy = False
+        await self._deliver(event)
+
+    async def _send_tokens(self) -> None:
+        while self.pending_tokens:
+            batch, self.pending_tokens = self.pending_tokens, []
+            for event in merge_tokens(batch):
+                await self._deliver(event)
+
+    async def _deliver(self, event: dict[str, Any]) -> None:
         await self._relay(event, force=True)
         # Alone on the conversation (the usual case), the group has no one else to tell.
         if self.peers or event["type"] != "chat.token":
-            await self.channel_layer.group_send(self.group, event)
+            try:
+                await self.channel_layer.group_send(self.group, event)
+            except Exception:
+                # The other tabs miss this event (they catch up on reload); this tab and the
+                # stored reply do not depend on the channel layer.
+                logger.warning("could not relay %s to the conversation's other tabs", event["type"])
 
     # --- group events (type "chat.x" → handler chat_x) -------------------------------------------
 

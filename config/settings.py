@@ -208,7 +208,9 @@ if REDIS_URL:
             "BACKEND": "channels_redis.core.RedisChannelLayer",
             # redis-py 8 times reads out after 5 s by default, which breaks the layer's 5 s
             # blocking pop (channels_redis#422): give reads more time than the pop waits.
-            "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 30}]},
+            # All sockets of one server process share one Redis list, and the layer drops
+            # messages silently past `capacity` (default 100): room for bursts of many streams.
+            "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 30}], "capacity": 5000},
         }
     }
 else:

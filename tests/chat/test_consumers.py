@@ -33,7 +33,7 @@ async def test_it_streams_a_reply_in_order_and_stores_both_messages(owner, conve
     assert types[0] == "message" and types[1] == "reply_started" and types[-1] == "reply_done"
     tokens = [e["delta"] for e in events if e["type"] == "token"]
     assert "".join(tokens) == "one two three four five"
-    assert len(tokens) == 5
+    assert 1 < len(tokens) <= 5  # streamed in pieces (tokens that queue up share an event)
     stored_user, done = events[0], events[-1]
     assert stored_user["client_id"] == "c1" and "count to five" in stored_user["html"]
     assert done["status"] == "complete" and done["strategy"]

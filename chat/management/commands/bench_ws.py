@@ -338,7 +338,7 @@ class Command(BaseCommand):
                 while True:
                     event = json.loads(await asyncio.wait_for(ws.recv(), opts["timeout"]))
                     if event["type"] == "token":
-                        result["watched_tokens"] += 1
+                        result["watched_tokens"] += len(event["delta"].split())
                     elif event["type"] == "reply_done":
                         result["watched_done"] = True
                         return
@@ -348,8 +348,8 @@ class Command(BaseCommand):
         async def client(i: int, u: dict) -> dict:
             nonlocal ready
             text = f"[bench] client {i} {uuid.uuid4().hex} tell me something"
-            result = {"text": text, "tokens": [], "user_stored": False, "done": None, "error": None,
-                      "watched_tokens": 0, "watched_done": False, "watching": False}
+            result = {"text": text, "tokens": [], "events": 0, "user_stored": False, "done": None,
+                      "error": None, "watched_tokens": 0, "watched_done": False, "watching": False}
             url = urls[i % len(urls)]
             watcher = None
             try:
@@ -369,7 +369,11 @@ class Command(BaseCommand):
                         event = json.loads(await asyncio.wait_for(ws.recv(), opts["timeout"]))
                         now = time.time()
                         if event["type"] == "token":
-                            result["tokens"].append((now, event["delta"]))
+                            # A token event carries every token that queued up since the last
+                            # one (the test LLM's tokens are single words): each counts as
+                            # received now.
+                            result["tokens"].extend((now, word) for word in event["delta"].split())
+                            result["events"] += 1
                         elif event["type"] == "message":
                             result["user_stored"] = True
                         elif event["type"] == "reply_done":
@@ -402,6 +406,8 @@ class Command(BaseCommand):
     def _report(self, results, llm, users, opts, wall, pid) -> None:
         requests = {r["last_user"]: r for r in llm.requests() if r["stream"]}
         expected_text = "".join(f"w{i} " for i in range(opts["tokens"]))
+        expected_words = expected_text.split()
+        garbled = 0
         per_token, first_overhead, before_llm, lost_tokens = [], [], [], 0
         errors = [r["error"] for r in results if r["error"]]
         errors += [
@@ -413,6 +419,8 @@ class Command(BaseCommand):
             req = requests.get(r["text"])
             got = len(r["tokens"])
             lost_tokens += max(0, opts["tokens"] - got)
+            if got and [w for _, w in r["tokens"]] != expected_words[:got]:
+                garbled += 1
             if req is None or not r["tokens"]:
                 continue
             for (recv, _), emitted in zip(r["tokens"], req["emitted"], strict=False):
@@ -448,7 +456,10 @@ class Command(BaseCommand):
             f"clients: {len(results)}, tokens per reply: {opts['tokens']} at {opts['rate']:g}/s, "
             f"sends spread over {opts['ramp']:g} s, wall time {wall:.1f} s",
             f"messages lost: {lost_messages + lost_tokens} "
-            f"({lost_messages} stored messages, {lost_tokens} token events); errors: {len(errors)}",
+            f"({lost_messages} stored messages, {lost_tokens} tokens); errors: {len(errors)}; "
+            f"replies streamed out of order: {garbled}",
+            f"token events per reply: p50 {_percentile([r['events'] for r in results], 50):.0f} "
+            f"(several tokens share an event when they queue up)",
             f"added latency per token relayed: p50 {_percentile(per_token, 50):.1f} ms, "
             f"p95 {_percentile(per_token, 95):.1f} ms, max {max(per_token, default=float('nan')):.1f} ms "
             f"({len(per_token)} tokens)",
@@ -462,7 +473,7 @@ class Command(BaseCommand):
             lines.insert(
                 2,
                 f"second tabs on another server (through Redis): {len(watched)}, "
-                f"token events or replies lost there: {lost_watched}",
+                f"tokens or replies lost there: {lost_watched}",
             )
         lines.append(
             "server-side steps from the start of a turn: "
