@@ -48,7 +48,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.utils import timezone
 
-from chat import turn
+from chat import drafts, turn
 from chat.rendering import message_html
 from memory import store
 from memory.errors import MemoryStoreError, NotFound
@@ -110,6 +110,12 @@ def _forget(user, conversation, message_id) -> str:
     return message.pk
 
 
+def _recover_drafts(user, conversation) -> list[tuple[str, str, str]]:
+    if not conversation.reply_drafts.exists():
+        return []
+    return [(m.pk, m.parent_id, message_html(m, user)) for m in drafts.recover_quietly(conversation)]
+
+
 def _regeneration_target(user, conversation, message_id) -> Message:
     """The user message to answer again: the message itself, or an assistant reply's parent."""
     message = _message_in(user, conversation, message_id, include_deleted=False)
@@ -157,6 +163,17 @@ class ChatConsumer(AsyncWebsocketConsumer):
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
         await self.channel_layer.group_send(self.group, {"type": "chat.hello", "origin": self.channel_name})
+        # Replies a stopped server left half-written: stored now, and shown to a tab that was
+        # watching them stream (it reconnects after the restart).
+        for message_id, parent_id, html in await db(_recover_drafts)(self.user, self.conversation):
+            await self._relay(
+                {
+                    "type": "chat.reply_done", "message_id": message_id, "parent_id": parent_id,
+                    "status": "failed", "error": drafts.INTERRUPTED, "usage": {}, "strategy": None,
+                    "mode": None, "client_id": None, "html": html,
+                },
+                force=True,
+            )
 
     async def disconnect(self, code: int) -> None:
         if getattr(self, "group", None):

@@ -31,7 +31,7 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 
-from chat import branches, llm
+from chat import branches, drafts, llm
 from chat.rendering import message_html, tool_label
 from memory import store
 from memory.models import Conversation, Message, new_ulid
@@ -123,6 +123,8 @@ class Reply:
     rounds: int = 0
     started: float = field(default_factory=time.perf_counter)
     timings_ms: dict[str, float] = field(default_factory=dict)
+    draft_saved_at: float = field(default_factory=time.monotonic)
+    draft_saving: asyncio.Future | None = None
 
     def mark(self, name: str, since: float) -> None:
         """Milliseconds from the start of the turn to a step (kept in the reply's metadata)."""
@@ -131,6 +133,24 @@ class Reply:
     def add_usage(self, usage: dict[str, int]) -> None:
         for key, value in usage.items():
             self.usage[key] = self.usage.get(key, 0) + int(value or 0)
+
+    def save_draft_soon(self) -> None:
+        """Save the text so far to the reply's draft once REPLY_DRAFT_SAVE_SECONDS have passed
+        since the last save: one save at a time, in the background, never awaited here."""
+        now = time.monotonic()
+        if now - self.draft_saved_at < settings.REPLY_DRAFT_SAVE_SECONDS:
+            return
+        if self.draft_saving is not None and not self.draft_saving.done():
+            return
+        self.draft_saved_at = now
+        self.draft_saving = asyncio.ensure_future(_save_draft(self.id, self.text))
+
+
+async def _save_draft(reply_id: str, text: str) -> None:
+    try:
+        await db(drafts.save)(reply_id, text)
+    except Exception:  # noqa: BLE001 - the next save, or the stored reply, catches up
+        logger.warning("could not save the draft of reply %s", reply_id)
 
 
 async def run_turn(
@@ -185,7 +205,7 @@ async def run_turn(
     snapshot = None
     try:
         # 2. What the model will see, saved as this turn's snapshot.
-        plan, snapshot = await db(durable(_prepare_context))(owner, conversation, user_message)
+        plan, snapshot = await db(durable(_prepare_context))(owner, conversation, user_message, reply)
         reply.mark("context", started)
 
         # 3. The answer.
@@ -324,7 +344,8 @@ def _store_user_message(owner, conversation: Conversation, content: Any, parent_
     return message
 
 
-def _prepare_context(owner, conversation: Conversation, user_message: Message):
+def _prepare_context(owner, conversation: Conversation, user_message: Message, reply: Reply):
+    """The plan and its snapshot, and the reply's draft (saved as it streams)."""
     from memory.index_builder import prepare_context, save_snapshot
 
     active_ids = branches._ancestor_ids(user_message.pk)
@@ -336,6 +357,8 @@ def _prepare_context(owner, conversation: Conversation, user_message: Message):
         active_message_ids=active_ids,
     )
     snapshot = save_snapshot(plan, owner, conversation, user_message)
+    mode = "llm" if llm.is_configured() else "offline_recall"
+    drafts.begin(owner, conversation, reply.id, user_message, snapshot, mode)
     return plan, snapshot
 
 
@@ -361,6 +384,7 @@ async def _stream_round(messages, tools, reply: Reply, emit: Emit, stop: asyncio
                     reply.mark("first_token", reply.started)
                 reply.text += event.text
                 await emit({"type": "chat.token", "message_id": reply.id, "delta": event.text})
+                reply.save_draft_soon()
             else:
                 reply.add_usage(event.usage)
                 return event
@@ -520,6 +544,7 @@ def _store_reply(owner, conversation: Conversation, user_message: Message, reply
         snapshot.message = assistant
         snapshot.save(update_fields=["message"])
     branches.set_leaf(conversation, assistant)
+    drafts.finish(reply.id)
     return assistant
 
 

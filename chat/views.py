@@ -13,7 +13,7 @@ from django.urls import reverse
 from django.utils.dateparse import parse_datetime
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from chat import branches
+from chat import branches, drafts
 from memory.models import Conversation, Message, ToolCall
 
 
@@ -81,6 +81,8 @@ THREAD_LIMIT = 200
 def conversation(request: HttpRequest, conversation_id: str) -> HttpResponse:
     """The chat page: the active branch (or, with ?at=<id>, the branch through that message)."""
     conv = _get_conversation_for_user(request, conversation_id)
+    # A reply a stopped server left half-written is stored before the thread is shown.
+    drafts.recover_quietly(conv)
     at = request.GET.get("at")
     if at:
         message = _get_message_for_user(request, at)

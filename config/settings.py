@@ -309,6 +309,11 @@ MAX_TOOL_ROUNDS = env_int("MAX_TOOL_ROUNDS", 5, minimum=1)
 # Threads of the pool that runs chat turns' database and memory work (turns run in parallel).
 CHAT_DB_THREADS = env_int("CHAT_DB_THREADS", 24, minimum=1)
 CHAT_RATE_LIMIT_PER_MINUTE = env_int("CHAT_RATE_LIMIT_PER_MINUTE", 30, minimum=1)
+# A reply being written is saved this often, so a server that dies mid-stream loses at most
+# this much of it; a draft another host has not saved for REPLY_DRAFT_ORPHAN_SECONDS is stored
+# as an interrupted reply (on this host, a dead writer is noticed at once).
+REPLY_DRAFT_SAVE_SECONDS = env_float("REPLY_DRAFT_SAVE_SECONDS", 1.0, low=0.05)
+REPLY_DRAFT_ORPHAN_SECONDS = env_float("REPLY_DRAFT_ORPHAN_SECONDS", 300.0, low=5.0)
 MAX_MESSAGE_CHARS = env_int("MAX_MESSAGE_CHARS", 8_000_000, minimum=1)
 # Passages beyond this many in one message are embedded by background work, not inline.
 EMBED_INLINE_MAX_PASSAGES = env_int("EMBED_INLINE_MAX_PASSAGES", 64, minimum=1)

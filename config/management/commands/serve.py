@@ -41,6 +41,11 @@ class Command(BaseCommand):
         if settings.RUN_WORKER_IN_SERVER and not opts["no_worker"] and settings.TASKS_BACKEND == "database":
             start_worker_thread()
             self.stdout.write("background task worker running in this process")
+        from chat.drafts import recover_quietly
+
+        recovered = recover_quietly()
+        if recovered:
+            self.stdout.write(f"stored {len(recovered)} reply(s) a stopped server left half-written")
         self.stdout.write(f"serving on http://{opts['host']}:{opts['port']}/ (Ctrl+C to stop)")
         CommandLineInterface().run(
             ["-b", opts["host"], "-p", str(opts["port"]), "--proxy-headers", "config.asgi:application"]

@@ -1,0 +1,113 @@
+"""Replies being written are saved as drafts; a draft whose server is gone becomes a stored,
+incomplete reply when the conversation is next opened (the kill -9 test is in tests/scale)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import subprocess
+import sys
+
+import pytest
+from django.utils import timezone
+
+from chat import drafts
+from chat.models import ReplyDraft
+from memory.store import store_message
+from tests.chat.test_consumers import connect, receive_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _dead_process() -> str:
+    """The identity a process on this host had, once it has exited."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    identity = f"{drafts._HOST}:{proc.pid}:{drafts._start_time(proc.pid)}"
+    proc.wait()
+    return identity
+
+
+def _draft(owner, conversation, process: str, *, text: str = "half of an answ", age_s: float = 0):
+    question = store_message(owner, conversation, "user", "tell me a long story", embed=False)
+    stamp = timezone.now() - dt.timedelta(seconds=age_s)
+    return ReplyDraft.objects.create(
+        id=f"01DRAFT{abs(hash((process, age_s))) % 10**19:019d}", owner=owner, conversation=conversation,
+        parent=question, text=text, process=process, started_at=stamp, updated_at=stamp,
+    )
+
+
+def test_a_dead_servers_draft_is_stored_as_an_incomplete_reply_when_the_page_opens(
+    client, owner, conversation
+):
+    draft = _draft(owner, conversation, _dead_process())
+    client.force_login(owner)
+    page = client.get(f"/c/{conversation.pk}/").content.decode()
+    assert "half of an answ" in page and "incomplete" in page
+    reply = conversation.messages.get(pk=draft.pk)
+    assert reply.role == "assistant" and reply.parent_id == draft.parent_id
+    assert reply.metadata["incomplete"] and reply.metadata["error"] == drafts.INTERRUPTED
+    assert not ReplyDraft.objects.exists()
+    # Opening the page again stores nothing twice.
+    client.get(f"/c/{conversation.pk}/")
+    assert conversation.messages.filter(role="assistant").count() == 1
+
+
+def test_drafts_still_being_written_are_left_alone(owner, conversation):
+    # This process, writing it right now.
+    mine = _draft(owner, conversation, drafts.PROCESS)
+    drafts._live.add(mine.pk)
+    # Another host's server that saved it a moment ago.
+    elsewhere = _draft(owner, conversation, "other-host:4242:123456", age_s=5)
+    try:
+        assert drafts.recover(conversation) == []
+    finally:
+        drafts._live.discard(mine.pk)
+    assert ReplyDraft.objects.count() == 2
+    # Once this process no longer writes it, and once the other host has been silent too long.
+    ReplyDraft.objects.filter(pk=elsewhere.pk).update(updated_at=timezone.now() - dt.timedelta(hours=1))
+    assert sorted(m.pk for m in drafts.recover(conversation)) == sorted([mine.pk, elsewhere.pk])
+
+
+def test_process_identity_tells_a_reused_pid_apart():
+    assert not drafts._is_dead(drafts.PROCESS)
+    host, pid, started = drafts.PROCESS.rsplit(":", 2)
+    assert drafts._is_dead(f"{host}:{pid}:{int(started) + 1}")
+    assert not drafts._is_dead(f"another-host:{pid}:1")  # not ours to judge: staleness decides
+
+
+async def test_a_finished_turn_leaves_no_draft_and_a_reconnecting_tab_learns_of_a_recovered_reply(
+    owner, conversation, scripted_llm
+):
+    from channels.db import database_sync_to_async
+
+    scripted_llm.script({"text": "a whole reply", "delay": 0.01})
+    ws = await connect(owner, conversation.pk)
+    await ws.send_json_to({"type": "send", "content": "hello"})
+    await receive_until(ws, "reply_done")
+    await ws.disconnect()
+    assert await database_sync_to_async(ReplyDraft.objects.count)() == 0
+
+    draft = await database_sync_to_async(_draft)(owner, conversation, _dead_process())
+    ws = await connect(owner, conversation.pk)
+    event = await ws.receive_json_from(timeout=10)
+    assert event["type"] == "reply_done" and event["message_id"] == draft.pk
+    assert event["status"] == "failed" and "half of an answ" in event["html"]
+    await ws.disconnect()
+
+
+async def test_the_draft_follows_the_reply_while_it_streams(owner, conversation, scripted_llm, settings):
+    from channels.db import database_sync_to_async
+
+    settings.REPLY_DRAFT_SAVE_SECONDS = 0.1
+    scripted_llm.script({"words": 40, "delay": 0.03})
+    ws = await connect(owner, conversation.pk)
+    await ws.send_json_to({"type": "send", "content": "stream slowly"})
+    streamed = ""
+    while len(streamed.split()) < 25:
+        event = await ws.receive_json_from(timeout=10)
+        streamed += event.get("delta", "") if event["type"] == "token" else ""
+    draft = await database_sync_to_async(ReplyDraft.objects.get)()
+    assert draft.process == drafts.PROCESS and draft.snapshot_id
+    assert len(draft.text.split()) >= 10 and streamed.startswith(draft.text)
+    await receive_until(ws, "reply_done")
+    await ws.disconnect()
+    assert await database_sync_to_async(ReplyDraft.objects.count)() == 0
