@@ -39,6 +39,7 @@ class FaultResult:
     sent: int = 0  # user messages sent
     stored: int = 0  # of those, stored
     notes: list[str] = field(default_factory=list)
+    details: dict = field(default_factory=dict)  # what a test may check further
 
     @property
     def lost(self) -> int:
@@ -279,6 +280,83 @@ def fault_worker_killed_mid_task(owner, conversation, llm) -> FaultResult:
     return _finish(result, owner, conversation, sent)
 
 
+RESTART_QUESTION = "restartfault stream for a long time"
+
+
+def fault_server_killed_mid_stream(owner, conversation, llm) -> FaultResult:
+    """A daphne process is killed (SIGKILL) 40 words into a reply and started again on the same
+    port, as a supervisor would. The tab reconnects: it is told the reply was cut off, what had
+    been saved of it is stored (incomplete), and the next message gets a whole reply."""
+    import json
+
+    from websockets.asyncio.client import connect as ws_connect
+
+    from chat.drafts import INTERRUPTED
+    from chat.models import ReplyDraft
+    from memory.models import Message
+    from tests.servers import ServerProcess, session_cookie
+
+    result = FaultResult("server killed mid-stream")
+    llm.state.add_script("restartfault", [{"words": 400, "delay": 0.05}], False)
+    server = ServerProcess("restart", connection.settings_dict["NAME"], llm.base_url)
+    cookie = session_cookie(owner)
+
+    async def talk(text: str | None, *, kill_after_words: int | None = None) -> list[dict]:
+        """Send `text` (None: only connect) and collect events until its reply is done."""
+        events: list[dict] = []
+        async with await ws_connect(
+            f"{server.ws_url}/ws/chat/{conversation.pk}/",
+            additional_headers={"Cookie": cookie, "Origin": server.url}, open_timeout=30,
+        ) as ws:
+            if text is None:
+                async with asyncio.timeout(30):
+                    return [json.loads(await ws.recv())]
+            await ws.send(json.dumps({"type": "send", "content": text}))
+            async with asyncio.timeout(120):
+                while True:
+                    try:
+                        event = json.loads(await ws.recv())
+                    except Exception:  # noqa: BLE001 - the server went away
+                        return events
+                    events.append(event)
+                    words = sum(len(e["delta"].split()) for e in events if e["type"] == "token")
+                    if kill_after_words is not None and words >= kill_after_words:
+                        await asyncio.to_thread(server.kill)
+                    if event["type"] == "reply_done":
+                        return events
+
+    next_question = f"{result.name}: are you back after the restart?"
+    try:
+        server.start()
+        # 40 words at 20 a second: the reply's draft has been saved at least once.
+        cut = asyncio.run(talk(RESTART_QUESTION, kill_after_words=40))
+        result.details["streamed"] = "".join(e["delta"] for e in cut if e["type"] == "token")
+        server.start()  # the same port
+        [recovered] = asyncio.run(talk(None))
+        result.details["recovered"] = recovered
+        done = asyncio.run(talk(next_question))
+    finally:
+        server.stop()
+    partial = Message.objects.filter(pk=recovered.get("message_id")).first()
+    killed = not any(e["type"] == "reply_done" for e in cut)
+    told = recovered.get("type") == "reply_done" and recovered.get("error") == INTERRUPTED
+    kept = partial is not None and bool(partial.metadata.get("incomplete")) and len(partial.content.split())
+    page = explorer_page(owner, f"/explorer/messages/{partial.pk}/") if partial else ""
+    continued = bool(done) and done[-1]["type"] == "reply_done" and done[-1]["status"] == "complete"
+    result.survived = bool(
+        killed and told and kept and continued and INTERRUPTED in page and not ReplyDraft.objects.exists()
+    )
+    result.notes.append(
+        f"killed after {len(result.details['streamed'].split())} words streamed; "
+        f"{len(partial.content.split()) if partial else 0} words of the reply kept, marked incomplete"
+    )
+    sent = [RESTART_QUESTION, next_question]
+    texts = stored_user_texts(conversation)
+    result.sent = len(sent)
+    result.stored = sum(1 for s in sent if s in texts)
+    return result
+
+
 @contextlib.contextmanager
 def _immediate_upkeep_off():
     """Turns queue upkeep; keep the queue empty so only the task under test is there."""
@@ -297,11 +375,15 @@ FAULTS = [
     fault_bad_tool_calls,
     fault_database_connection_lost,
     fault_worker_killed_mid_task,
+    fault_server_killed_mid_stream,
 ]
 
 
 class Command(BaseCommand):
-    help = "Inject faults (LLM drops, bad tool calls, database loss, a killed worker) and count losses."
+    help = (
+        "Inject faults (LLM drops, bad tool calls, database loss, a killed worker, a killed server) "
+        "and count losses."
+    )
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("--only", help="run only faults whose name contains this text")
