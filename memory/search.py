@@ -26,8 +26,9 @@ from memory.models import Message, ToolCall
 logger = logging.getLogger(__name__)
 
 RRF_K = 60
-# Up to this many passages an owner's vector search is an exact scan of their own rows.
-EXACT_SEARCH_MAX = 2000
+# Up to this many vectors left by the owner and filters, vector search is an exact scan of them
+# (at ~8 µs a vector read from TOAST, about what an HNSW walk for 500 candidates costs).
+EXACT_SEARCH_MAX = 4000
 _WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9_]*")
 
 
@@ -156,38 +157,64 @@ def _vector_candidates(owner, query, filters, k, results, query_vector=None) -> 
         logger.warning("query embedding failed: %s", exc)
         results.fallbacks.append({"kind": "embedding_failed", "detail": str(exc)[:200]})
         return []
+    searchable = (
+        "FROM memory_passage p "
+        "WHERE p.owner_id = %s AND NOT p.deleted AND p.embedding_model = %s "
+        "AND p.embedding IS NOT NULL" + where
+    )
     sql = (
         "SELECT p.message_id, p.tool_call_id, p.logical_message_id, p.text, "
         "1 - (p.embedding <=> %s::vector) AS similarity, p.timestamp "
-        "FROM memory_passage p "
-        "WHERE p.owner_id = %s AND NOT p.deleted AND p.embedding_model = %s "
-        "AND p.embedding IS NOT NULL" + where + " ORDER BY p.embedding <=> %s::vector LIMIT %s"
+        + searchable
+        + " ORDER BY p.embedding <=> %s::vector LIMIT %s"
     )
     vec = vector_literal(vector)
     try:
         with transaction.atomic(), connection.cursor() as cursor:
-            # One round trip for the three settings. Filtered HNSW scans keep going until enough
-            # rows pass the owner filter (iterative scan).
+            # One round trip for the three settings and the number of the owner's vectors
+            # (counted up to EXACT_SEARCH_MAX + 1 from the partial index alone; deleted ones
+            # included, so it is an upper bound). Filtered HNSW scans keep going until enough
+            # rows pass the filters (iterative scan).
             cursor.execute(
                 "SELECT set_config('statement_timeout', %s, true), "
                 "set_config('hnsw.iterative_scan', 'relaxed_order', true), "
                 "set_config('hnsw.ef_search', %s, true), "
                 "(SELECT count(*) FROM (SELECT 1 FROM memory_passage WHERE owner_id = %s "
-                "AND NOT deleted LIMIT %s) s)",
+                "AND embedding_model = %s AND embedding IS NOT NULL LIMIT %s) s)",
                 [
                     str(int(settings.VECTOR_SEARCH_TIMEOUT_MS)),
-                    str(max(40, min(k, 1000))),
+                    # A walk that keeps twice the candidates it returns: its first k stay close to
+                    # an exact scan's (at k = 500 the graph walk costs about the same either way).
+                    str(max(40, min(2 * k, 1000))),
                     owner.pk,
+                    embedder.name,
                     EXACT_SEARCH_MAX + 1,
                 ],
             )
-            if cursor.fetchone()[3] <= EXACT_SEARCH_MAX:
-                # A small memory in a big shared table: the HNSW graph is mostly other owners'
-                # rows, and a filtered graph walk visits many of them. Scanning this owner's
-                # rows exactly is cheaper, and exact. `+ 0` keeps the planner off the HNSW index.
+            vectors = cursor.fetchone()[3]
+            if vectors > EXACT_SEARCH_MAX and where:
+                # What the filters leave (a conversation, a role, a period): read from the
+                # rows, not their vectors, so still cheap next to reading the vectors.
+                cursor.execute(
+                    f"SELECT count(*) FROM (SELECT 1 {searchable} LIMIT %s) s",
+                    [owner.pk, embedder.name, *params, EXACT_SEARCH_MAX + 1],
+                )
+                vectors = cursor.fetchone()[0]
+            if vectors <= EXACT_SEARCH_MAX:
+                # Few vectors pass the filters (a small memory, or a narrow filter): the HNSW
+                # graph is mostly rows the filters drop, and a filtered graph walk visits many
+                # of them. Scanning the rows that pass is cheaper, and exact. `+ 0` keeps the
+                # planner off the HNSW index.
                 sql = sql.replace(
                     "ORDER BY p.embedding <=> %s::vector", "ORDER BY (p.embedding <=> %s::vector) + 0"
                 )
+            else:
+                # Many vectors: the graph walk. The planner underrates the rows the owner's
+                # partial btree index yields (embedding_model and `embedding IS NOT NULL` are
+                # one condition to us, two independent ones to it) and would otherwise pick an
+                # exact scan that reads every vector out of TOAST; with sorting off, the only
+                # way to the ORDER BY is the HNSW index.
+                cursor.execute("SELECT set_config('enable_sort', 'off', true)")
             cursor.execute(sql, [vec, owner.pk, embedder.name, *params, vec, k])
             rows = cursor.fetchall()
     except OperationalError as exc:  # statement_timeout (QueryCanceled) and friends
@@ -296,27 +323,30 @@ def _keyword_candidates(owner, query, filters, k, results) -> list[tuple]:
     weight_params: list[Any] = []
     for term, w in weights.items():
         weight_params.extend([w, f"'{term}'"])
-    base = (
-        "SELECT p.id FROM memory_passage p WHERE p.owner_id = %s AND NOT p.deleted "
-        "AND p.search_vector @@ to_tsquery('english', %s)" + where
+    # Each branch scores the rows it reads while they are at hand; only the best k are read
+    # again for their text. (Scoring after the union meant a second lookup of every candidate:
+    # thousands of primary-key probes for a common word.)
+    branch = (
+        f"SELECT p.id, ({weighted}) AS score FROM memory_passage p WHERE p.owner_id = %s "
+        "AND NOT p.deleted AND p.search_vector @@ to_tsquery('english', %s)" + where
     )
     parts, part_params = [], []
     if rare:
-        parts.append(f"({base} LIMIT {RARE_CAP})")
-        part_params += [owner.pk, " | ".join(f"'{t}'" for t in rare), *params]
+        parts.append(f"({branch} LIMIT {RARE_CAP})")
+        part_params += [*weight_params, owner.pk, " | ".join(f"'{t}'" for t in rare), *params]
     if not complete:
-        parts.append(f"({base} ORDER BY p.timestamp DESC LIMIT {RECENT_WINDOW})")
-        part_params += [owner.pk, any_q, *params]
+        parts.append(f"({branch} ORDER BY p.timestamp DESC LIMIT {RECENT_WINDOW})")
+        part_params += [*weight_params, owner.pk, any_q, *params]
     sql = (
-        "SELECT p.message_id, p.tool_call_id, p.logical_message_id, p.text, "
-        f"({weighted}) AS score, p.timestamp "
-        "FROM memory_passage p WHERE p.id IN (" + " UNION ALL ".join(parts) + ") "
-        "ORDER BY score DESC LIMIT %s"
+        "SELECT p.message_id, p.tool_call_id, p.logical_message_id, p.text, c.score, p.timestamp "
+        "FROM (SELECT u.id, max(u.score) AS score FROM (" + " UNION ALL ".join(parts) + ") u "
+        "GROUP BY u.id ORDER BY score DESC LIMIT %s) c "
+        "JOIN memory_passage p ON p.id = c.id ORDER BY c.score DESC"
     )
     try:
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute(f"SET LOCAL statement_timeout = {int(settings.VECTOR_SEARCH_TIMEOUT_MS)}")
-            cursor.execute(sql, [*weight_params, *part_params, k])
+            cursor.execute(sql, [*part_params, k])
             return cursor.fetchall()
     except OperationalError as exc:
         results.fallbacks.append({"kind": "keyword_timeout", "detail": str(exc)[:200]})
@@ -485,11 +515,29 @@ def _fuse(owner, vector_rows, keyword_rows, limit, boosts: QueryBoosts | None = 
     ranked = sorted(scores.items(), key=lambda kv: -kv[1])[:limit]
     message_ids = [key[1] for key, _ in ranked if key[0] == "message"]
     call_ids = [key[1] for key, _ in ranked if key[0] == "tool_call"]
+    # Only the columns a hit shows: a message's content and edit history, a tool call's
+    # arguments and result can be long, and up to `limit` of them are read here.
     messages = {
         m.pk: m
-        for m in Message.objects.owned_by(owner).filter(pk__in=message_ids).select_related("chunk_parent")
+        for m in Message.objects.owned_by(owner)
+        .filter(pk__in=message_ids)
+        .select_related("chunk_parent")
+        .only(
+            "conversation_id",
+            "role",
+            "timestamp",
+            "snippet",
+            "metadata",
+            "is_chunk",
+            "chunk_parent__metadata",
+        )
     }
-    calls = {c.pk: c for c in ToolCall.objects.owned_by(owner).filter(pk__in=call_ids)}
+    calls = {
+        c.pk: c
+        for c in ToolCall.objects.owned_by(owner)
+        .filter(pk__in=call_ids)
+        .only("message_id", "timestamp", "is_chunk")
+    }
     hits = []
     for key, score in ranked:
         entry = info[key]
