@@ -303,6 +303,8 @@ OPENAI_API_KEY = env_str("OPENAI_API_KEY", "")
 OPENAI_BASE_URL = env_str("OPENAI_BASE_URL", "")
 CHAT_MODEL = env_str("CHAT_MODEL", "gpt-4o-mini")
 SUMMARY_MODEL = env_str("SUMMARY_MODEL", CHAT_MODEL)
+# Topics whose summaries one background run has the model rewrite (see memory/summaries.py).
+SUMMARY_TOPICS_PER_RUN = env_int("SUMMARY_TOPICS_PER_RUN", 20, minimum=1)
 LLM_TIMEOUT_SECONDS = env_float("LLM_TIMEOUT_SECONDS", 60.0, low=1.0)
 LLM_MAX_RETRIES = env_int("LLM_MAX_RETRIES", 3, minimum=0)
 MAX_TOOL_ROUNDS = env_int("MAX_TOOL_ROUNDS", 5, minimum=1)

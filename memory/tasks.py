@@ -18,7 +18,7 @@ from django.db import transaction
 from django.utils import timezone
 from django_tasks import task
 
-from memory import entities, topics
+from memory import entities, summaries, topics
 from memory.models import Message, UpkeepRun
 
 logger = logging.getLogger(__name__)
@@ -93,7 +93,9 @@ def topic_upkeep(owner_id: int, message_ids: list[str]) -> dict[str, Any]:
         with transaction.atomic():
             return run_upkeep(owner, message_ids)
 
-    return _record(owner_id, "topic_upkeep", work)
+    detail = _record(owner_id, "topic_upkeep", work)
+    queue_summaries(owner_id)
+    return detail
 
 
 @task()
@@ -105,7 +107,43 @@ def rebuild_topics(owner_id: int) -> dict[str, Any]:
         tree = topics.rebuild(owner)
         return {"entities_indexed_messages": ents, **tree}
 
-    return _record(owner_id, "rebuild_topics", work)
+    detail = _record(owner_id, "rebuild_topics", work)
+    queue_summaries(owner_id)
+    return detail
+
+
+@task()
+def summarize_topics(owner_id: int) -> dict[str, Any]:
+    owner = _owner(owner_id)
+    return _record(owner_id, "summarize_topics", lambda: summaries.summarize_topics(owner))
+
+
+def queue_summaries(owner_id: int) -> bool:
+    """With a model configured, queue model-written summaries for topics that only have
+    extractive ones (one queued run per owner at a time). Never fails the caller."""
+    try:
+        from django_tasks import TaskResultStatus
+        from django_tasks_db.models import DBTaskResult
+
+        from memory.models import Topic
+
+        if not summaries.is_configured():
+            return False
+        extractive = Topic.objects.filter(owner_id=owner_id, summary_source="extractive", message_count__gt=0)
+        if not extractive.exists():
+            return False
+        waiting = DBTaskResult.objects.filter(
+            status=TaskResultStatus.READY,
+            task_path=summarize_topics.module_path,
+            args_kwargs__args=[owner_id],
+        )
+        if waiting.exists():
+            return False
+        summarize_topics.enqueue(int(owner_id))
+        return True
+    except Exception:
+        logger.exception("could not queue topic summaries for owner %s", owner_id)
+        return False
 
 
 @task()

@@ -360,7 +360,9 @@ def assign_messages(owner, message_ids: Sequence[str]) -> dict:
         _join(target, message, vec)
         touched.add(target.pk)
     if touched:
-        _refresh_ancestors(owner, touched)
+        # New messages do not make a model-written summary of a parent wrong; edits and deletes
+        # (refresh) do, and rewrite it.
+        _refresh_ancestors(owner, touched, rewrite_summaries=False)
         if created:
             _rebalance(owner)
             layout(owner)
@@ -420,7 +422,7 @@ def _join(topic: Topic, message: Message, vec: np.ndarray | None) -> None:
     )
 
 
-def _refresh_ancestors(owner, topic_ids: Iterable[str]) -> None:
+def _refresh_ancestors(owner, topic_ids: Iterable[str], *, rewrite_summaries: bool = True) -> None:
     """Recompute counts, periods and centroids of the ancestors of these topics, bottom-up."""
     parents = set(
         Topic.objects.owned_by(owner)
@@ -451,9 +453,11 @@ def _refresh_ancestors(owner, topic_ids: Iterable[str]) -> None:
                     terms[w] += k.message_count / (1 + i)
             parent.keywords = [w for w, _ in terms.most_common(8)]
             parent.label = label_from(parent.keywords)
-            parent.summary = (f"{len(kids)} subtopics: " + "; ".join(k.label for k in kids[:8]))[
-                :1000
-            ]
+            if rewrite_summaries or parent.summary_source != "llm":
+                parent.summary = (f"{len(kids)} subtopics: " + "; ".join(k.label for k in kids[:8]))[
+                    :1000
+                ]
+                parent.summary_source = "extractive"
             biggest = sorted(kids, key=lambda k: -k.message_count)
             parent.sample_message_ids = [
                 k.sample_message_ids[0] for k in biggest[:3] if k.sample_message_ids

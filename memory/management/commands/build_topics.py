@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
@@ -17,6 +18,12 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("--user", help="only this user")
+        parser.add_argument(
+            "--summaries",
+            action="store_true",
+            help="then have the configured model rewrite every extractive topic summary (otherwise "
+            "the background worker does it, a few at a time)",
+        )
 
     def handle(self, *args, **opts) -> None:
         users = get_user_model().objects.order_by("pk")
@@ -43,3 +50,27 @@ class Command(BaseCommand):
                 f"{user.username}: {detail['messages']:,} messages -> {detail['leaves']:,} leaf "
                 f"topics, {detail['topics']:,} topics in all ({run.detail['seconds']} s)"
             )
+            if opts["summaries"]:
+                self._summaries(user)
+
+    def _summaries(self, user) -> None:
+        from memory import summaries
+        from memory.models import Topic
+
+        if not summaries.is_configured():
+            raise CommandError("--summaries needs a model: set OPENAI_API_KEY or OPENAI_BASE_URL")
+        todo = Topic.objects.owned_by(user).filter(summary_source="extractive", message_count__gt=0).count()
+        written = failed = 0
+        with Progress(todo, f"{user.username}: summaries") as bar:
+            while True:
+                result = summaries.summarize_topics(user, limit=10)
+                written += result["summarized"]
+                failed += result["failed"]
+                bar.update(result["summarized"] + result["failed"])
+                if result["failed"] >= summaries.GIVE_UP_AFTER or not result["remaining"]:
+                    break
+                if not result["summarized"]:
+                    break
+        self.stdout.write(
+            f"{user.username}: {written} summaries written by {settings.SUMMARY_MODEL}, {failed} failed"
+        )
