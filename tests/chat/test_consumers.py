@@ -399,3 +399,38 @@ async def test_editing_a_chunk_is_refused_with_a_clear_error(owner, conversation
     event = await ws.receive_json_from(timeout=10)
     assert event["type"] == "error" and event["code"] == "invalid" and "chunk" in event["message"]
     await ws.disconnect()
+
+
+async def test_tokens_that_queue_up_share_events_and_keep_their_order(owner, conversation, scripted_llm):
+    # 300 words with no delay arrive faster than one socket sends them: they are merged into
+    # fewer events, and nothing is lost, reordered or sent after reply_done. A second tab (the
+    # group path) sees the same text.
+    scripted_llm.script({"words": 300, "delay": 0})
+    ws = await connect(owner, conversation.pk)
+    other = await connect(owner, conversation.pk)
+    await ws.send_json_to({"type": "send", "content": "a burst of words"})
+    events = await receive_until(ws, "reply_done")
+    seen = await receive_until(other, "reply_done")
+    expected = "".join(f"w{i} " for i in range(300))
+    for stream in (events, seen):
+        tokens = [e for e in stream if e["type"] == "token"]
+        assert "".join(e["delta"] for e in tokens) == expected
+        assert stream[-1]["type"] == "reply_done"
+        assert stream.index(tokens[-1]) < len(stream) - 1
+    await ws.disconnect()
+    await other.disconnect()
+
+
+def test_merge_tokens_joins_consecutive_deltas_of_one_reply():
+    from chat.consumers import merge_tokens
+
+    events = [
+        {"type": "chat.token", "message_id": "A", "delta": "one "},
+        {"type": "chat.token", "message_id": "A", "delta": "two "},
+        {"type": "chat.token", "message_id": "B", "delta": "three"},
+    ]
+    assert merge_tokens(events) == [
+        {"type": "chat.token", "message_id": "A", "delta": "one two "},
+        {"type": "chat.token", "message_id": "B", "delta": "three"},
+    ]
+    assert merge_tokens([]) == []
