@@ -62,14 +62,17 @@ def db(func):
 DB_WRITE_ATTEMPTS = 4
 
 
-def durable(func):
+def durable(func, *, atomic: bool = True):
     """`func` in one transaction, tried again when the database connection drops (a restart,
     a failover, a killed backend): the message a person sent and the reply must not be lost
-    to a blip. One transaction makes a retry safe: a failed attempt leaves nothing behind."""
+    to a blip. One transaction makes a retry safe: a failed attempt leaves nothing behind.
+    atomic=False is for reads, which need the retries but not a transaction's two round trips."""
 
     def run(*args, **kwargs):
         for attempt in range(DB_WRITE_ATTEMPTS):
             try:
+                if not atomic:
+                    return func(*args, **kwargs)
                 with transaction.atomic():
                     return func(*args, **kwargs)
             except (OperationalError, InterfaceError):
@@ -303,7 +306,7 @@ def _stored_and_rendered(store_step, owner, *args) -> tuple[Message, str]:
     """A store step and the stored message's html in one trip to a database thread."""
     message = store_step(owner, *args)
     # Rendering reads again; a dropped connection here must not lose the turn either.
-    return message, durable(message_html)(message, owner)
+    return message, durable(message_html, atomic=False)(message, owner)
 
 
 async def _prefetch_embedding(content: Any) -> None:
@@ -336,6 +339,7 @@ def _store_user_message(owner, conversation: Conversation, content: Any, parent_
             raise store.NotFound("message", parent_id)
     # embed=None: short texts are embedded now, very long ones by background work.
     message = store.store_message(owner, conversation, "user", content, parent_id=parent_id, embed=None)
+    message.conversation = conversation  # rendering it needs no second look-up
     branches.set_leaf(conversation, message)
     if not conversation.title:
         # An untitled conversation is named after its first message.
@@ -543,6 +547,7 @@ def _store_reply(owner, conversation: Conversation, user_message: Message, reply
     if snapshot is not None:
         snapshot.message = assistant
         snapshot.save(update_fields=["message"])
+    assistant.conversation = conversation
     branches.set_leaf(conversation, assistant)
     drafts.finish(reply.id)
     return assistant

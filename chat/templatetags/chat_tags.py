@@ -15,6 +15,8 @@ def markdown(text: str, user=None):
 
 @register.filter
 def logical_tool_calls(message):
+    if message.role != "assistant":  # only replies make tool calls: no query for the others
+        return []
     return [c for c in message.tool_calls.all() if not c.is_chunk]
 
 
