@@ -118,6 +118,7 @@ class _Writer:
         self.lines: list[str] = []
         self.used = 0
         self.full = False
+        self.tokens = 0  # of text(), once called
 
     def add(self, line: str) -> bool:
         cost = count_tokens(line + "\n")
@@ -131,9 +132,11 @@ class _Writer:
     def text(self) -> str:
         text = "\n".join(self.lines)
         # Joined text can tokenise differently from its lines; drop lines until it fits.
-        while self.lines and count_tokens(text) > self.allowance:
+        self.tokens = count_tokens(text)
+        while self.lines and self.tokens > self.allowance:
             self.lines.pop()
             text = "\n".join(self.lines)
+            self.tokens = count_tokens(text)
         return text
 
 
@@ -285,8 +288,18 @@ def prepare_context(
     memory_allowance = budget - zones["reserve"] - system_tokens - tools_tokens - history_tokens
     recent_ids = {m.pk for m in plan.recent} | {m.pk for m in left_out} | exclude
 
+    # One query vector for the search and the topic ranking (a model call each when the
+    # embedding cache is off). None when the embedder fails: search then reports why.
+    query_vector = _query_vector(query)
     results = (
-        search(owner, query, limit=_hit_limit(strategy), candidates=None, filters=SearchFilters())
+        search(
+            owner,
+            query,
+            limit=_hit_limit(strategy),
+            candidates=None,
+            filters=SearchFilters(),
+            query_vector=query_vector,
+        )
         if query
         else None
     )
@@ -322,7 +335,7 @@ def prepare_context(
                 "clusters": _clusters,
                 "hierarchical": _hierarchical,
             }[strategy]
-            builder(owner, plan, writer, hits, left_out, included, deadline, query)
+            builder(owner, plan, writer, hits, left_out, included, deadline, query_vector)
         except _Timeout:
             writer = _Writer(memory_allowance)
             included = []
@@ -346,7 +359,7 @@ def prepare_context(
     plan.tokens_by_zone = {
         "system": system_tokens,
         "tools": tools_tokens,
-        "memory": count_tokens(plan.text),
+        "memory": writer.tokens,
         "history": history_tokens,
         "reserve": zones["reserve"],
     }
@@ -451,7 +464,7 @@ def _matches(
                 included.append(n.pk)
 
 
-def _full(owner, plan, writer, hits, left_out, included, deadline, query) -> None:
+def _full(owner, plan, writer, hits, left_out, included, deadline, query_vector) -> None:
     _recent_header(plan, writer, left_out, included)
     recent_ids = {m.pk for m in plan.recent} | {m.pk for m in left_out} | plan.skip_ids
     hit_ids = [h.message_id for h in hits if h.type == "message"]
@@ -483,7 +496,7 @@ def _full(owner, plan, writer, hits, left_out, included, deadline, query) -> Non
     _key_entities(writer, hits)
 
 
-def _snippets(owner, plan, writer, hits, left_out, included, deadline, query) -> None:
+def _snippets(owner, plan, writer, hits, left_out, included, deadline, query_vector) -> None:
     _recent_header(plan, writer, left_out, included)
     _key_entities(writer, hits)
     _matches(
@@ -555,10 +568,9 @@ def _entities_and_best_matches(owner, plan, writer, hits, included, deadline) ->
     _check(deadline)
 
 
-def _clusters(owner, plan, writer, hits, left_out, included, deadline, query) -> None:
+def _clusters(owner, plan, writer, hits, left_out, included, deadline, query_vector) -> None:
     _recent_header(plan, writer, left_out, included)
     _entities_and_best_matches(owner, plan, writer, hits, included, deadline)
-    query_vector = _query_vector(query)
     topics = _relevant_topics(owner, query_vector, hits, limit=8)
     if not topics:
         plan.fallbacks.append(
@@ -585,7 +597,7 @@ def _clusters(owner, plan, writer, hits, left_out, included, deadline, query) ->
     )
 
 
-def _hierarchical(owner, plan, writer, hits, left_out, included, deadline, query) -> None:
+def _hierarchical(owner, plan, writer, hits, left_out, included, deadline, query_vector) -> None:
     _recent_header(plan, writer, left_out, included)
     writer.add("")
     writer.add("Temporal Overview:")
@@ -627,7 +639,8 @@ def _hierarchical(owner, plan, writer, hits, left_out, included, deadline, query
             )
             writer.add(f'  "{t.label}": {t.message_count:,} messages {period} [topic {t.pk}]')
     _entities_and_best_matches(owner, plan, writer, hits, included, deadline)
-    topics = _relevant_topics(owner, _query_vector(query), hits, limit=4)
+    # No top-level topic means no topic tree at all: nothing to rank.
+    topics = _relevant_topics(owner, query_vector, hits, limit=4) if top else []
     if topics:
         writer.add("")
         writer.add("Relevant Clusters:")
@@ -680,7 +693,8 @@ def save_snapshot(
     plan: ContextPlan, owner, conversation, user_message: Message | None = None
 ) -> ContextSnapshot:
     """Store the plan with its turn; the chat sets `.message` once the assistant reply exists."""
-    data = plan.as_json()
+    # One JSON round trip makes the plan storable (datetimes to text); its hits are reused.
+    data = json.loads(json.dumps(plan.as_json(), default=str))
     return ContextSnapshot.objects.create(
         owner_id=owner.pk,
         conversation=conversation,
@@ -692,9 +706,9 @@ def save_snapshot(
         tokens_by_zone=plan.tokens_by_zone,
         budget=plan.budget,
         included_ids=plan.included_ids,
-        hits=json.loads(json.dumps(plan.hits, default=str)),
+        hits=data["hits"],
         fallbacks=plan.fallbacks,
         tools_offered=plan.tool_names,
-        plan=json.loads(json.dumps(data, default=str)),
+        plan=data,
         build_ms=plan.build_ms,
     )

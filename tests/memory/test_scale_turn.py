@@ -1,0 +1,136 @@
+"""What one turn of memory work does, whatever the size of the memory: the query is embedded
+once, nothing is asked of a topic tree that does not exist, counts are not taken twice, and
+bench_scale measures each size on the history it names."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from memory.embeddings import get_embedder
+from memory.index_builder import prepare_context, save_snapshot
+from memory.models import Conversation, Message, Topic
+from memory.store import store_message
+from memory.tokens import count_tokens
+from tests.memory.conftest import add_turns
+
+TEXTS = [
+    "the heron nests by the lake every spring",
+    "my bike needs a new chain before the race",
+    "we planted tomatoes and basil in the garden",
+    "the invoice for the roof repair is overdue",
+    "sourdough starter needs feeding twice a day",
+    "the train to Lisbon leaves at nine",
+    "the garden shed roof leaks again",
+    "book the train tickets to Porto",
+]
+
+
+@pytest.fixture
+def hierarchical(settings):
+    settings.INDEX_FULL_MAX = 1
+    settings.INDEX_SNIPPET_MAX = 2
+    settings.INDEX_CLUSTER_MAX = 3
+
+
+@pytest.fixture
+def model_calls(monkeypatch):
+    """Texts the embedding model is asked for, with the embedder's cache switched off."""
+    embedder = get_embedder()
+    asked: list[str] = []
+    real = embedder._embed_batch
+
+    def counted(texts):
+        asked.extend(texts)
+        return real(texts)
+
+    monkeypatch.setattr(embedder, "_embed_batch", counted)
+    monkeypatch.setattr(embedder, "_cache_size", 0)
+    return asked
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("strategy_max", [{}, {"INDEX_CLUSTER_MAX": 100}], ids=["hierarchical", "clusters"])
+def test_a_turn_asks_the_model_for_its_query_vector_once(
+    owner, conversation, hierarchical, settings, model_calls, strategy_max
+):
+    for name, value in strategy_max.items():
+        setattr(settings, name, value)
+    add_turns(owner, conversation, TEXTS, embed=False)
+    model_calls.clear()
+    query = "when does the train leave?"
+    plan = prepare_context(owner, conversation, query)
+    assert plan.strategy == ("clusters" if strategy_max else "hierarchical")
+    assert model_calls == [query]
+
+
+@pytest.mark.django_db
+def test_an_owner_without_topics_is_not_searched_for_topics(owner, conversation, hierarchical):
+    add_turns(owner, conversation, TEXTS)
+    assert not Topic.objects.owned_by(owner).exists()
+    with CaptureQueriesContext(connection) as captured:
+        plan = prepare_context(owner, conversation, "what leaks in the garden?")
+    assert plan.strategy == "hierarchical"
+    topic_queries = [q["sql"] for q in captured if "memory_topic" in q["sql"]]
+    assert len(topic_queries) == 1, "only the top-level list, which is empty"
+    assert "Relevant Clusters" not in plan.text
+
+
+@pytest.mark.django_db
+def test_an_owner_with_topics_still_gets_relevant_clusters(owner, conversation, hierarchical):
+    messages = add_turns(owner, conversation, TEXTS)
+    vector = get_embedder().embed_one("trains to Lisbon and Porto")
+    topic = Topic.objects.create(
+        owner=owner,
+        level=0,
+        order=0,
+        label="train trips",
+        message_count=2,
+        centroid=[float(x) for x in vector],
+        sample_message_ids=[messages[5].pk, messages[7].pk],
+    )
+    plan = prepare_context(owner, conversation, "which trains did I take?")
+    assert "Relevant Clusters:" in plan.text
+    assert f'get_cluster("{topic.pk}")' in plan.text
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("budget", [300, 800, 10000])
+def test_the_memory_zone_counts_the_text_the_model_sees(owner, conversation, hierarchical, budget):
+    add_turns(owner, conversation, TEXTS)
+    plan = prepare_context(owner, conversation, "the roof and the garden", max_index_tokens=budget)
+    assert plan.tokens_by_zone["memory"] == count_tokens(plan.text)
+    assert plan.total_tokens <= plan.budget
+
+
+@pytest.mark.django_db
+def test_the_snapshot_keeps_the_hits_and_the_plan_as_json(owner, conversation, hierarchical):
+    add_turns(owner, conversation, TEXTS)
+    today = Conversation.objects.create(owner=owner)
+    message = store_message(owner, today, "user", "when does the train leave?")
+    plan = prepare_context(owner, today, message.content, user_message=message)
+    snapshot = save_snapshot(plan, owner, today, message)
+    snapshot.refresh_from_db()
+    assert plan.hits and snapshot.hits == json.loads(json.dumps(plan.hits))
+    assert snapshot.plan["hits"] == snapshot.hits
+    assert snapshot.plan["text"] == plan.text
+    assert snapshot.plan["recent_ids"] == [m.pk for m in plan.recent]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_bench_scale_skips_a_size_smaller_than_the_history_it_holds(capsys):
+    opts = {"database": "", "turns": 1, "user": "bench_test", "keep": True}
+    call_command("bench_scale", sizes="60", **opts)
+    first = capsys.readouterr().out
+    assert "       60 msgs  fill" in first
+    call_command("bench_scale", sizes="30,60", **opts)
+    second = capsys.readouterr().out
+    assert "reusing 60 synthetic messages already loaded" in second
+    assert "       30 msgs  skipped: 60 already loaded" in second
+    assert "       60 msgs  fill    0.0s" in second
+    loaded = Message.objects.filter(owner__username="bench_test", conversation__title="synthetic history")
+    assert loaded.count() == 60
