@@ -447,7 +447,19 @@ def _matches(
     # fetched in one query.
     _check(deadline)
     top_ids = [h.message_id for h in hits[:neighbours] if h.type == "message"]
-    tops = {m.pk: m for m in Message.objects.visible_to(owner).filter(pk__in=top_ids)} if top_ids else {}
+    # Only what finding their neighbours needs; no ordering (Message's default one joins the
+    # conversations and sorts).
+    tops = (
+        {
+            m.pk: m
+            for m in Message.objects.visible_to(owner)
+            .filter(pk__in=top_ids)
+            .order_by()
+            .only("conversation_id", "position", "timestamp")
+        }
+        if top_ids
+        else {}
+    )
     around = sessions.neighbours_many(owner, list(tops.values()))
     recent_ids = {m.pk for m in plan.recent}
     for i, h in enumerate(hits):

@@ -516,11 +516,13 @@ def _fuse(owner, vector_rows, keyword_rows, limit, boosts: QueryBoosts | None = 
     message_ids = [key[1] for key, _ in ranked if key[0] == "message"]
     call_ids = [key[1] for key, _ in ranked if key[0] == "tool_call"]
     # Only the columns a hit shows: a message's content and edit history, a tool call's
-    # arguments and result can be long, and up to `limit` of them are read here.
+    # arguments and result can be long, and up to `limit` of them are read here. Unordered:
+    # the hits follow `ranked` (Message's default ordering would join the conversations).
     messages = {
         m.pk: m
         for m in Message.objects.owned_by(owner)
         .filter(pk__in=message_ids)
+        .order_by()
         .select_related("chunk_parent")
         .only(
             "conversation_id",
