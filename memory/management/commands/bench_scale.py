@@ -264,8 +264,9 @@ class Command(BaseCommand):
 
             profiler = cProfile.Profile()
         for turn in range(opts["turns"]):
-            # A new text each turn, so the query embedding is computed, never a cache hit.
-            text = f"{PROBES[turn % len(PROBES)]} (turn {turn + 1})"
+            # A new text each turn and each size, so the query embedding is computed, never a
+            # cache hit (the same turn at an earlier size of the run would be one).
+            text = f"{PROBES[turn % len(PROBES)]} (turn {turn + 1} at {size:,})"
             if profiler:
                 profiler.enable()
             t0 = time.perf_counter()
