@@ -382,12 +382,21 @@ def _hit_limit(strategy: str) -> int:
 
 
 def _recent_tool_names(owner, conversation) -> list[str]:
+    """The tools the model used in this conversation's latest replies (bounded: the ids of the
+    last 25 replies first, so an owner with many tool calls elsewhere is not walked)."""
     from memory.models import ToolCall
 
+    recent_replies = list(
+        Message.objects.filter(owner_id=owner.pk, conversation_id=conversation.pk, role="assistant")
+        .filter(is_chunk=False)
+        .order_by("-position")
+        .values_list("pk", flat=True)[:25]
+    )
+    if not recent_replies:
+        return []
     return list(
         dict.fromkeys(
-            ToolCall.objects.owned_by(owner)
-            .filter(message__conversation_id=conversation.pk)
+            ToolCall.objects.filter(owner_id=owner.pk, message_id__in=recent_replies)
             .order_by("-timestamp")
             .values_list("tool_name", flat=True)[:6]
         )

@@ -134,3 +134,21 @@ def test_bench_scale_skips_a_size_smaller_than_the_history_it_holds(capsys):
     assert "       60 msgs  fill    0.0s" in second
     loaded = Message.objects.filter(owner__username="bench_test", conversation__title="synthetic history")
     assert loaded.count() == 60
+
+
+@pytest.mark.django_db
+def test_the_tools_recently_used_are_this_conversations_and_read_with_a_bound(owner, conversation):
+    from memory.index_builder import _recent_tool_names
+    from memory.store import store_tool_call
+
+    other = Conversation.objects.create(owner=owner, title="elsewhere")
+    here = store_message(owner, conversation, "assistant", "I looked it up", embed=False)
+    there = store_message(owner, other, "assistant", "I looked that up", embed=False)
+    store_tool_call(owner, here, "memory_graph_query", {"entity": "INFRA-992"}, {"ok": 1}, embed=False)
+    store_tool_call(owner, there, "find", {"pattern": "x"}, {"ok": 1}, embed=False)
+    assert _recent_tool_names(owner, conversation) == ["memory_graph_query"]
+    assert _recent_tool_names(owner, Conversation.objects.create(owner=owner, title="new")) == []
+    with CaptureQueriesContext(connection) as queries:
+        _recent_tool_names(owner, conversation)
+    # The conversation's latest replies, then their tool calls: no walk over the owner's others.
+    assert len(queries) == 2 and "LIMIT 25" in queries[0]["sql"]
