@@ -29,7 +29,8 @@ Server events (sent to every socket on the conversation):
                    busy, rate_limited, server_error. The connection stays open.
 
 The tab that started a turn gets its events directly; other tabs get them through the
-conversation's Channels group (tokens go through the group only when another tab is there).
+conversation's Channels group (with the in-process layer, tokens go through the group only
+when another tab is there; with Redis, always: a tab on another server may not be known yet).
 A `token` event carries whatever text arrived since the last one: one token while the server
 keeps up, several when tokens arrive faster than they can be sent (never more than one event
 in flight per socket, so a busy server sends fewer, larger frames instead of falling behind).
@@ -45,6 +46,7 @@ import logging
 from typing import Any
 
 from channels.generic.websocket import AsyncWebsocketConsumer
+from channels.layers import InMemoryChannelLayer
 from django.conf import settings
 from django.utils import timezone
 
@@ -160,6 +162,9 @@ class ChatConsumer(AsyncWebsocketConsumer):
             return
         self.group = f"conv.{self.conversation.pk}"
         self.peers: set[str] = set()  # other sockets on this conversation (other tabs)
+        # Presence is exact within one process; across servers (Redis) a tab that has just
+        # opened may not be known yet, so there every token goes through the group.
+        self.tokens_to_group = not isinstance(self.channel_layer, InMemoryChannelLayer)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
         await self.channel_layer.group_send(self.group, {"type": "chat.hello", "origin": self.channel_name})
@@ -316,7 +321,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
     async def _deliver(self, event: dict[str, Any]) -> None:
         await self._relay(event, force=True)
         # Alone on the conversation (the usual case), the group has no one else to tell.
-        if self.peers or event["type"] != "chat.token":
+        if self.peers or self.tokens_to_group or event["type"] != "chat.token":
             try:
                 await self.channel_layer.group_send(self.group, event)
             except Exception:

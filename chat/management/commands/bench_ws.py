@@ -484,6 +484,15 @@ class Command(BaseCommand):
         )
         if errors:
             lines.append(f"first error: {errors[0]}")
+        short = [r["watched_tokens"] for r in watched if r["watched_tokens"] < opts["tokens"]]
+        if short:
+            lines.append(
+                f"second tabs short of tokens: {len(short)} ({sum(1 for n in short if n == 0)} saw none; "
+                f"tokens seen by the others: {sorted(n for n in short if n)[:12]})"
+            )
+        watch_errors = [r["watch_error"] for r in watched if r.get("watch_error")]
+        if watch_errors:
+            lines.append(f"second-tab errors: {len(watch_errors)}, first: {watch_errors[0]}")
         if per_token:
             lines.append(f"mean relay {statistics.mean(per_token):.1f} ms")
         for line in lines:
