@@ -7,12 +7,10 @@ scripted LLM; screenshots are kept in test-artifacts/.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
-from pathlib import Path
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -20,17 +18,9 @@ from django.contrib.auth import get_user_model
 from chat import llm as chat_llm
 from tests import llm_server
 from tests.browser import CHROMIUM, CHROMIUM_ARGS, MISSING
+from tests.servers import ARTIFACTS, ROOT, free_port
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
-
-ROOT = Path(__file__).resolve().parents[2]
-ARTIFACTS = ROOT / "test-artifacts"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +38,7 @@ def live_daphne(django_db_setup, django_db_blocker, browser_llm):
 
     with django_db_blocker.unblock():
         db_name = connection.settings_dict["NAME"]
-    port = _free_port()
+    port = free_port()
     env = {
         **os.environ,
         "RECOLLECT_DB_NAME": db_name,
