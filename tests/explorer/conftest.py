@@ -27,7 +27,9 @@ XSS = '<script>alert("xss")</script><img src=x onerror=alert(1)>'
 
 def build_memory(owner, conversation) -> SimpleNamespace:
     now = timezone.now()
-    t0 = now - dt.timedelta(days=3)
+    # Mid-morning three days ago: the fixture's messages (t0 … t0 + 2 h) share one day whatever
+    # the time the tests run (at 23:00 they used to straddle midnight).
+    t0 = (now - dt.timedelta(days=3)).replace(hour=9, minute=0, second=0, microsecond=0)
     question = store.store_message(
         owner,
         conversation,

@@ -68,8 +68,10 @@ def test_a_question_without_a_period_has_none():
 def test_a_named_period_lifts_matches_from_it(owner, conversation):
     now = timezone.now()
     add_turns(owner, conversation, ["we talked about the boat repair"], start=now - dt.timedelta(days=400))
+    # Earlier today, whatever the time of day the test runs.
+    midnight = timezone.localtime(now).replace(hour=0, minute=0, second=0, microsecond=0)
     recent = add_turns(
-        owner, conversation, ["we talked about the boat repair"], start=now - dt.timedelta(hours=3)
+        owner, conversation, ["we talked about the boat repair"], start=midnight + (now - midnight) / 2
     )
     hits = search(owner, "the boat repair we talked about today").hits
     assert hits[0].message_id == recent[0].pk
