@@ -32,3 +32,16 @@ def add_turns(owner, conversation, texts, *, start=None, gap_minutes=1, embed=Tr
 @pytest.fixture
 def turns():
     return add_turns
+
+
+# Short everyday notes on unrelated subjects, for tests that need distinct small messages.
+EVERYDAY_TEXTS = [
+    "the heron nests by the lake every spring",
+    "my bike needs a new chain before the race",
+    "we planted tomatoes and basil in the garden",
+    "the invoice for the roof repair is overdue",
+    "sourdough starter needs feeding twice a day",
+    "the train to Lisbon leaves at nine",
+    "the garden shed roof leaks again",
+    "book the train tickets to Porto",
+]

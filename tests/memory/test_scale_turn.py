@@ -16,18 +16,9 @@ from memory.index_builder import prepare_context, save_snapshot
 from memory.models import Conversation, Message, Topic
 from memory.store import store_message
 from memory.tokens import count_tokens
-from tests.memory.conftest import add_turns
+from tests.memory.conftest import EVERYDAY_TEXTS, add_turns
 
-TEXTS = [
-    "the heron nests by the lake every spring",
-    "my bike needs a new chain before the race",
-    "we planted tomatoes and basil in the garden",
-    "the invoice for the roof repair is overdue",
-    "sourdough starter needs feeding twice a day",
-    "the train to Lisbon leaves at nine",
-    "the garden shed roof leaks again",
-    "book the train tickets to Porto",
-]
+TEXTS = EVERYDAY_TEXTS
 
 
 @pytest.fixture

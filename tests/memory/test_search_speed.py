@@ -10,18 +10,11 @@ from django.test.utils import CaptureQueriesContext
 from memory import search as search_module
 from memory.models import Conversation
 from memory.search import SearchFilters, SearchResults, _keyword_candidates, _vector_candidates, search
-from tests.memory.conftest import add_turns
+from tests.memory.conftest import EVERYDAY_TEXTS, add_turns
 
 pytestmark = pytest.mark.django_db
 
-TEXTS = [
-    "the heron nests by the lake every spring",
-    "my bike needs a new chain before the race",
-    "we planted tomatoes and basil in the garden",
-    "the invoice for the roof repair is overdue",
-    "sourdough starter needs feeding twice a day",
-    "the train to Lisbon leaves at nine",
-]
+TEXTS = EVERYDAY_TEXTS[:6]
 
 
 def vector_sql(captured) -> str:
