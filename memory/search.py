@@ -286,9 +286,9 @@ QUERY_STOP_WORDS = frozenset(
 # history, a sample for a large one. Counting every match of a common word at 1M rows would
 # cost more than the whole turn may.
 DF_SAMPLE = 4000
-# A term is "rare" when it occurs in at most this share of the sample: only rare terms retrieve
-# from the whole history (their matches are few); every term scores, and every term retrieves
-# from the most recent RECENT_WINDOW passages.
+# A term is "rare" when it occurs in at most this share of the sample. Rare terms retrieve from
+# the whole history (their newest RARE_CAP matches: a term rare lately may have been common
+# once); the other terms retrieve their newest RECENT_WINDOW matches. Every term scores.
 RARE_SHARE = 0.005
 RECENT_WINDOW = 1000
 RARE_CAP = 5000
@@ -318,34 +318,49 @@ def _keyword_candidates(owner, query, filters, k, results) -> list[tuple]:
     if not weights:
         return []
     rare = [t for t in weights if complete or shares[t] <= RARE_SHARE]
-    any_q = " | ".join(f"'{t}'" for t in weights)
-    weighted = " + ".join(["%s * ts_rank_cd(p.search_vector, to_tsquery('english', %s), 1)"] * len(weights))
+    common = [t for t in weights if t not in rare]
+    weighted = " + ".join(["%s * ts_rank_cd(b.search_vector, to_tsquery('english', %s), 1)"] * len(weights))
     weight_params: list[Any] = []
     for term, w in weights.items():
         weight_params.extend([w, f"'{term}'"])
-    # Each branch scores the rows it reads while they are at hand; only the best k are read
-    # again for their text. (Scoring after the union meant a second lookup of every candidate:
-    # thousands of primary-key probes for a common word.)
-    branch = (
-        f"SELECT p.id, ({weighted}) AS score FROM memory_passage p WHERE p.owner_id = %s "
-        "AND NOT p.deleted AND p.search_vector @@ to_tsquery('english', %s)" + where
-    )
-    parts, part_params = [], []
+
+    # Each branch scores only the rows it keeps, while they are at hand (a sort under the LIMIT
+    # would otherwise score every match); only the best k are read again for their text.
+    def branch(terms: list[str], order: str, cap: int) -> tuple[str, list[Any]]:
+        sql = (
+            f"SELECT b.id, ({weighted}) AS score FROM (SELECT p.id, p.search_vector "
+            "FROM memory_passage p WHERE p.owner_id = %s AND NOT p.deleted "
+            f"AND p.search_vector @@ to_tsquery('english', %s){where} ORDER BY {order} LIMIT {cap}) b"
+        )
+        return sql, [*weight_params, owner.pk, " | ".join(f"'{t}'" for t in terms), *params]
+
+    parts = []
     if rare:
-        parts.append(f"({branch} LIMIT {RARE_CAP})")
-        part_params += [*weight_params, owner.pk, " | ".join(f"'{t}'" for t in rare), *params]
-    if not complete:
-        parts.append(f"({branch} ORDER BY p.timestamp DESC LIMIT {RECENT_WINDOW})")
-        part_params += [*weight_params, owner.pk, any_q, *params]
+        # A rare term is rare among the newest passages (that is what the sample saw), so walking
+        # the timestamp index back from now would read mostly rows without it; the planner,
+        # estimating from the whole table, may pick that walk for a word common long ago.
+        # `+ interval '0 s'` keeps it on the GIN index: every match, then the newest.
+        parts.append(branch(rare, "p.timestamp + interval '0 s' DESC", RARE_CAP))
+    if common:
+        # Rare terms are left out: the branch above already holds their newest matches.
+        parts.append(branch(common, "p.timestamp DESC", RECENT_WINDOW))
     sql = (
         "SELECT p.message_id, p.tool_call_id, p.logical_message_id, p.text, c.score, p.timestamp "
-        "FROM (SELECT u.id, max(u.score) AS score FROM (" + " UNION ALL ".join(parts) + ") u "
-        "GROUP BY u.id ORDER BY score DESC LIMIT %s) c "
+        "FROM (SELECT u.id, max(u.score) AS score FROM ("
+        + " UNION ALL ".join(f"({part})" for part, _ in parts)
+        + ") u GROUP BY u.id ORDER BY score DESC LIMIT %s) c "
         "JOIN memory_passage p ON p.id = c.id ORDER BY c.score DESC"
     )
+    part_params = [param for _, branch_params in parts for param in branch_params]
     try:
         with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute(f"SET LOCAL statement_timeout = {int(settings.VECTOR_SEARCH_TIMEOUT_MS)}")
+            # Every way to the rows goes through an index (GIN for the terms, the owner's timestamp
+            # index for the newest); a sequential scan reads every owner's passages, and the
+            # planner picks one when a word was common once (its estimate is table-wide).
+            cursor.execute(
+                "SELECT set_config('statement_timeout', %s, true), set_config('enable_seqscan', 'off', true)",
+                [str(int(settings.VECTOR_SEARCH_TIMEOUT_MS))],
+            )
             cursor.execute(sql, [*part_params, k])
             return cursor.fetchall()
     except OperationalError as exc:

@@ -4,7 +4,7 @@ once. Sizes are shrunk with the module's own thresholds so a few turns stand for
 from __future__ import annotations
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from memory import search as search_module
@@ -53,15 +53,51 @@ def test_a_wide_filter_on_a_large_memory_keeps_to_the_filter(owner, conversation
     assert sorted(r[3] for r in rows) == sorted(TEXTS[0::2])
 
 
+def keyword_texts(owner, query: str) -> list[str]:
+    return [r[3] for r in _keyword_candidates(owner, query, SearchFilters(), 50, SearchResults(""))]
+
+
 def test_a_passage_found_by_both_keyword_branches_is_one_candidate(owner, conversation, monkeypatch):
-    # A sample of the two newest passages misses "heron": it counts as rare, so both the
-    # whole-history branch and the recent branch find the same passages.
+    # A sample of the two newest passages misses "heron": it counts as rare and is looked up in
+    # the whole history, while "bread" is common and read from the newest matches.
     monkeypatch.setattr(search_module, "DF_SAMPLE", 2)
-    add_turns(owner, conversation, ["a heron on the pier", "the heron again, a heron!", "bread", "rye"])
-    rows = _keyword_candidates(owner, "heron", SearchFilters(), 50, SearchResults(""))
-    assert sorted(r[3] for r in rows) == ["a heron on the pier", "the heron again, a heron!"]
-    assert rows[0][3] == "the heron again, a heron!", "two mentions outrank one"
-    assert rows[0][4] > rows[1][4] > 0
+    add_turns(owner, conversation, ["the heron stole my bread", "rye bread", "fresh bread"])
+    texts = keyword_texts(owner, "heron bread")
+    assert sorted(texts) == ["fresh bread", "rye bread", "the heron stole my bread"]
+    assert texts[0] == "the heron stole my bread", "both words outrank one"
+
+
+def test_a_rare_word_leaves_the_recent_window_to_the_common_ones(owner, conversation, monkeypatch):
+    # The newest passage is the whole sample: "bread" is common, "heron" rare. The heron's
+    # match is found anyway; it must not take one of the two places of the newest breads.
+    monkeypatch.setattr(search_module, "DF_SAMPLE", 1)
+    monkeypatch.setattr(search_module, "RECENT_WINDOW", 2)
+    add_turns(owner, conversation, ["old bread", "bread loaf", "a heron on the pier", "fresh bread"])
+    assert sorted(keyword_texts(owner, "heron bread")) == ["a heron on the pier", "bread loaf", "fresh bread"]
+
+
+def test_a_rare_word_with_more_matches_than_the_cap_keeps_its_newest(owner, conversation, monkeypatch):
+    # A word absent from the newest passages may have been common once: past the cap, the
+    # newest of its matches are the ones kept.
+    monkeypatch.setattr(search_module, "DF_SAMPLE", 1)
+    monkeypatch.setattr(search_module, "RARE_CAP", 2)
+    add_turns(owner, conversation, ["heron one", "heron two", "heron three", "bread"])
+    assert sorted(keyword_texts(owner, "heron")) == ["heron three", "heron two"]
+
+
+def test_keyword_search_never_reads_the_passages_sequentially(owner, conversation, monkeypatch):
+    monkeypatch.setattr(search_module, "DF_SAMPLE", 2)
+    add_turns(owner, conversation, ["the heron stole my bread", "rye bread", "fresh bread", "bread"])
+    with CaptureQueriesContext(connection) as captured:
+        assert keyword_texts(owner, "heron bread")
+    sqls = [q["sql"] for q in captured]
+    at = next(i for i, sql in enumerate(sqls) if "enable_seqscan" in sql)
+    assert "ts_rank_cd" in sqls[at + 1]
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(sqls[at])
+        cursor.execute("EXPLAIN " + sqls[at + 1])
+        plan = "\n".join(r[0] for r in cursor.fetchall())
+    assert "Seq Scan" not in plan, plan
 
 
 def test_hits_carry_what_a_result_shows(owner, conversation):
