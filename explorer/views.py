@@ -1121,10 +1121,15 @@ def search(request: HttpRequest) -> HttpResponse:
     results = None
     page = None
     if f.q:
+        # Five pages of twenty, from 200 candidates per ranked list rather than search()'s
+        # default of five times the limit: far down both lists a weak match still collects two
+        # reciprocal ranks and climbs over a strong match found by one list (eval_recall's
+        # facts: MRR 0.89 at 200, 0.86 at 500), and the longer graph walk is slower.
         results = hybrid_search(
             user,
             f.q,
             limit=100,
+            candidates=200,
             filters=SearchFilters(
                 conversation_id=f.conversation.pk if f.conversation else None,
                 start=f.start_dt,
