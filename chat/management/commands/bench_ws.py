@@ -40,6 +40,16 @@ from django.core.management.base import BaseCommand, CommandError
 from memory.models import Conversation, Message
 
 BENCH_PREFIX = "bench_ws_"
+_PROFILED_DAPHNE = """
+import cProfile, sys, time
+from daphne.cli import CommandLineInterface
+out = sys.argv.pop(1)
+profile = cProfile.Profile(time.thread_time)
+try:
+    profile.runcall(CommandLineInterface.entrypoint)
+finally:
+    profile.dump_stats(out)
+"""
 
 
 def _free_port() -> int:
@@ -170,6 +180,13 @@ class Command(BaseCommand):
             help="daphne processes to start; more than one shares a loopback Redis channel layer",
         )
         parser.add_argument(
+            "--profile-server",
+            default="",
+            metavar="PATH",
+            help="run the (first) started daphne under cProfile, its event-loop thread's profile "
+            "written to PATH when it stops (read it with python -m pstats PATH)",
+        )
+        parser.add_argument(
             "--remote-embeddings",
             action="store_true",
             help="the started daphne embeds through the test LLM's /embeddings instead of the local "
@@ -204,6 +221,7 @@ class Command(BaseCommand):
                     url, proc = self._start_daphne(
                         llm.base_url, opts["remote_embeddings"], opts["conn_max_age"],
                         opts["embedding_threads"], redis_url,
+                        profile="" if procs else opts["profile_server"],
                     )
                     urls.append(url)
                     procs.append(proc)
@@ -247,7 +265,8 @@ class Command(BaseCommand):
     # --- setup -----------------------------------------------------------------------------------
 
     def _start_daphne(
-        self, llm_url: str, remote_embeddings: bool, conn_max_age: int, threads: int, redis_url: str = ""
+        self, llm_url: str, remote_embeddings: bool, conn_max_age: int, threads: int, redis_url: str = "",
+        profile: str = "",
     ):
         port = _free_port()
         env = {
@@ -272,8 +291,11 @@ class Command(BaseCommand):
                     "EMBEDDING_DIMENSIONS": str(settings.EMBEDDING_DIMENSIONS),
                 }
             )
+        # The profile counts CPU time of the event-loop thread, not wall time: on a busy machine
+        # wall time would charge every preemption to whatever call was running.
+        profiler = ["-c", _PROFILED_DAPHNE, str(Path(profile).resolve())] if profile else ["-m", "daphne"]
         proc = subprocess.Popen(
-            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "config.asgi:application"],
+            [sys.executable, *profiler, "-b", "127.0.0.1", "-p", str(port), "config.asgi:application"],
             cwd=settings.BASE_DIR,
             env=env,
             stdout=subprocess.DEVNULL,
