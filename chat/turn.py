@@ -176,10 +176,11 @@ async def run_turn(
     reply = Reply()
     started = reply.started
     # 1. The user message, committed first.
+    embedding = None
     if reply_to is None:
-        # Its vector (also the memory query's) is computed first, in the shared embedding batch,
-        # with no database thread or transaction held while it waits.
-        await _prefetch_embedding(content)
+        # Its vector (the memory query's) is computed in the shared embedding batch while the
+        # message is stored, and awaited with no database thread or transaction held.
+        embedding = _start_embedding(content)
         user_message, html = await db(_stored_and_rendered)(
             durable(_store_user_message), owner, conversation, content, parent_id
         )
@@ -208,6 +209,7 @@ async def run_turn(
     snapshot = None
     try:
         # 2. What the model will see, saved as this turn's snapshot.
+        await _vector_ready(embedding)
         plan, snapshot = await db(durable(_prepare_context))(owner, conversation, user_message, reply)
         reply.mark("context", started)
 
@@ -309,23 +311,27 @@ def _stored_and_rendered(store_step, owner, *args) -> tuple[Message, str]:
     return message, durable(message_html, atomic=False)(message, owner)
 
 
-async def _prefetch_embedding(content: Any) -> None:
-    """Put a short message's vector in the embedder's cache; storing it and searching with it
-    then cost no model call. Best effort: any failure is left to the steps that need it."""
-    if not isinstance(content, str) or not content.strip() or len(content) > PREFETCH_MAX_CHARS:
-        return
+def _start_embedding(content: Any):
+    """Start embedding a message as the memory query (a Future, or None). Best effort: any
+    failure is left to the context step, which embeds the query itself (or reports why not)."""
+    if not isinstance(content, str) or not content.strip():
+        return None
     try:
         from memory.embeddings import get_embedder
+        from memory.index_builder import query_text
 
-        future = get_embedder().prefetch([content])
-        if future is not None:
-            await asyncio.wrap_future(future)
-    except Exception:  # noqa: BLE001 - the store step embeds (or reports) on its own
+        return get_embedder().prefetch([query_text(content)])
+    except Exception:  # noqa: BLE001
         logger.debug("embedding prefetch failed", exc_info=True)
+        return None
 
 
-# Longer texts are cut into several passages by the store; those are embedded there.
-PREFETCH_MAX_CHARS = 200
+async def _vector_ready(embedding) -> None:
+    if embedding is not None:
+        try:
+            await asyncio.wrap_future(embedding)
+        except Exception:  # noqa: BLE001 - the context step embeds the query again
+            logger.debug("embedding prefetch failed", exc_info=True)
 
 
 def _store_user_message(owner, conversation: Conversation, content: Any, parent_id: Any) -> Message:
@@ -337,8 +343,10 @@ def _store_user_message(owner, conversation: Conversation, content: Any, parent_
         parent = store.get_message(owner, parent_id, include_deleted=True)
         if parent.conversation_id != conversation.pk or parent.is_chunk:
             raise store.NotFound("message", parent_id)
-    # embed=None: short texts are embedded now, very long ones by background work.
-    message = store.store_message(owner, conversation, "user", content, parent_id=parent_id, embed=None)
+    # Its passages get their vectors from background work (topic upkeep or the embedding task):
+    # no model call and no HNSW insert on the turn's path. Keyword search finds it at once, and
+    # it is in the recent window of the turns that follow.
+    message = store.store_message(owner, conversation, "user", content, parent_id=parent_id, embed=False)
     message.conversation = conversation  # rendering it needs no second look-up
     branches.set_leaf(conversation, message)
     if not conversation.title:

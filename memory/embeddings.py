@@ -57,6 +57,8 @@ class Embedder:
         self._cache_size = cache_size
         self._lock = threading.Lock()
         self._batcher: _MicroBatcher | None = None
+        # Texts a prefetch is embedding right now (hash -> where its vector will be).
+        self._inflight: dict[str, _InFlight] = {}
         self._batcher_lock = threading.Lock()
 
     # -- to implement --------------------------------------------------------------------------
@@ -74,6 +76,14 @@ class Embedder:
         for i, text in enumerate(texts):
             key = text_hash(text)
             cached = self._cache.get(key) if self._cache_size else None
+            if cached is None and key in self._inflight:
+                # Being embedded for a prefetch right now: wait for that rather than embed twice.
+                try:
+                    cached = self._inflight[key].vector()
+                except KeyError:  # it finished (and was cached) or failed meanwhile
+                    cached = self._cache.get(key)
+                except Exception:  # noqa: BLE001 - the prefetch failed: embed it here instead
+                    cached = None
             if cached is not None:
                 out[i] = cached
             else:
@@ -123,15 +133,24 @@ class Embedder:
         no thread meanwhile; a later `embed()` of the same texts is then a cache hit."""
         if not self.micro_batch or not self._cache_size:
             return None
-        todo = list(dict.fromkeys(t for t in texts if text_hash(t) not in self._cache))
+        todo = list(
+            dict.fromkeys(
+                t for t in texts if text_hash(t) not in self._cache and text_hash(t) not in self._inflight
+            )
+        )
         if not todo:
             return None
+        keys = [text_hash(t) for t in todo]
         request = self._get_batcher().submit(todo)
+        for i, key in enumerate(keys):
+            self._inflight[key] = _InFlight(request, i)
 
         def remember(future: Future) -> None:
             if future.exception() is None:
-                for text, vec in zip(todo, future.result(), strict=True):
-                    self._remember(text_hash(text), vec)
+                for key, vec in zip(keys, future.result(), strict=True):
+                    self._remember(key, vec)
+            for key in keys:
+                self._inflight.pop(key, None)
 
         request.add_done_callback(remember)
         return request
@@ -219,6 +238,17 @@ class _MicroBatcher:
                 if b == len(request.texts):
                     (small if request in small else bulk).remove(request)
                     request.future.set_result(request.vectors)
+
+
+class _InFlight:
+    __slots__ = ("future", "index")
+
+    def __init__(self, future: Future, index: int) -> None:
+        self.future = future
+        self.index = index
+
+    def vector(self) -> np.ndarray:
+        return self.future.result()[self.index]
 
 
 class _Request:

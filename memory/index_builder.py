@@ -698,11 +698,20 @@ def _simple(plan, writer, hits, left_out, included) -> None:
         included.append(h.message_id)
 
 
+# How much of a long message is embedded as the memory query.
+QUERY_MAX_CHARS = 2000
+
+
+def query_text(query: str) -> str:
+    """The text embedded as the memory query for `query` (the chat starts it early)."""
+    return (query or "").strip()[:QUERY_MAX_CHARS]
+
+
 def _query_vector(query: str):
     from memory.embeddings import get_embedder
 
     try:
-        return get_embedder().embed_one(query[:2000]) if query else None
+        return get_embedder().embed_one(query_text(query)) if query else None
     except Exception:  # the embedder being down only costs the topic ranking
         return None
 

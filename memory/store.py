@@ -382,25 +382,41 @@ def queue_embedding(owner_id: int) -> None:
         logger.exception("could not queue embedding work")
 
 
-def embed_pending(owner=None, *, batch: int = 256, progress=None) -> int:
-    """Give a vector to every passage that has none (or one of another model). Returns count."""
+def embed_pending(owner=None, *, message_ids: Sequence[str] | None = None, batch: int = 256,
+                  progress=None) -> int:
+    """Give a vector to every passage that has none (or one of another model); with message_ids,
+    only those logical messages' passages. Returns how many were embedded.
+
+    Two index-backed queries (no vector yet; another model's vector), so a turn's background
+    work finds its few passages among a million without scanning them all."""
     embedder = get_embedder()
-    qs = Passage.objects.filter(Q(embedding__isnull=True) | ~Q(embedding_model=embedder.name))
+    base = Passage.objects.all()
     if owner is not None:
-        qs = qs.owned_by(owner)
+        base = base.owned_by(owner)
+    if message_ids is not None:
+        base = base.filter(logical_message_id__in=list(message_ids))
+    pending = [
+        base.filter(embedding__isnull=True),
+        base.filter(embedding__isnull=False).filter(
+            Q(embedding_model__lt=embedder.name) | Q(embedding_model__gt=embedder.name)
+        ),
+    ]
     done = 0
-    while True:
-        rows = list(qs.order_by("id").only("id", "text")[:batch])
-        if not rows:
-            return done
-        vectors = embedder.embed([r.text for r in rows])
-        for r, v in zip(rows, vectors, strict=True):
-            r.embedding = v
-            r.embedding_model = embedder.name
-        Passage.objects.bulk_update(rows, ["embedding", "embedding_model"])
-        done += len(rows)
-        if progress:
-            progress(len(rows))
+    for qs in pending:
+        while True:
+            # Each batch is written before the next is read, so no order or offset is needed.
+            rows = list(qs.only("id", "text")[:batch])
+            if not rows:
+                break
+            vectors = embedder.embed([r.text for r in rows])
+            for r, v in zip(rows, vectors, strict=True):
+                r.embedding = v
+                r.embedding_model = embedder.name
+            Passage.objects.bulk_update(rows, ["embedding", "embedding_model"])
+            done += len(rows)
+            if progress:
+                progress(len(rows))
+    return done
 
 
 # --- reading -----------------------------------------------------------------------------------

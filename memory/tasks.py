@@ -18,7 +18,7 @@ from django.db import transaction
 from django.utils import timezone
 from django_tasks import task
 
-from memory import entities, summaries, topics
+from memory import entities, store, summaries, topics
 from memory.models import Message, UpkeepRun
 
 logger = logging.getLogger(__name__)
@@ -73,10 +73,20 @@ def run_upkeep(owner, message_ids: Iterable[str]) -> dict[str, Any]:
         if len(messages) < len(ids):  # some were forgotten: their mentions went with them
             entities.forget_orphans(owner)
     refreshed = topics.refresh(owner, topics.topics_mentioning(owner, changed)) if changed else {}
+    # A turn stores its messages without vectors (the model call stays off the turn's path);
+    # they get them here, before joining topics by similarity (the embedding cache of the
+    # server that ran the turn usually has them already).
+    try:
+        with transaction.atomic():  # a savepoint: a failure here leaves the upkeep usable
+            embedded = store.embed_pending(owner, message_ids=[m.pk for m in live]) if live else 0
+    except Exception:  # noqa: BLE001 - topics then go by session; embed_pending_passages retries
+        logger.exception("could not embed new messages before topic upkeep")
+        embedded = 0
     assigned = topics.assign_messages(owner, [m.pk for m in live])
     topics.update_period_summaries(owner)
     return {
         "messages": len(ids),
+        "embedded": embedded,
         "entity_mentions": mentions,
         "topics": assigned,
         "refreshed": refreshed,

@@ -112,3 +112,52 @@ def test_passages_stored_without_vectors_are_found_by_keyword_then_embedded(owne
     assert [h.id for h in search(owner, "quartzite").hits] == [m.pk]
     assert store.embed_pending(owner) == 1
     assert not Passage.objects.filter(embedding__isnull=True).exists()
+
+
+@pytest.mark.django_db
+def test_embed_pending_can_be_limited_to_some_messages(owner, conversation):
+    mine = store.store_message(owner, conversation, "user", "Basalt columns near the fjord.", embed=False)
+    other = store.store_message(owner, conversation, "user", "Granite quarry on the hill.", embed=False)
+    assert store.embed_pending(owner, message_ids=[mine.pk]) == 1
+    assert Passage.objects.get(logical_message=mine).embedding is not None
+    assert Passage.objects.get(logical_message=other).embedding is None
+    # Vectors of another model count as pending too.
+    Passage.objects.filter(logical_message=mine).update(embedding_model="some-other-model")
+    assert store.embed_pending(owner, message_ids=[mine.pk, other.pk]) == 2
+    assert set(Passage.objects.values_list("embedding_model", flat=True)) == {"all-MiniLM-L6-v2"}
+
+
+@pytest.mark.django_db
+def test_topic_upkeep_gives_a_turns_messages_their_vectors_before_placing_them(owner, conversation):
+    from memory.tasks import run_upkeep
+    from memory.topics import message_vectors
+
+    question = store.store_message(owner, conversation, "user", "How deep is the fjord?", embed=False)
+    answer = store.store_message(owner, conversation, "assistant", "About 1,300 m.", embed=False)
+    assert message_vectors(owner, [question.pk, answer.pk]) == {}
+    done = run_upkeep(owner, [question.pk, answer.pk])
+    assert done["embedded"] == 2
+    assert set(message_vectors(owner, [question.pk, answer.pk])) == {question.pk, answer.pk}
+
+
+def test_a_text_being_prefetched_is_waited_for_not_embedded_twice(monkeypatch):
+    import threading
+
+    embedder = get_embedder()
+    calls: list[list[str]] = []
+    release = threading.Event()
+    real = embedder._embed_batch
+
+    def slow(texts):
+        calls.append(list(texts))
+        release.wait(5)
+        return real(texts)
+
+    monkeypatch.setattr(embedder, "_embed_batch", slow)
+    text = "a query still being embedded: 5d1e0c"
+    future = embedder.prefetch([text])
+    assert future is not None
+    threading.Timer(0.2, release.set).start()
+    vector = embedder.embed_one(text)  # waits for the prefetch instead of a second model call
+    assert calls == [[text]]
+    assert np.allclose(vector, future.result()[0])

@@ -2,9 +2,11 @@
 
 Bulk history is written straight into Postgres with SYNTHETIC vectors (random vectors,
 labelled as such in the output) and synthetic text from a fixed vocabulary, because embedding
-a million messages would take days here. Each measured turn is real: store the user message
-(embedded by the configured model), prepare_context (query embedding, hybrid search, plan),
-save the snapshot.
+a million messages would take days here. Each measured turn is real and does what a chat turn
+does before the model is called: embed the message (the configured model, started first and
+overlapping the store), store it, prepare_context (hybrid search, plan), save the snapshot. The
+message's passage gets its vector afterwards, as background work does in the chat; that write
+(an HNSW insert) is timed and printed on its own.
 
 The bench runs in its own database (--database, created and migrated on first use), so it can
 drop the HNSW and GIN indexes during a bulk load and rebuild them once afterwards — far faster
@@ -14,6 +16,7 @@ loaded history stays and the next run reuses it, adding only the rows a larger s
 
 from __future__ import annotations
 
+import math
 import random
 import statistics
 import time
@@ -240,9 +243,9 @@ class Command(BaseCommand):
 
     def _measure(self, user, size: int, fill_s: float, opts) -> dict:
         from memory.embeddings import get_embedder
-        from memory.index_builder import prepare_context, save_snapshot
+        from memory.index_builder import prepare_context, query_text, save_snapshot
         from memory.models import Conversation
-        from memory.store import store_message
+        from memory.store import embed_pending, store_message
 
         with connection.cursor() as cursor:
             cursor.execute(
@@ -255,7 +258,7 @@ class Command(BaseCommand):
         # pages that already were).
         _vacuum()
         live = Conversation.objects.create(owner=user, title=f"live at {size}")
-        costs, plan_tokens, prompt_tokens, over, tools = [], [], [], 0, []
+        costs, plan_tokens, prompt_tokens, over, tools, background = [], [], [], 0, [], []
         strategy = ""
         timings: dict[str, list[float]] = {}
         profiler = None
@@ -263,29 +266,41 @@ class Command(BaseCommand):
             import cProfile
 
             profiler = cProfile.Profile()
-        for turn in range(opts["turns"]):
+        # One unmeasured turn first: a running server has its tokenizer loaded and its
+        # database caches warm; the first turn after a start is not the per-turn cost.
+        for turn in range(-1, opts["turns"]):
             # A new text each turn and each size, so the query embedding is computed, never a
             # cache hit (the same turn at an earlier size of the run would be one).
             text = f"{PROBES[turn % len(PROBES)]} (turn {turn + 1} at {size:,})"
-            if profiler:
+            if profiler and turn >= 0:
                 profiler.enable()
             t0 = time.perf_counter()
-            # The chat embeds the message first (its vector is also the query's), then stores it.
-            get_embedder().embed_one(text)
-            te = time.perf_counter()
-            message = store_message(user, live, "user", text)
+            # As the chat does: the message's vector (the query's) is computed while the
+            # message is stored; its passage gets the vector from background work afterwards.
+            embedding = get_embedder().prefetch([query_text(text)])
+            message = store_message(user, live, "user", text, embed=False)
             t1 = time.perf_counter()
+            if embedding is not None:
+                embedding.result()
+            te = time.perf_counter()
             plan = prepare_context(user, live, text, user_message=message)
             t2 = time.perf_counter()
             save_snapshot(plan, user, live, message)
             t3 = time.perf_counter()
-            costs.append((t3 - t0) * 1000)
-            timings.setdefault("embed", []).append((te - t0) * 1000)
-            timings.setdefault("store_message", []).append((t1 - te) * 1000)
-            timings.setdefault("prepare_context", []).append((t2 - t1) * 1000)
-            timings.setdefault("save_snapshot", []).append((t3 - t2) * 1000)
-            if profiler:
+            if profiler and turn >= 0:
                 profiler.disable()
+            # Background work, off the turn's path: the passage's vector (an HNSW insert).
+            embed_pending(user, message_ids=[message.pk])
+            t4 = time.perf_counter()
+            if turn < 0:
+                store_message(user, live, "assistant", "warm-up answer", embed=False)
+                continue
+            costs.append((t3 - t0) * 1000)
+            timings.setdefault("store_message", []).append((t1 - t0) * 1000)
+            timings.setdefault("embed_wait", []).append((te - t1) * 1000)
+            timings.setdefault("prepare_context", []).append((t2 - te) * 1000)
+            timings.setdefault("save_snapshot", []).append((t3 - t2) * 1000)
+            background.append((t4 - t3) * 1000)
             store_message(user, live, "assistant", f"answer {turn} about {text}", embed=False)
             for k, v in plan.timings_ms.items():
                 timings.setdefault(k, []).append(v)
@@ -301,7 +316,7 @@ class Command(BaseCommand):
             "size": size,
             "fill_s": fill_s,
             "p50": statistics.median(costs),
-            "p95": costs[min(len(costs) - 1, int(len(costs) * 0.95))],
+            "p95": _percentile(costs, 95),
             "plan": max(plan_tokens),
             "prompt": statistics.median(prompt_tokens),
             "history": history_tokens,
@@ -314,6 +329,10 @@ class Command(BaseCommand):
             f"history {history_tokens:,} tok  ({history_tokens / max(1, row['prompt']):,.0f}x)  "
             f"tools {statistics.median(tools):.0f}  over budget {over}  strategy {strategy}  "
             f"load {load}"
+        )
+        self.stdout.write(
+            f"           background after the turn (the message's vector): p50 "
+            f"{statistics.median(background):.1f} ms, p95 {_percentile(sorted(background), 95):.1f} ms"
         )
         self.stdout.write(
             "           median ms: "
@@ -347,3 +366,8 @@ def _loadavg() -> str:
         return " ".join(f"{x:.2f}" for x in os.getloadavg())
     except OSError:
         return "?"
+
+
+def _percentile(ordered: list[float], pct: float) -> float:
+    """Nearest-rank percentile of an ascending list (p95 of 20 values is the 19th)."""
+    return ordered[max(0, math.ceil(len(ordered) * pct / 100) - 1)]
