@@ -386,14 +386,13 @@ def _recent_tool_names(owner, conversation) -> list[str]:
     last 25 replies first, so an owner with many tool calls elsewhere is not walked)."""
     from memory.models import ToolCall
 
-    recent_replies = list(
+    recent_replies = (
         Message.objects.filter(owner_id=owner.pk, conversation_id=conversation.pk, role="assistant")
         .filter(is_chunk=False)
         .order_by("-position")
-        .values_list("pk", flat=True)[:25]
+        .values("pk")[:25]
     )
-    if not recent_replies:
-        return []
+    # One query: the replies' ids are a subquery.
     return list(
         dict.fromkeys(
             ToolCall.objects.filter(owner_id=owner.pk, message_id__in=recent_replies)
@@ -456,26 +455,13 @@ def _matches(
     # fetched in one query.
     _check(deadline)
     top_ids = [h.message_id for h in hits[:neighbours] if h.type == "message"]
-    # Only what finding their neighbours needs; no ordering (Message's default one joins the
-    # conversations and sorts).
-    tops = (
-        {
-            m.pk: m
-            for m in Message.objects.visible_to(owner)
-            .filter(pk__in=top_ids)
-            .order_by()
-            .only("conversation_id", "position", "timestamp")
-        }
-        if top_ids
-        else {}
-    )
-    around = sessions.neighbours_many(owner, list(tops.values()))
+    around = sessions.neighbours_many(owner, top_ids)
     recent_ids = {m.pk for m in plan.recent}
     for i, h in enumerate(hits):
         if not writer.add(_hit_line(h)):
             break
         included.append(h.message_id)
-        if i >= neighbours or h.message_id not in tops or h.message_id in shown_sessions:
+        if i >= neighbours or h.message_id not in around or h.message_id in shown_sessions:
             continue
         for n in around.get(h.message_id, []):
             if n.pk in included or n.pk in recent_ids:

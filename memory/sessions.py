@@ -51,25 +51,31 @@ def neighbours(owner, message: Message, *, before: int = 1, after: int = 1) -> l
 
 
 def neighbours_many(
-    owner, messages: list[Message], *, before: int = 1, after: int = 1
+    owner, message_ids: list[str], *, before: int = 1, after: int = 1
 ) -> dict[str, list[Message]]:
-    """neighbours() for several messages in one query: {message id: its session neighbours}."""
-    from django.db.models import Q
-
-    if not messages:
+    """neighbours() for several messages (by id) in one query: {message id: its session
+    neighbours}. Unknown, foreign, deleted or chunk ids get no entry."""
+    if not message_ids:
         return {}
     reach = max(before, after) + 2  # a little slack for chunks and hidden rows between positions
-    ranges = Q()
-    for m in messages:
-        ranges |= Q(conversation_id=m.conversation_id, position__gte=m.position - reach,
-                    position__lte=m.position + reach)
-    rows = list(Message.objects.visible_to(owner).logical().filter(ranges).order_by("position"))
+    rows = list(
+        Message.objects.raw(
+            "SELECT n.*, a.id AS anchor_id FROM memory_message a "
+            "JOIN memory_message n ON n.conversation_id = a.conversation_id "
+            "AND n.position BETWEEN a.position - %s AND a.position + %s "
+            "WHERE a.owner_id = %s AND a.id = ANY(%s) AND NOT a.deleted AND NOT a.is_chunk "
+            "AND n.owner_id = %s AND NOT n.deleted AND NOT n.is_chunk "
+            "ORDER BY a.id, n.position",
+            [reach, reach, owner.pk, list(message_ids), owner.pk],
+        )
+    )
     gap = idle_gap()
     found: dict[str, list[Message]] = {}
-    for m in messages:
-        same = [r for r in rows if r.conversation_id == m.conversation_id and r.pk != m.pk]
-        earlier = [r for r in same if r.position < m.position][::-1]
-        later = [r for r in same if r.position > m.position]
+    for anchor_id in dict.fromkeys(r.anchor_id for r in rows):
+        window = [r for r in rows if r.anchor_id == anchor_id]
+        m = next(r for r in window if r.pk == anchor_id)
+        earlier = [r for r in window if r.position < m.position][::-1]
+        later = [r for r in window if r.position > m.position]
         picked_before, last = [], m
         for r in earlier[:before]:
             if last.timestamp - r.timestamp > gap:
@@ -82,7 +88,7 @@ def neighbours_many(
                 break
             picked_after.append(r)
             last = r
-        found[m.pk] = picked_before + picked_after
+        found[anchor_id] = picked_before + picked_after
     return found
 
 

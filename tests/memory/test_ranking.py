@@ -97,7 +97,8 @@ def test_session_neighbours_in_one_query_match_the_one_by_one_answer(owner, conv
     msgs += add_turns(
         owner, conversation, ["e", "f"], start=msgs[-1].timestamp + dt.timedelta(hours=2)
     )
-    found = sessions.neighbours_many(owner, [msgs[1], msgs[3], msgs[4]])
+    found = sessions.neighbours_many(owner, [msgs[1].pk, msgs[3].pk, msgs[4].pk, "01UNKNOWN"])
+    assert set(found) == {msgs[1].pk, msgs[3].pk, msgs[4].pk}
     for m in (msgs[1], msgs[3], msgs[4]):
         assert [n.pk for n in found[m.pk]] == [n.pk for n in sessions.neighbours(owner, m)]
     assert [n.pk for n in found[msgs[4].pk]] == [msgs[5].pk], "an idle gap ends a session"

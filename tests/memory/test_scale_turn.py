@@ -141,5 +141,6 @@ def test_the_tools_recently_used_are_this_conversations_and_read_with_a_bound(ow
     assert _recent_tool_names(owner, Conversation.objects.create(owner=owner, title="new")) == []
     with CaptureQueriesContext(connection) as queries:
         _recent_tool_names(owner, conversation)
-    # The conversation's latest replies, then their tool calls: no walk over the owner's others.
-    assert len(queries) == 2 and "LIMIT 25" in queries[0]["sql"]
+    # The tool calls of the conversation's latest replies (a bounded subquery): one query, and no
+    # walk over the owner's other tool calls.
+    assert len(queries) == 1 and "LIMIT 25" in queries[0]["sql"]
