@@ -60,13 +60,16 @@ def neighbours_many(
     reach = max(before, after) + 2  # a little slack for chunks and hidden rows between positions
     rows = list(
         Message.objects.raw(
-            "SELECT n.*, a.id AS anchor_id FROM memory_message a "
-            "JOIN memory_message n ON n.conversation_id = a.conversation_id "
-            "AND n.position BETWEEN a.position - %s AND a.position + %s "
+            # LATERAL with a LIMIT: one index range per anchor (a plain join may hash the
+            # whole conversation).
+            "SELECT n.*, a.id AS anchor_id FROM memory_message a CROSS JOIN LATERAL ("
+            "  SELECT * FROM memory_message n WHERE n.conversation_id = a.conversation_id"
+            "  AND n.position BETWEEN a.position - %s AND a.position + %s"
+            "  AND n.owner_id = a.owner_id AND NOT n.deleted AND NOT n.is_chunk"
+            "  ORDER BY n.position LIMIT 2 * %s + 1) n "
             "WHERE a.owner_id = %s AND a.id = ANY(%s) AND NOT a.deleted AND NOT a.is_chunk "
-            "AND n.owner_id = %s AND NOT n.deleted AND NOT n.is_chunk "
             "ORDER BY a.id, n.position",
-            [reach, reach, owner.pk, list(message_ids), owner.pk],
+            [reach, reach, reach, owner.pk, list(message_ids)],
         )
     )
     gap = idle_gap()
