@@ -176,11 +176,10 @@ async def run_turn(
     reply = Reply()
     started = reply.started
     # 1. The user message, committed first.
-    embedding = None
     if reply_to is None:
         # Its vector (the memory query's) is computed in the shared embedding batch while the
-        # message is stored, and awaited with no database thread or transaction held.
-        embedding = _start_embedding(content)
+        # message is stored.
+        _start_embedding(content)
         user_message, html = await db(_stored_and_rendered)(
             durable(_store_user_message), owner, conversation, content, parent_id
         )
@@ -208,8 +207,8 @@ async def run_turn(
 
     snapshot = None
     try:
-        # 2. What the model will see, saved as this turn's snapshot.
-        await _vector_ready(embedding)
+        # 2. What the model will see, saved as this turn's snapshot. It waits for the message's
+        # vector only when it searches, so the embedding also overlaps its first queries.
         plan, snapshot = await db(durable(_prepare_context))(owner, conversation, user_message, reply)
         reply.mark("context", started)
 
@@ -326,14 +325,6 @@ def _start_embedding(content: Any):
         return None
 
 
-async def _vector_ready(embedding) -> None:
-    if embedding is not None:
-        try:
-            await asyncio.wrap_future(embedding)
-        except Exception:  # noqa: BLE001 - the context step embeds the query again
-            logger.debug("embedding prefetch failed", exc_info=True)
-
-
 def _store_user_message(owner, conversation: Conversation, content: Any, parent_id: Any) -> Message:
     conversation = store.get_conversation(owner, conversation.pk)
     if parent_id is UNSET:
@@ -346,7 +337,9 @@ def _store_user_message(owner, conversation: Conversation, content: Any, parent_
     # Its passages get their vectors from background work (topic upkeep or the embedding task):
     # no model call and no HNSW insert on the turn's path. Keyword search finds it at once, and
     # it is in the recent window of the turns that follow.
-    message = store.store_message(owner, conversation, "user", content, parent_id=parent_id, embed=False)
+    message = store.store_message(
+        owner, conversation, "user", content, parent_id=parent_id, embed="upkeep"
+    )
     message.conversation = conversation  # rendering it needs no second look-up
     branches.set_leaf(conversation, message)
     if not conversation.title:

@@ -291,6 +291,7 @@ def prepare_context(
     # One query vector for the search and the topic ranking (a model call each when the
     # embedding cache is off). None when the embedder fails: search then reports why.
     query_vector = _query_vector(query)
+    t = mark("embed_wait", t)
     results = (
         search(
             owner,

@@ -124,13 +124,15 @@ def store_message(
     metadata: dict[str, Any] | None = None,
     external_id: str | None = None,
     allow_empty: bool = False,
-    embed: bool | None = None,
+    embed: bool | str | None = None,
 ) -> Message:
     """Store one message (chunked above the threshold) and its passages; return it.
 
     embed=None embeds inline up to EMBED_INLINE_MAX_PASSAGES passages and leaves a longer text
     to background work; embed=False always leaves it to background work (keyword search finds
-    the text at once either way); embed=True always embeds inline.
+    the text at once either way); embed=True always embeds inline; embed="upkeep" queues no
+    embedding work because the caller's topic upkeep (memory.tasks.run_upkeep) embeds it (any
+    owner's later embedding task catches it up too).
     """
     [message] = store_messages(
         owner,
@@ -143,7 +145,7 @@ def store_message(
 
 
 def store_messages(
-    owner, conversation: Conversation, items: Sequence[NewMessage], *, embed: bool | None = True
+    owner, conversation: Conversation, items: Sequence[NewMessage], *, embed: bool | str | None = True
 ) -> list[Message]:
     """Store several messages of one conversation in order, in one transaction."""
     if conversation.owner_id != owner.pk:
@@ -270,15 +272,15 @@ def _tool_call_passages(call: ToolCall, message: Message) -> list[Passage]:
     ]
 
 
-def _save_passages(passages: list[Passage], *, embed: bool | None) -> None:
+def _save_passages(passages: list[Passage], *, embed: bool | str | None) -> None:
     for p in passages:
         p.text_hash = text_hash(p.text)
     if embed is None:
         embed = len(passages) <= settings.EMBED_INLINE_MAX_PASSAGES
-    if not embed and passages:
+    if embed is False and passages:
         owner_id = passages[0].owner_id
         transaction.on_commit(lambda: queue_embedding(owner_id))
-    if embed and passages:
+    if embed is True and passages:
         embedder = get_embedder()
         vectors = embedder.embed([p.text for p in passages])
         for p, vec in zip(passages, vectors, strict=True):

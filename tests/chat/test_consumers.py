@@ -434,3 +434,38 @@ def test_merge_tokens_joins_consecutive_deltas_of_one_reply():
         {"type": "chat.token", "message_id": "B", "delta": "three"},
     ]
     assert merge_tokens([]) == []
+
+
+async def test_a_turns_messages_get_their_vectors_from_the_queued_upkeep(owner, conversation, scripted_llm):
+    """No embedding on the turn's path: the upkeep the turn queues gives both messages vectors."""
+    from django_tasks_db.models import DBTaskResult
+
+    from memory.models import Passage
+    from memory.tasks import run_upkeep
+
+    scripted_llm.script({"text": "It is 1,300 metres deep."})
+    ws = await connect(owner, conversation.pk)
+    await ws.send_json_to({"type": "send", "content": "How deep is the Sognefjord?"})
+    await receive_until(ws, "reply_done")
+    await ws.disconnect()
+    rows = await messages_of(conversation)
+
+    ids = [m.pk for m in rows]
+
+    @database_sync_to_async
+    def queued():
+        return [t.args_kwargs["args"] for t in DBTaskResult.objects.filter(task_path__endswith="topic_upkeep")]
+
+    for _ in range(50):  # the upkeep is queued just after reply_done is sent
+        if [owner.pk, ids] in await queued():
+            break
+        await asyncio.sleep(0.1)
+    assert [owner.pk, ids] in await queued()
+
+    @database_sync_to_async
+    def check():
+        assert not Passage.objects.filter(logical_message_id__in=ids, embedding__isnull=False).exists()
+        run_upkeep(owner, ids)  # what the worker runs
+        assert not Passage.objects.filter(logical_message_id__in=ids, embedding__isnull=True).exists()
+
+    await check()

@@ -277,12 +277,10 @@ class Command(BaseCommand):
             t0 = time.perf_counter()
             # As the chat does: the message's vector (the query's) is computed while the
             # message is stored; its passage gets the vector from background work afterwards.
-            embedding = get_embedder().prefetch([query_text(text)])
-            message = store_message(user, live, "user", text, embed=False)
+            # prepare_context waits for the vector only when it searches.
+            get_embedder().prefetch([query_text(text)])
+            message = store_message(user, live, "user", text, embed="upkeep")
             t1 = time.perf_counter()
-            if embedding is not None:
-                embedding.result()
-            te = time.perf_counter()
             plan = prepare_context(user, live, text, user_message=message)
             t2 = time.perf_counter()
             save_snapshot(plan, user, live, message)
@@ -297,8 +295,7 @@ class Command(BaseCommand):
                 continue
             costs.append((t3 - t0) * 1000)
             timings.setdefault("store_message", []).append((t1 - t0) * 1000)
-            timings.setdefault("embed_wait", []).append((te - t1) * 1000)
-            timings.setdefault("prepare_context", []).append((t2 - te) * 1000)
+            timings.setdefault("prepare_context", []).append((t2 - t1) * 1000)
             timings.setdefault("save_snapshot", []).append((t3 - t2) * 1000)
             background.append((t4 - t3) * 1000)
             store_message(user, live, "assistant", f"answer {turn} about {text}", embed=False)
