@@ -454,7 +454,8 @@ async def test_a_turns_messages_get_their_vectors_from_the_queued_upkeep(owner, 
 
     @database_sync_to_async
     def queued():
-        return [t.args_kwargs["args"] for t in DBTaskResult.objects.filter(task_path__endswith="topic_upkeep")]
+        upkeeps = DBTaskResult.objects.filter(task_path__endswith="topic_upkeep")
+        return [t.args_kwargs["args"] for t in upkeeps]
 
     for _ in range(50):  # the upkeep is queued just after reply_done is sent
         if [owner.pk, ids] in await queued():
