@@ -66,7 +66,8 @@ def durable(func, *, atomic: bool = True):
     """`func` in one transaction, tried again when the database connection drops (a restart,
     a failover, a killed backend): the message a person sent and the reply must not be lost
     to a blip. One transaction makes a retry safe: a failed attempt leaves nothing behind.
-    atomic=False is for reads, which need the retries but not a transaction's two round trips."""
+    atomic=False is for reads, which need the retries but not a transaction's two round trips,
+    and for steps that open their own transaction around their writes."""
 
     def run(*args, **kwargs):
         for attempt in range(DB_WRITE_ATTEMPTS):
@@ -209,7 +210,9 @@ async def run_turn(
     try:
         # 2. What the model will see, saved as this turn's snapshot. It waits for the message's
         # vector only when it searches, so the embedding also overlaps its first queries.
-        plan, snapshot = await db(durable(_prepare_context))(owner, conversation, user_message, reply)
+        plan, snapshot = await db(durable(_prepare_context, atomic=False))(
+            owner, conversation, user_message, reply
+        )
         reply.mark("context", started)
 
         # 3. The answer.
@@ -350,7 +353,9 @@ def _store_user_message(owner, conversation: Conversation, content: Any, parent_
 
 
 def _prepare_context(owner, conversation: Conversation, user_message: Message, reply: Reply):
-    """The plan and its snapshot, and the reply's draft (saved as it streams)."""
+    """The plan and its snapshot, and the reply's draft (saved as it streams). The plan only
+    reads, outside a transaction (so its searches may run on several connections at once); the
+    snapshot and the draft are written in one."""
     from memory.index_builder import prepare_context, save_snapshot
 
     active_ids = branches._ancestor_ids(user_message.pk)
@@ -361,9 +366,10 @@ def _prepare_context(owner, conversation: Conversation, user_message: Message, r
         user_message=user_message,
         active_message_ids=active_ids,
     )
-    snapshot = save_snapshot(plan, owner, conversation, user_message)
-    mode = "llm" if llm.is_configured() else "offline_recall"
-    drafts.begin(owner, conversation, reply.id, user_message, snapshot, mode)
+    with transaction.atomic():
+        snapshot = save_snapshot(plan, owner, conversation, user_message)
+        mode = "llm" if llm.is_configured() else "offline_recall"
+        drafts.begin(owner, conversation, reply.id, user_message, snapshot, mode)
     return plan, snapshot
 
 
