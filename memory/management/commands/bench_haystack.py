@@ -12,6 +12,7 @@ import datetime as dt
 import time
 
 from django.contrib.auth import get_user_model
+from django.core.management import call_command
 from django.core.management.base import BaseCommand
 from django.utils import timezone
 
@@ -131,6 +132,8 @@ class Command(BaseCommand):
         parser.add_argument("--keep", action="store_true", help="keep the user afterwards")
 
     def handle(self, *args, **opts) -> None:
+        # It often runs in a database of its own (RECOLLECT_DB_NAME): bring that one up to date.
+        call_command("migrate", verbosity=0, interactive=False)
         User = get_user_model()
         User.objects.filter(username=opts["user"]).delete()
         user = User.objects.create_user(opts["user"])
