@@ -68,3 +68,25 @@ def test_a_first_run_creates_an_account_and_says_how_to_sign_in(settings, tmp_pa
     call_command("ensure_account", stdout=out)
     assert get_user_model().objects.count() == 1
     assert "sign in at" in out.getvalue()
+
+
+def test_the_embedded_server_is_sized_for_the_machine():
+    from config.embedded_db import server_settings
+
+    assert server_settings(24 * 2**30) == {"shared_buffers": "4096MB", "effective_cache_size": "12288MB"}
+    assert server_settings(2 * 2**30) == {"shared_buffers": "512MB", "effective_cache_size": "1024MB"}
+    assert server_settings(256 * 2**20)["shared_buffers"] == "128MB"  # never below the default
+    assert server_settings(None) == {}  # memory unknown: Postgres' own defaults
+
+
+def test_the_embedded_server_settings_are_written_once_and_included(tmp_path):
+    from config.embedded_db import SETTINGS_FILE, write_server_settings
+
+    conf = tmp_path / "postgresql.conf"
+    conf.write_text("max_connections = 100\n")
+    write_server_settings(tmp_path)
+    write_server_settings(tmp_path)  # idempotent: one include line
+    lines = conf.read_text().splitlines()
+    assert lines[0] == "max_connections = 100"
+    assert lines.count(f"include_if_exists = '{SETTINGS_FILE}'") == 1
+    assert "shared_buffers = '" in (tmp_path / SETTINGS_FILE).read_text()
