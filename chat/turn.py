@@ -337,8 +337,8 @@ def _store_user_message(owner, conversation: Conversation, content: Any, parent_
         parent = store.get_message(owner, parent_id, include_deleted=True)
         if parent.conversation_id != conversation.pk or parent.is_chunk:
             raise store.NotFound("message", parent_id)
-    # Its passages get their vectors from background work (topic upkeep or the embedding task):
-    # no model call and no HNSW insert on the turn's path. Keyword search finds it at once, and
+    # Its passages get their vectors from the topic upkeep the turn queues (or, failing that,
+    # the owner's next embedding task): no model call and no HNSW insert on the turn's path. Keyword search finds it at once, and
     # it is in the recent window of the turns that follow.
     message = store.store_message(
         owner, conversation, "user", content, parent_id=parent_id, embed="upkeep"
@@ -354,8 +354,7 @@ def _store_user_message(owner, conversation: Conversation, content: Any, parent_
 
 def _prepare_context(owner, conversation: Conversation, user_message: Message, reply: Reply):
     """The plan and its snapshot, and the reply's draft (saved as it streams). The plan only
-    reads, outside a transaction (so its searches may run on several connections at once); the
-    snapshot and the draft are written in one."""
+    reads and needs no transaction; the snapshot and the draft are written in one."""
     from memory.index_builder import prepare_context, save_snapshot
 
     active_ids = branches._ancestor_ids(user_message.pk)
