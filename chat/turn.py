@@ -338,8 +338,8 @@ def _store_user_message(owner, conversation: Conversation, content: Any, parent_
         if parent.conversation_id != conversation.pk or parent.is_chunk:
             raise store.NotFound("message", parent_id)
     # Its passages get their vectors from the topic upkeep the turn queues (or, failing that,
-    # the owner's next embedding task): no model call and no HNSW insert on the turn's path. Keyword search finds it at once, and
-    # it is in the recent window of the turns that follow.
+    # the owner's next embedding task): no model call and no HNSW insert on the turn's path.
+    # Keyword search finds it at once, and it is in the recent window of the turns that follow.
     message = store.store_message(
         owner, conversation, "user", content, parent_id=parent_id, embed="upkeep"
     )
