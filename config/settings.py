@@ -190,9 +190,11 @@ else:
     }
     # Lets a test start a server process on the test database.
     DATABASES["default"]["NAME"] = env_str("RECOLLECT_DB_NAME", DATABASES["default"]["NAME"])
-# Seconds a server thread keeps its database connection (0: a new one per request). A busy
-# daphne serving many websockets wants persistent connections (e.g. 60).
-DATABASES["default"]["CONN_MAX_AGE"] = env_int("DB_CONN_MAX_AGE", 0, minimum=0)
+# Seconds a server thread keeps its database connection (0: a new one per request). A new
+# connection costs ~5 ms and a Postgres process; a chat turn makes several database calls, so
+# threads keep theirs (checked before reuse: CONN_HEALTH_CHECKS). The threads are pooled and
+# few (CHAT_DB_THREADS plus a handful), so the connections stay bounded.
+DATABASES["default"]["CONN_MAX_AGE"] = env_int("DB_CONN_MAX_AGE", 60, minimum=0)
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DATABASES["default"].setdefault("OPTIONS", {})
 DATABASES["default"]["TEST"] = {"NAME": env_str("TEST_DATABASE_NAME", "test_recollect")}

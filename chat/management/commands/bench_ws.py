@@ -187,6 +187,13 @@ class Command(BaseCommand):
             "written to PATH when it stops (read it with python -m pstats PATH)",
         )
         parser.add_argument(
+            "--llm-only",
+            action="store_true",
+            help="no server and no websockets: stream --clients replies at once through the chat's "
+            "LLM client (the openai package) in this process and print its CPU per streamed chunk, "
+            "the floor under any relay built on it",
+        )
+        parser.add_argument(
             "--remote-embeddings",
             action="store_true",
             help="the started daphne embeds through the test LLM's /embeddings instead of the local "
@@ -208,6 +215,12 @@ class Command(BaseCommand):
             "steps": [{"words": opts["tokens"], "delay": 1.0 / opts["rate"]}],
         }
         llm.post("/_scripts", script)
+        if opts["llm_only"]:
+            try:
+                self._llm_only(llm, n, opts)
+            finally:
+                llm.stop()
+            return
         procs: list[subprocess.Popen] = []
         redis = None
         urls = [opts["url"].rstrip("/")] if opts["url"] else []
@@ -236,8 +249,11 @@ class Command(BaseCommand):
             llm.post("/_scripts", script)
             started = time.time()
             cpu_before = [_cpu_seconds(pid) for pid in pids]
+            load_before = (time.process_time(), _cpu_seconds(llm.proc.pid))
             results = asyncio.run(self._run_clients(urls, users[len(urls) :], opts))
             wall = time.time() - started
+            clients_cpu = time.process_time() - load_before[0]
+            llm_after = _cpu_seconds(llm.proc.pid)
             self._report(results, llm, users[len(urls) :], opts, wall, pids[0] if pids else None)
             for pid, before in zip(pids, cpu_before, strict=True):
                 after = _cpu_seconds(pid)
@@ -247,6 +263,12 @@ class Command(BaseCommand):
                         f"server pid {pid}: CPU {after - before:.1f} s over {wall:.1f} s of wall time, "
                         f"peak RSS {rss:.0f} MB" if rss else f"server pid {pid}: CPU {after - before:.1f} s"
                     )
+            if load_before[1] is not None and llm_after is not None:
+                # The load generator shares the machine's cores with the server it measures.
+                self.stdout.write(
+                    f"load generator on the same cores: clients CPU {clients_cpu:.1f} s, "
+                    f"test LLM CPU {llm_after - load_before[1]:.1f} s"
+                )
             self.stdout.write(f"machine load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
         finally:
             for proc in procs:
@@ -261,6 +283,38 @@ class Command(BaseCommand):
             llm.stop()
             if not opts["keep"]:
                 get_user_model().objects.filter(username__startswith=BENCH_PREFIX).delete()
+
+    def _llm_only(self, llm, n: int, opts) -> None:
+        from django.test.utils import override_settings
+
+        from chat import llm as chat_llm
+
+        with override_settings(OPENAI_BASE_URL=llm.base_url, OPENAI_API_KEY="bench", CHAT_MODEL="test-llm"):
+            self._llm_only_run(chat_llm, n, opts)
+
+    def _llm_only_run(self, chat_llm, n: int, opts) -> None:
+        async def one() -> int:
+            chunks = 0
+            async for event in chat_llm.stream_chat([{"role": "user", "content": "[bench] go"}]):
+                chunks += isinstance(event, chat_llm.TextDelta)
+            return chunks
+
+        async def all_at_once(k: int) -> int:
+            return sum(await asyncio.gather(*[one() for _ in range(k)]))
+
+        asyncio.run(all_at_once(2))  # imports and the client's first connection
+        cpu, started = time.process_time(), time.perf_counter()
+        chunks = asyncio.run(all_at_once(n))
+        cpu, wall = time.process_time() - cpu, time.perf_counter() - started
+        per_chunk = cpu / max(1, chunks)
+        self.stdout.write(
+            f"LLM client only: {n} streams at once, {chunks} chunks in {wall:.1f} s; "
+            f"CPU {cpu:.2f} s = {per_chunk * 1e6:.0f} us per chunk"
+        )
+        self.stdout.write(
+            f"at {opts['rate']:g} tokens/s per stream, {n} streams need {n * opts['rate'] * per_chunk:.2f} "
+            "CPU seconds per second for reading the model's streams alone (one event loop: at most 1)"
+        )
 
     # --- setup -----------------------------------------------------------------------------------
 

@@ -1,0 +1,19 @@
+"""bench_ws's LLM-client-only mode: the CPU floor of reading the model's streams."""
+
+from __future__ import annotations
+
+import io
+import re
+
+from django.core.management import call_command
+
+
+def test_llm_only_streams_every_reply_and_prints_the_cpu_per_chunk():
+    out = io.StringIO()
+    call_command("bench_ws", "--llm-only", "--clients", "3", "--tokens", "5", "--rate", "200", stdout=out)
+    text = out.getvalue()
+    found = re.search(r"3 streams at once, (\d+) chunks .* CPU [\d.]+ s = (\d+) us per chunk", text)
+    assert found, text
+    assert int(found.group(1)) == 15  # every token of every reply arrived
+    assert int(found.group(2)) > 0
+    assert "CPU seconds per second" in text
