@@ -258,7 +258,7 @@ async def run_turn(
                             "label": tool_label(call.name, call.arguments_text),
                         }
                     )
-                    outcome = await db(durable(_execute_tool))(owner, conversation, call)
+                    outcome = await db(durable(_execute_tool))(owner, conversation, call, user_message.pk)
                     reply.tool_outcomes.append(outcome)
                     messages.append({"role": "tool", "tool_call_id": call.id, "content": outcome.for_model()})
                     await emit(
@@ -322,7 +322,9 @@ def _start_embedding(content: Any):
         from memory.embeddings import get_embedder
         from memory.index_builder import query_text
 
-        return get_embedder().prefetch([query_text(content)])
+        embedder = get_embedder()
+        prefetch_query = getattr(embedder, "prefetch_query", embedder.prefetch)
+        return prefetch_query([query_text(content)])
     except Exception:  # noqa: BLE001
         logger.debug("embedding prefetch failed", exc_info=True)
         return None
@@ -420,7 +422,9 @@ async def _stream_round(messages, tools, reply: Reply, emit: Emit, stop: asyncio
         return None
 
 
-def _execute_tool(owner, conversation: Conversation, call: llm.RequestedToolCall) -> ToolOutcome:
+def _execute_tool(
+    owner, conversation: Conversation, call: llm.RequestedToolCall, user_message_id: str | None = None
+) -> ToolOutcome:
     from memory.tools import execute_tool
 
     started_at = timezone.now()
@@ -431,7 +435,10 @@ def _execute_tool(owner, conversation: Conversation, call: llm.RequestedToolCall
         ok, result, error = False, None, f"{call.name or 'tool'}: {exc}"
         summary = "could not read the arguments"
     else:
-        outcome = execute_tool(owner, call.name, arguments, conversation=conversation)
+        outcome = execute_tool(
+            owner, call.name, arguments, conversation=conversation,
+            exclude_message_ids=[user_message_id] if user_message_id else (),
+        )
         ok, result, error, summary = (
             outcome.ok,
             outcome.result,
@@ -495,7 +502,7 @@ async def _offline_recall(
 def _recall_hits(owner, user_message: Message):
     from memory.search import search
 
-    results = search(owner, user_message.content, limit=12)
+    results = search(owner, user_message.content, limit=12, exclude_message_ids=[user_message.pk])
     ids = {h.message_id for h in results.hits}
     earlier_recalls = set(
         Message.objects.owned_by(owner)

@@ -300,6 +300,8 @@ def prepare_context(
             candidates=None,
             filters=SearchFilters(),
             query_vector=query_vector,
+            # The turn's own message is what is searched for, never a result of it.
+            exclude_message_ids=[user_message.pk] if user_message else (),
         )
         if query
         else None
@@ -698,7 +700,9 @@ def _query_vector(query: str):
     from memory.embeddings import get_embedder
 
     try:
-        return get_embedder().embed_one(query_text(query)) if query else None
+        embedder = get_embedder()
+        embed_query = getattr(embedder, "embed_query", embedder.embed_one)
+        return embed_query(query_text(query)) if query else None
     except Exception:  # the embedder being down only costs the topic ranking
         return None
 

@@ -236,16 +236,26 @@ class Passage(models.Model):
     start_char = models.IntegerField(default=0)
     end_char = models.IntegerField(default=0)
     text = models.TextField()
+    # What a reader needs to understand `text` and that the source's own text does not say: who
+    # spoke, and for a message's first passage the end of the turn it replies to. A short reply
+    # ("Yeah, I painted that lake sunrise last year!") is found by the subject of the question
+    # before it. Searched and embedded with `text`, never shown as the passage's own words.
+    context = models.TextField(blank=True, default="")
     text_hash = models.CharField(max_length=40, db_index=True)
     embedding = VectorField(dimensions=settings.EMBEDDING_DIMENSIONS, null=True, blank=True)
     embedding_model = models.CharField(max_length=200, blank=True, default="")
     search_vector = models.GeneratedField(
-        expression=SearchVector("text", config="english"),
+        expression=SearchVector("context", "text", config="english"),
         output_field=SearchVectorField(),
         db_persist=True,
     )
 
     objects = PassageQuerySet.as_manager()
+
+    @property
+    def embedding_input(self) -> str:
+        """The text the vector is computed from: the context, then the passage's own words."""
+        return f"{self.context}\n{self.text}" if self.context else self.text
 
     class Meta:
         ordering = ["id"]

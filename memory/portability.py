@@ -682,6 +682,13 @@ def import_memory(
         .values_list("external_id", flat=True)
     )
 
+    # The live text each message replies to, for its first passage's context: from the file,
+    # or from the owner's memory for a parent kept from an earlier import.
+    live_in_file = {m["id"]: m["content"] for c in convs for m in c["messages"] if not m["deleted"]}
+    live_kept = dict(
+        Message.objects.visible_to(owner).filter(pk__in=list(kept.values())).values_list("pk", "content")
+    )
+
     with transaction.atomic():
         conversations, messages, calls, chunks, call_chunks, passages = [], [], [], [], [], []
         done = 0
@@ -735,7 +742,12 @@ def import_memory(
                     )
                     for t in m["tool_calls"]
                 ]
-                m_chunks, c_chunks, m_passages = derive_rows(message, message_calls)
+                parent_text = None
+                if parent_id is not None and message.parent_id:
+                    parent_text = live_kept.get(message.parent_id) if parent_id in kept else (
+                        live_in_file.get(parent_id)
+                    )
+                m_chunks, c_chunks, m_passages = derive_rows(message, message_calls, parent_text)
                 spans = [[r.metadata["char_start"], r.metadata["char_end"]] for r in m_chunks]
                 if m["chunks"] is not None and spans != m["chunks"]:
                     report.rechunked += 1
@@ -788,7 +800,7 @@ def _embed(passages: list[Passage], progress: ProgressFn) -> None:
     embedder = get_embedder()
     for start in range(0, len(passages), EMBED_BATCH):
         batch = passages[start:start + EMBED_BATCH]
-        vectors = embedder.embed([p.text for p in batch])
+        vectors = embedder.embed([p.embedding_input for p in batch])
         for p, vec in zip(batch, vectors, strict=True):
             p.embedding = vec
             p.embedding_model = embedder.name

@@ -14,7 +14,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -184,10 +184,19 @@ def select_tools(
 
 
 def execute_tool(
-    owner, name: str, arguments: Any, *, conversation: Conversation | None = None
+    owner, name: str, arguments: Any, *, conversation: Conversation | None = None,
+    exclude_message_ids: Sequence[str] = (),
 ) -> ToolResult:
-    """Run one tool call for `owner`. Never raises: bad input comes back as ok=False."""
+    """Run one tool call for `owner`. Never raises: bad input comes back as ok=False.
+    exclude_message_ids: messages no search of this call returns (the turn's own message)."""
+    from memory.search import excluding
+
     started = time.perf_counter()
+    with excluding(exclude_message_ids):
+        return _execute_tool(owner, name, arguments, conversation, started)
+
+
+def _execute_tool(owner, name: str, arguments: Any, conversation, started: float) -> ToolResult:
     try:
         t = TOOLS.get(str(name))
         if t is None:

@@ -124,3 +124,43 @@ def test_the_plan_offers_the_tools_its_index_points_to(owner, conversation, sett
     for name in ("find(", "memory_graph_query"):
         if name.rstrip("(") not in plan.tool_names:
             assert name not in plan.text
+
+
+@pytest.mark.parametrize(
+    ("query", "start"),
+    [
+        ("What did Gina find for her store on 1 February, 2023?", dt.date(2023, 2, 1)),
+        ("Who did Maria have dinner with on May 3, 2023?", dt.date(2023, 5, 3)),
+        ("what happened on the 3rd of June 2023", dt.date(2023, 6, 3)),
+    ],
+)
+def test_it_reads_a_day_written_out(query, start):
+    period = query_period(query)
+    assert period is not None
+    assert (period[0].date(), (period[1] - period[0]).days) == (start, 1)
+
+
+@pytest.mark.parametrize(
+    "query",
+    ["the contract expires 9999-12-31", "in December 9999", "on 31 February, 2023", "on 2023-13-45"],
+)
+def test_a_date_no_calendar_holds_names_no_period_and_search_still_answers(owner, conversation, query):
+    add_turns(owner, conversation, ["the contract expires soon"])
+    if "9999" not in query:
+        assert query_period(query) is None
+    assert search(owner, query).hits
+
+
+def test_keyword_scores_recover_term_frequency_from_ts_rank(owner):
+    """BM25 needs each term's frequency in a row; it is read back from ts_rank (see
+    _keyword_candidates) and must be close to the true count."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        for tf in (1, 2, 3, 5, 10, 40):
+            cursor.execute(
+                "SELECT 1.0 / greatest(1e-6, 1.64493406685 - 1.64493406685 * ts_rank('{1,1,1,1}'::float4[], "
+                "to_tsvector('english', %s), to_tsquery('english', 'heron'), 0)) - 0.5",
+                [" ".join(["heron"] * tf + ["lake"] * 3)],
+            )
+            assert cursor.fetchone()[0] == pytest.approx(tf, rel=0.06)
