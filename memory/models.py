@@ -240,7 +240,7 @@ class Passage(models.Model):
     # spoke, and for a message's first passage the end of the turn it replies to. A short reply
     # ("Yeah, I painted that lake sunrise last year!") is found by the subject of the question
     # before it. Searched and embedded with `text`, never shown as the passage's own words.
-    context = models.TextField(blank=True, default="")
+    context = models.TextField(blank=True, default="", db_default="")
     text_hash = models.CharField(max_length=40, db_index=True)
     embedding = VectorField(dimensions=settings.EMBEDDING_DIMENSIONS, null=True, blank=True)
     embedding_model = models.CharField(max_length=200, blank=True, default="")

@@ -29,7 +29,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='passage',
             name='context',
-            field=models.TextField(blank=True, default=''),
+            field=models.TextField(blank=True, db_default='', default=''),
         ),
         migrations.RemoveIndex(model_name='passage', name='passage_search_gin'),
         migrations.RemoveField(model_name='passage', name='search_vector'),

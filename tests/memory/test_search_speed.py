@@ -92,7 +92,7 @@ def test_keyword_search_never_reads_the_passages_sequentially(owner, conversatio
         assert keyword_texts(owner, "heron bread")
     sqls = [q["sql"] for q in captured]
     at = next(i for i, sql in enumerate(sqls) if "enable_seqscan" in sql)
-    assert "ts_rank_cd" in sqls[at + 1]
+    assert "ts_rank" in sqls[at + 1]
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(sqls[at])
         cursor.execute("EXPLAIN " + sqls[at + 1])

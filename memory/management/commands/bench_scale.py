@@ -223,9 +223,14 @@ class Command(BaseCommand):
                 f"""
                 INSERT INTO memory_passage (owner_id, conversation_id, kind, message_id,
                     logical_message_id, role, timestamp, deleted, index, start_char, end_char,
-                    text, text_hash, embedding, embedding_model)
+                    text, context, text_hash, embedding, embedding_model)
                 SELECT m.owner_id, m.conversation_id, 'message', m.id, m.id, m.role, m.timestamp,
-                       false, 0, 0, length(m.content), m.content, md5(m.content),
+                       false, 0, 0, length(m.content), m.content,
+                       -- the context a real reply carries: the end of the turn before it
+                       coalesce((SELECT right(pm.content, 300) FROM memory_message pm
+                                 WHERE pm.conversation_id = m.conversation_id
+                                   AND pm.position = m.position - 1 AND NOT pm.is_chunk), ''),
+                       md5(m.content),
                        (SELECT array_agg(random() - 0.5)::real[] FROM generate_series(1, {dims}) d
                         WHERE m.position >= 0)::vector({dims}),
                        %s
