@@ -1,183 +1,330 @@
-"""manage.py eval_recall: recall@10 of vector-only, keyword-only and hybrid search, offline.
+"""manage.py eval_recall [FOLDER ...]: turn recall@k of Recollect's search on real conversations.
 
-A synthetic multi-session history: realistic English prose from memory/corpus.py (docstrings
-of the installed libraries) as the noise turns, sessions a day or more apart, and personal
-facts injected at fixed places. Each fact has a paraphrased question (different wording from
-the fact, as a person would ask it weeks later), some with a date expression. A fact counts as
-recalled when its turn is among the first 10 results. Nothing here is tuned to a public
-benchmark; the facts and questions are written for this command.
+A dataset folder holds `<id>.history.jsonl` (import_history's JSON Lines) and `<id>.queries.jsonl`
+(`{"query", "expected": [external_id, ...], "category", "answer"}`); ../shared/eval/README.md
+describes the default one. Each history is imported as its own user, as a person would import
+it (embedded on the way), into a scratch database made for the run and dropped after it, so no
+one's memory is touched. Then every query goes to four searches over the same turns:
+
+- hybrid: memory.search.search(), the search the memory tools use;
+- bm25: Okapi BM25 over each turn's text alone (bm25s), the dataset's reference point;
+- keyword, dense: the two candidate lists search() fuses, each on its own.
+
+Turn recall@k: the share of a query's expected turns among its first k results, averaged over
+the queries.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import itertools
+import json
+import logging
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError
+from django.db import connection
+from django.db.models import Q
 
-# (fact said by the user, question asked weeks later in other words)
-FACTS = [
-    ("I finally adopted a beagle puppy last weekend and we named him Biscuit.",
-     "What is my dog called?"),
-    ("The wifi password at the lake cabin is tangerine42, write it down somewhere.",
-     "What's the internet password up at the cabin?"),
-    ("My sister Priya is getting married in Lisbon on 2024-09-14.",
-     "Where is Priya's wedding happening?"),
-    ("Dr. Okafor moved my dentist appointment to Thursday at 8:30.",
-     "When is the dental checkup now?"),
-    ("Ticket INFRA-992 is the flaky login test that keeps failing on staging.",
-     "Which ticket tracks the unreliable sign-in test?"),
-    ("I'm allergic to cashews, so skip anything with cashew cream.",
-     "Which nut should I avoid?"),
-    ("We budgeted 4,500 euros for the kitchen renovation.",
-     "How much money did we set aside for redoing the kitchen?"),
-    ("My running goal this year is a half marathon under 1:55.",
-     "What time am I aiming for in the half marathon?"),
-    ("The landlord, Mr. Haddad, said the rent goes up to 1,380 in January.",
-     "What will the new rent be?"),
-    ("Our team offsite is in Tromsø and we fly out of Oslo on the 3rd.",
-     "Which city is the team retreat in?"),
-    ("I parked the car on level P4, spot 117, at the airport.",
-     "Where did I leave the car at the airport?"),
-    ("My grandmother's lemon cake recipe uses buttermilk and three lemons.",
-     "What goes into grandma's lemon cake?"),
-    ("The book club picked The Remains of the Day for next month.",
-     "Which novel is the book club reading?"),
-    ("I switched my mobile plan to Fonix for 12 a month.",
-     "Which phone carrier am I with now?"),
-    ("Maya starts violin lessons with Mrs. Lindqvist on Wednesdays.",
-     "Who teaches Maya violin?"),
-    ("My passport expires on 2025-02-11, I need to renew it before the trip.",
-     "When does my passport run out?"),
-    ("The plumber quoted 340 for replacing the bathroom boiler valve.",
-     "How much did the plumber want for the boiler repair?"),
-    ("I keep the spare house key with our neighbour Tomasz.",
-     "Who has a copy of our house key?"),
-    ("The server migration to the Frankfurt region is scheduled for the night of March 9.",
-     "When are we moving the servers to Germany?"),
-    ("I started taking vitamin D, 2000 IU every morning.",
-     "What supplement dose am I on?"),
-]
+from memory.embeddings import get_embedder
+from memory.models import Message, Passage
+from memory.progress import Progress
+from memory.search import SearchFilters, SearchResults, _keyword_candidates, _vector_candidates, search
+from memory.store import embed_pending
 
-# Near misses on the same topics, said in other sessions: what makes recall hard in real
-# histories is not unrelated noise but the many other times a subject came up.
-DISTRACTORS = [
-    "My neighbour's cat keeps sneaking into our garden and chasing the birds.",
-    "The office wifi was down again this morning, IT says it is the router firmware.",
-    "I still need to buy a gift for the wedding we're invited to in the summer.",
-    "I should book a checkup with the doctor about my knee at some point.",
-    "The staging deploy failed again because of a timeout in the build step.",
-    "Can you suggest a dessert without nuts for the school bake sale?",
-    "We spent way too much on the bathroom tiles last year.",
-    "I ran 10 km this morning, my legs are sore.",
-    "The heating bill this winter was brutal, almost double last year.",
-    "I have a conference in Berlin next spring, need to sort out the hotel.",
-    "The train to the airport was delayed by forty minutes.",
-    "I tried baking sourdough bread but it came out flat.",
-    "I just finished a thriller on the plane, couldn't put it down.",
-    "My internet provider raised the price of the fibre plan again.",
-    "The kids have football practice on Saturdays now.",
-    "Renewing my driving licence took three visits to the office.",
-    "The electrician is coming on Monday to look at the fuse box.",
-    "I lent my ladder to someone on our street and forgot who.",
-    "We need to update the database replicas before the end of the quarter.",
-    "I've been drinking more water and sleeping better lately.",
-]
+KS = (1, 5, 10, 25)
+DEFAULT_DATASET = settings.BASE_DIR.parent / "shared" / "eval" / "long-conversations"
+SCRATCH_DB = "recollect_eval_scratch"
+# Passages taken from each candidate list on its own: what search() takes for 25 results.
+CANDIDATES = max(50, max(KS) * 5)
+# scikit-learn's stop words with Snowball stemming reproduce the dataset README's 59.2%
+# recall@10; bm25s' own 33 stop words give 57.4% (53.8% unstemmed).
+BM25_LABEL = (
+    "Okapi BM25 over each turn's text (bm25s: k1 1.2, b 0.75, scikit-learn's English stop words, "
+    "Snowball stemming: the dataset README's configuration)"
+)
+
+
+@dataclass
+class Dataset:
+    id: str
+    history: Path
+    turns: dict[str, str]  # external_id -> content, in file order
+    queries: list[dict]
+
+
+def read_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
+    with path.open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if line.strip():
+                try:
+                    yield lineno, json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise CommandError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
+
+
+def load_datasets(folders: list[str], limit_queries: int | None = None) -> list[Dataset]:
+    """Every `<id>.history.jsonl` with its `<id>.queries.jsonl` in the folders; the first
+    `limit_queries` queries of each."""
+    datasets: dict[str, Dataset] = {}
+    for folder in folders:
+        histories = sorted(Path(folder).glob("*.history.jsonl"))
+        if not histories:
+            raise CommandError(f"{folder}: no <id>.history.jsonl files")
+        for history in histories:
+            cid = history.name.removesuffix(".history.jsonl")
+            if cid in datasets:
+                raise CommandError(f"{history}: {cid!r} is already in {datasets[cid].history.parent}")
+            turns = {}
+            for lineno, turn in read_jsonl(history):
+                if not turn.get("external_id"):
+                    raise CommandError(f"{history}:{lineno}: a turn without external_id can't be scored")
+                turns[str(turn["external_id"])] = turn.get("content") or ""
+            queries_file = history.with_name(f"{cid}.queries.jsonl")
+            if not queries_file.is_file():
+                raise CommandError(f"{history}: no {queries_file.name} beside it")
+            queries = []
+            for lineno, query in read_jsonl(queries_file):
+                expected = query.get("expected")
+                if not isinstance(query.get("query"), str) or not expected or not isinstance(expected, list):
+                    raise CommandError(f'{queries_file}:{lineno}: needs "query" and a list "expected"')
+                if unknown := [e for e in expected if str(e) not in turns]:
+                    raise CommandError(f"{queries_file}:{lineno}: no turn {unknown[0]!r} in {history.name}")
+                queries.append({**query, "expected": list(dict.fromkeys(map(str, expected)))})
+            datasets[cid] = Dataset(cid, history, turns, queries[:limit_queries])
+    return list(datasets.values())
+
+
+def recall_at(ranked: list[str], expected: list[str]) -> tuple[float, ...]:
+    """Turn recall at each of KS: the share of `expected` among the first k of `ranked`."""
+    return tuple(len(set(ranked[:k]) & set(expected)) / len(expected) for k in KS)
+
+
+def distinct(ids) -> list[str]:
+    """Turn ids in rank order, each once, at most max(KS) of them (a long message's several
+    passages or chunks are one turn)."""
+    return [i for i in dict.fromkeys(ids) if i is not None][: max(KS)]
+
+
+def bm25_ranker(dataset: Dataset) -> Callable[[str], list[str]]:
+    """Okapi BM25 over the dataset's turn texts: a query's turns in rank order, only those
+    sharing a term with it."""
+    import bm25s
+    import Stemmer
+    from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS  # via sentence-transformers
+
+    logging.getLogger("bm25s").setLevel(logging.WARNING)  # a DEBUG line per index otherwise
+    ids = list(dataset.turns)
+    stop_words, stemmer = sorted(ENGLISH_STOP_WORDS), Stemmer.Stemmer("english")
+    retriever = bm25s.BM25(method="robertson", k1=1.2, b=0.75)
+    retriever.index(
+        bm25s.tokenize(list(dataset.turns.values()), stopwords=stop_words, stemmer=stemmer,
+                       show_progress=False),
+        show_progress=False,
+    )
+
+    def ranked(query: str) -> list[str]:
+        [terms] = bm25s.tokenize([query], stopwords=stop_words, stemmer=stemmer, return_ids=False,
+                                 show_progress=False)
+        terms = [t for t in terms if t in retriever.vocab_dict]
+        if not terms:
+            return []
+        docs, scores = retriever.retrieve([terms], k=min(max(KS), len(ids)), show_progress=False)
+        return [ids[d] for d, s in zip(docs[0], scores[0], strict=True) if s > 0]
+
+    return ranked
+
+
+def rankers(user, dataset: Dataset) -> dict[str, Callable[[str], list[str]]]:
+    """The four searches over one user's memory of `dataset`: each gives a query's turn ids
+    (external ids) in rank order."""
+    turn_of = dict(Message.objects.owned_by(user).logical().values_list("pk", "external_id"))
+
+    def hybrid(query: str) -> list[str]:
+        return [h.external_id or turn_of.get(h.message_id) for h in search(user, query, limit=max(KS)).hits]
+
+    def keyword(query: str) -> list[str]:
+        rows = _keyword_candidates(user, query, SearchFilters(), CANDIDATES, SearchResults(query))
+        return [turn_of.get(row[2]) for row in rows]
+
+    def dense(query: str) -> list[str]:
+        rows = _vector_candidates(user, query, SearchFilters(), CANDIDATES, SearchResults(query))
+        return [turn_of.get(row[2]) for row in rows]
+
+    return {"hybrid": hybrid, "bm25": bm25_ranker(dataset), "keyword": keyword, "dense": dense}
+
+
+@contextmanager
+def scratch_database(name: str, *, keep: bool) -> Iterator[None]:
+    """Point the default connection at a database of its own, made (migrated) for the block and
+    dropped after it; with keep, reused if it exists and kept."""
+    test_settings = connection.settings_dict.setdefault("TEST", {})
+    old_name, old_test_name = connection.settings_dict["NAME"], test_settings.get("NAME")
+    if name == old_name:
+        raise CommandError(f"the scratch database {name!r} is the database in use")
+    test_settings["NAME"] = name
+    try:
+        try:
+            connection.creation.create_test_db(verbosity=0, autoclobber=True, serialize=False, keepdb=keep)
+        except SystemExit:  # how Django reports a database it could not replace (one in use)
+            raise CommandError(f"could not create the scratch database {name!r}; is it in use?") from None
+        yield
+    finally:
+        # destroy_test_db drops whatever the connection points at: only ever the scratch one.
+        if connection.settings_dict["NAME"] == name:
+            connection.creation.destroy_test_db(old_name, verbosity=0, keepdb=keep)
+        test_settings["NAME"] = old_test_name
 
 
 class Command(BaseCommand):
-    help = "recall@10 on a synthetic multi-session history: vector-only, keyword-only, hybrid."
+    help = ("Turn recall@1/5/10/25 of hybrid search, BM25, keyword-only and vector-only search on "
+            "conversation datasets, in a scratch database.")
 
     def add_arguments(self, parser) -> None:
-        parser.add_argument("--noise-turns", type=int, default=600)
-        parser.add_argument("--user", default="eval_recall")
-        parser.add_argument("--keep", action="store_true", help="keep (and reuse) the history")
-        parser.add_argument("--rebuild", action="store_true", help="rebuild a kept history")
-        parser.add_argument("--verbose-misses", action="store_true")
+        parser.add_argument("folders", nargs="*", metavar="FOLDER",
+                            help=f"dataset folders (default {DEFAULT_DATASET})")
+        parser.add_argument("--json", action="store_true",
+                            help="print the results as one JSON object (the table goes to standard error)")
+        parser.add_argument("--limit-queries", type=int, metavar="N",
+                            help="only the first N queries of each conversation")
+        parser.add_argument("--verbose-misses", action="store_true",
+                            help="print every query whose expected turns hybrid search misses in its top 10")
+        parser.add_argument("--keep", action="store_true",
+                            help="keep the scratch database, and reuse its imported histories when it "
+                                 "exists (run once without --keep after changing how memory is stored)")
+        parser.add_argument("--scratch-db", default=SCRATCH_DB, metavar="NAME",
+                            help=f"the scratch database's name (default {SCRATCH_DB})")
 
     def handle(self, *args, **opts) -> None:
-        from memory.search import (
-            SearchFilters,
-            SearchResults,
-            _keyword_candidates,
-            _vector_candidates,
-            search,
-        )
-
-        User = get_user_model()
-        user, created = User.objects.get_or_create(username=opts["user"])
-        fresh = created or opts["rebuild"] or not opts["keep"]
-        fact_ids = self._history(user, opts["noise_turns"]) if fresh else None
-        if fact_ids is None:
-            fact_ids = self._stored_facts(user)
-        def unit_ids(rows):
-            return list(dict.fromkeys(r[2] for r in rows))[:10]
-
-        ranks: dict[str, list[int | None]] = {"vector": [], "keyword": [], "hybrid": []}
-        for (_, question), mid in zip(FACTS, fact_ids, strict=True):
-            res = SearchResults(question)
-            got = {
-                "vector": unit_ids(_vector_candidates(user, question, SearchFilters(), 50, res)),
-                "keyword": unit_ids(_keyword_candidates(user, question, SearchFilters(), 50, res)),
-                "hybrid": [h.message_id for h in search(user, question, limit=10).hits],
-            }
-            for k, ids in got.items():
-                ranks[k].append(ids.index(mid) + 1 if mid in ids else None)
-                if opts["verbose_misses"] and mid not in ids:
-                    self.stdout.write(f"  miss {k:8} {question}")
-        n = len(FACTS)
-        self.stdout.write(f"{n} facts, {opts['noise_turns']} noise turns, {n} near misses:")
-        for k, rs in ranks.items():
-            at = {c: sum(1 for r in rs if r is not None and r <= c) / n for c in (1, 3, 10)}
-            mrr = sum(1 / r for r in rs if r) / n
-            self.stdout.write(
-                f"  {k:8} recall@1 {at[1]:4.0%}  recall@3 {at[3]:4.0%}  "
-                f"recall@10 {at[10]:4.0%}  MRR {mrr:.3f}"
-            )
-        if not opts["keep"]:
-            user.delete()
-
-    def _stored_facts(self, user) -> list[str]:
-        from memory.models import Message
-
-        by_index = {
-            m.metadata.get("fact"): m.pk
-            for m in Message.objects.owned_by(user).filter(metadata__has_key="fact")
+        self.stderr.style_func = None  # notes and progress, not errors
+        if opts["limit_queries"] is not None and opts["limit_queries"] < 1:
+            raise CommandError("--limit-queries must be at least 1")
+        datasets = load_datasets(opts["folders"] or [str(DEFAULT_DATASET)], opts["limit_queries"])
+        out = self.stderr if opts["json"] else self.stdout
+        with scratch_database(opts["scratch_db"], keep=opts["keep"]):
+            started = time.perf_counter()
+            users = {d.id: self._import(d) for d in datasets}
+            import_s = time.perf_counter() - started
+            scores, misses, seconds = self._run_queries(datasets, users)
+        if opts["verbose_misses"]:
+            for line in misses:
+                out.write(line)
+        embedder = get_embedder().name
+        labels = {
+            "hybrid": "memory.search.search(), what the memory tools use",
+            "bm25": BM25_LABEL,
+            "keyword": "memory.search._keyword_candidates alone (Postgres full-text search, BM25-weighted)",
+            "dense": f"memory.search._vector_candidates alone ({embedder} passage vectors, cosine)",
         }
-        return [by_index[i] for i in range(len(FACTS))]
+        recall = {method: summarise(rows) for method, rows in scores.items()}
+        n_queries = sum(len(d.queries) for d in datasets)
+        ms_per_query = {m: round(1000 * s / max(1, n_queries), 1) for m, s in seconds.items()}
+        self._table(out, datasets, recall, labels, embedder)
+        out.write(f"import and embedding {import_s:.0f} s; ms per query: "
+                  + ", ".join(f"{m} {ms:g}" for m, ms in ms_per_query.items()))
+        if opts["json"]:
+            self.stdout.write(json.dumps({
+                "conversations": [d.id for d in datasets],
+                "turns": sum(len(d.turns) for d in datasets),
+                "queries": n_queries,
+                "embedder": embedder,
+                "labels": labels,
+                "recall": recall,
+                "ms_per_query": ms_per_query,
+            }))
 
-    def _history(self, user, noise_turns: int) -> list[str]:
-        from memory.corpus import prose
-        from memory.models import Conversation
-        from memory.progress import Progress
-        from memory.store import NewMessage, store_messages
+    def _import(self, dataset: Dataset):
+        """Import one history as user eval-<id>, embedded; returns the user."""
+        username = f"eval-{dataset.id}"
+        self.stderr.write(f"{dataset.id}: {len(dataset.turns):,} turns as user {username}")
+        call_command("import_history", str(dataset.history), user=username,
+                     stdout=self.stderr, stderr=self.stderr)
+        user = get_user_model().objects.get(username=username)
+        # The import embeds inline; this catches up what it left (a kept database made with
+        # another embedding model, an import cut short).
+        embedder = get_embedder()
+        pending = Passage.objects.owned_by(user).filter(
+            Q(embedding__isnull=True) | ~Q(embedding_model=embedder.name)
+        ).count()
+        if pending:
+            with Progress(pending, f"embed {dataset.id}") as bar:
+                embed_pending(user, progress=bar.update)
+        return user
 
-        Conversation.objects.filter(owner=user).delete()
-        blocks = [b[:600] for b in itertools.islice(prose(noise_turns * 700), noise_turns)]
-        per_session = max(4, len(blocks) // (len(FACTS) + 5))
-        start = dt.datetime(2024, 1, 8, 9, 0, tzinfo=dt.UTC)
-        fact_ids: list[str] = []
-        with Progress(len(blocks), "eval history") as bar:
-            for s, i in enumerate(range(0, len(blocks), per_session)):
-                conv = Conversation.objects.create(owner=user, title=f"session {s}")
-                at = start + dt.timedelta(days=3 * s)
-                items = []
-                for j, block in enumerate(blocks[i : i + per_session]):
-                    role = "user" if j % 2 == 0 else "assistant"
-                    items.append(NewMessage(role, block, timestamp=at + dt.timedelta(minutes=j)))
-                if s < len(FACTS):  # the fact lands mid-session, as a user turn
-                    fact = NewMessage(
-                        "user", FACTS[s][0], timestamp=at + dt.timedelta(minutes=len(items) // 2, seconds=30),
-                        metadata={"fact": s},
-                    )
-                    items.insert(len(items) // 2 + 1, fact)
-                    fact_ids.append(fact.id)
-                d = (s + 7) % len(FACTS)  # each near miss lands in another session than its fact
-                if s < len(FACTS):
-                    when = at + dt.timedelta(minutes=len(items) // 3, seconds=20)
-                    items.insert(len(items) // 3, NewMessage("user", DISTRACTORS[d], timestamp=when))
-                items.sort(key=lambda m: m.timestamp)
-                store_messages(user, conv, items, embed=True)
-                bar.update(per_session)
-        return fact_ids
+    def _run_queries(self, datasets: list[Dataset], users: dict):
+        """Every query through every method: (per method, (category, recall at KS) per query;
+        hybrid's misses at 10 as printable lines; seconds per method)."""
+        scores: dict[str, list[tuple[str, tuple[float, ...]]]] = {
+            m: [] for m in ("hybrid", "bm25", "keyword", "dense")
+        }
+        seconds = dict.fromkeys(scores, 0.0)
+        misses: list[str] = []
+        with Progress(sum(len(d.queries) for d in datasets), "queries") as bar:
+            for dataset in datasets:
+                methods = rankers(users[dataset.id], dataset)
+                for query in dataset.queries:
+                    category = query.get("category") or "none"
+                    for method, run in methods.items():
+                        started = time.perf_counter()
+                        ranked = distinct(run(query["query"]))
+                        seconds[method] += time.perf_counter() - started
+                        scores[method].append((category, recall_at(ranked, query["expected"])))
+                        if method == "hybrid":
+                            misses.extend(miss_lines(dataset, query, ranked))
+                    bar.update()
+        return scores, misses, seconds
+
+    def _table(self, out, datasets: list[Dataset], recall: dict, labels: dict, embedder: str) -> None:
+        turns = sum(len(d.turns) for d in datasets)
+        queries = sum(len(d.queries) for d in datasets)
+        out.write(f"turn recall@k: {queries:,} queries over {turns:,} turns of {len(datasets)} "
+                  f"conversations ({', '.join(d.id for d in datasets)}); embedder {embedder}")
+        out.write("")
+        out.write(f"{'category':<14}{'queries':>8}  {'method':<9}" + "".join(f"{f'@{k}':>8}" for k in KS))
+        for category in recall["hybrid"]:
+            for i, (method, by_category) in enumerate(recall.items()):
+                row = by_category[category]
+                head = f"{category:<14}{row['queries']:>8}" if i == 0 else " " * 22
+                out.write(f"{head}  {method:<9}" + "".join(f"{row[f'recall@{k}']:>8.1%}" for k in KS))
+        out.write("")
+        for method, label in labels.items():
+            out.write(f"{method:<9}{label}")
+
+
+def summarise(rows: list[tuple[str, tuple[float, ...]]]) -> dict[str, dict]:
+    """Mean recall at each k over all queries ("all") and per category (alphabetical)."""
+    groups: dict[str, list[tuple[float, ...]]] = {"all": [r for _, r in rows]}
+    for category, r in sorted(rows, key=lambda row: row[0]):
+        groups.setdefault(category, []).append(r)
+    return {
+        category: {
+            "queries": len(values),
+            **{f"recall@{k}": round(sum(v[i] for v in values) / len(values), 4) for i, k in enumerate(KS)},
+        }
+        for category, values in groups.items()
+    }
+
+
+def miss_lines(dataset: Dataset, query: dict, ranked: list[str]) -> list[str]:
+    """A query whose expected turns are not all in hybrid's top 10: the query, each missed turn's
+    text and rank, and the turn ranked first instead."""
+    missed = [e for e in query["expected"] if e not in ranked[:10]]
+    if not missed:
+        return []
+    lines = [f"miss [{query.get('category') or 'none'}] {query['query']}  (answer: {query.get('answer')})"]
+    for turn in missed:
+        where = f"rank {ranked.index(turn) + 1}" if turn in ranked else f"not in top {max(KS)}"
+        lines.append(f"    expected {turn} ({where}): {shorten(dataset.turns[turn])}")
+    if ranked:
+        lines.append(f"    first    {ranked[0]}: {shorten(dataset.turns.get(ranked[0], ''))}")
+    return lines
+
+
+def shorten(text: str, width: int = 160) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
