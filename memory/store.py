@@ -67,15 +67,17 @@ def make_snippet(text: str, length: int | None = None) -> str:
 # passage: a short reply is found by the subject of what it answers. Measured on real long
 # conversations (eval_recall): keyword recall@10 rose from ~61% to ~72% with it.
 CONTEXT_PARENT_CHARS = 300
+# The speaker an import recorded ("Melanie:"), searched with each of the message's passages.
+CONTEXT_SPEAKER = True
 
 
 def passage_context(message: Message, parent_text: str | None, *, first: bool) -> str:
     """The context of a message's passage (Passage.context): for its first passage the end of
     the live message it replies to, and for every passage the speaker an import recorded."""
     parts = []
-    if first and parent_text:
+    if first and parent_text and CONTEXT_PARENT_CHARS > 0:
         parts.append(parent_text[-CONTEXT_PARENT_CHARS:].strip())
-    speaker = (message.metadata or {}).get("speaker")
+    speaker = (message.metadata or {}).get("speaker") if CONTEXT_SPEAKER else None
     if isinstance(speaker, str) and speaker.strip():
         parts.append(f"{speaker.strip()[:100]}:")
     return "\n".join(p for p in parts if p)

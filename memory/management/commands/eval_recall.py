@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -31,6 +32,8 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 from django.db.models import Q
 
+from memory import search as search_module
+from memory import store as store_module
 from memory.embeddings import get_embedder
 from memory.models import Message, Passage
 from memory.progress import Progress
@@ -40,6 +43,17 @@ from memory.store import embed_pending
 KS = (1, 5, 10, 25)
 DEFAULT_DATASET = settings.BASE_DIR.parent / "shared" / "eval" / "long-conversations"
 SCRATCH_DB = "recollect_eval_scratch"
+
+
+# Ranking constants a run may try (--set); the context ones act when a history is imported.
+TUNABLES: dict[str, tuple[Any, Callable[[str], Any]]] = {
+    **dict.fromkeys(
+        ("KEYWORD_WEIGHT", "VECTOR_WEIGHT", "PERIOD_BOOST", "REPLY_SHARE", "BM25_K1", "BM25_B"),
+        (search_module, float),
+    ),
+    "CONTEXT_PARENT_CHARS": (store_module, int),
+    "CONTEXT_SPEAKER": (store_module, lambda v: v.lower() in ("1", "true", "yes")),
+}
 # Passages taken from each candidate list on its own: what search() takes for 25 results.
 CANDIDATES = max(50, max(KS) * 5)
 # scikit-learn's stop words with Snowball stemming reproduce the dataset README's 59.2%
@@ -199,9 +213,23 @@ class Command(BaseCommand):
                                  "exists (run once without --keep after changing how memory is stored)")
         parser.add_argument("--scratch-db", default=SCRATCH_DB, metavar="NAME",
                             help=f"the scratch database's name (default {SCRATCH_DB})")
+        parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                            help="try a ranking constant for this run: one of "
+                            + ", ".join(sorted(TUNABLES)) + " (context ones apply at import: "
+                            "use a --scratch-db of their own)")
 
     def handle(self, *args, **opts) -> None:
         self.stderr.style_func = None  # notes and progress, not errors
+        for assignment in opts["set"]:
+            name, _, value = assignment.partition("=")
+            if name not in TUNABLES or not value:
+                raise CommandError(f"--set takes NAME=VALUE with NAME one of {', '.join(sorted(TUNABLES))}")
+            module, kind = TUNABLES[name]
+            try:
+                setattr(module, name, kind(value))
+            except ValueError:
+                raise CommandError(f"--set {name}: {value!r} is not a valid value") from None
+            self.stderr.write(f"note: {name} = {value} for this run")
         if opts["limit_queries"] is not None and opts["limit_queries"] < 1:
             raise CommandError("--limit-queries must be at least 1")
         datasets = load_datasets(opts["folders"] or [str(DEFAULT_DATASET)], opts["limit_queries"])
