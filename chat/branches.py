@@ -5,13 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from django.db import connection
+from django.db.models import Prefetch
 
 from chat.models import BranchSelection
-from memory.models import Conversation, Message
+from memory.models import Conversation, Message, ToolCall
 
 
-def _ancestor_ids(leaf_id: str) -> list[str]:
-    """Ids from the root down to `leaf_id` (one recursive query, however deep the thread)."""
+def _ancestor_ids(leaf_id: str, limit: int = 100_001) -> list[str]:
+    """Ids from the root down to `leaf_id` (one recursive query, however deep the thread); with
+    `limit`, only the last `limit` of them (the ones nearest the leaf)."""
     with connection.cursor() as cursor:
         cursor.execute(
             """
@@ -20,11 +22,11 @@ def _ancestor_ids(leaf_id: str) -> list[str]:
                 UNION ALL
                 SELECT m.id, m.parent_id, up.depth + 1
                 FROM memory_message m JOIN up ON m.id = up.parent_id
-                WHERE up.depth < 100000
+                WHERE up.depth < %s
             )
             SELECT id FROM up ORDER BY depth DESC
             """,
-            [leaf_id],
+            [leaf_id, limit - 1],
         )
         return [row[0] for row in cursor.fetchall()]
 
@@ -54,14 +56,24 @@ def active_leaf(conversation: Conversation) -> Message | None:
     return _descend(conversation, leaf)
 
 
-def active_path(conversation: Conversation) -> list[Message]:
-    """The messages of the active branch, root first (deleted ones included, as placeholders)."""
-    leaf = active_leaf(conversation)
+def recent_path(conversation: Conversation, leaf: Message | None, limit: int) -> tuple[list[Message], bool]:
+    """The last `limit` messages of the branch ending at `leaf`, root first (deleted ones
+    included, as placeholders), and whether earlier ones were left out. Reads only those rows,
+    however long the branch; their edit histories are left out (see `message_history`)."""
     if leaf is None:
-        return []
-    ids = _ancestor_ids(leaf.pk)
-    by_id = Message.objects.filter(conversation=conversation, is_chunk=False).in_bulk(ids)
-    return [by_id[i] for i in ids if i in by_id]
+        return [], False
+    ids = _ancestor_ids(leaf.pk, limit=limit + 1)
+    truncated = len(ids) > limit
+    ids = ids[-limit:]
+    by_id = (
+        Message.objects.filter(conversation=conversation, is_chunk=False)
+        .defer("edit_history")
+        .prefetch_related(
+            Prefetch("tool_calls", queryset=ToolCall.objects.filter(is_chunk=False).order_by("timestamp"))
+        )
+        .in_bulk(ids)
+    )
+    return [by_id[i] for i in ids if i in by_id], truncated
 
 
 def set_leaf(conversation: Conversation, message: Message) -> None:

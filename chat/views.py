@@ -6,7 +6,6 @@ from django.conf import settings
 from django.contrib.auth import login
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.forms import UserCreationForm
-from django.db.models import Prefetch
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -14,7 +13,7 @@ from django.utils.dateparse import parse_datetime
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from chat import branches, drafts
-from memory.models import Conversation, Message, ToolCall
+from memory.models import Conversation, Message
 
 
 def _get_conversation_for_user(request: HttpRequest, conversation_id: str) -> Conversation:
@@ -60,20 +59,14 @@ def _get_message_for_user(request: HttpRequest, message_id: str) -> Message:
     return message.chunk_parent if message.is_chunk else message
 
 
-def _thread_rows(conv: Conversation, path: list[Message]) -> list[dict]:
-    path = path[-THREAD_LIMIT:]
-    siblings = branches.siblings_for(conv, path)
-    ids = [m.pk for m in path]
-    with_calls = {
-        m.pk: m
-        for m in Message.objects.filter(pk__in=ids).prefetch_related(
-            Prefetch("tool_calls", queryset=ToolCall.objects.filter(is_chunk=False).order_by("timestamp"))
-        )
-    }
-    return [{"m": with_calls.get(m.pk, m), "sib": siblings[m.pk]} for m in path]
-
-
 THREAD_LIMIT = 200
+
+
+def _thread(conv: Conversation, leaf: Message | None) -> dict:
+    """The chat page's thread: the last THREAD_LIMIT messages of the branch ending at `leaf`."""
+    path, truncated = branches.recent_path(conv, leaf, THREAD_LIMIT)
+    siblings = branches.siblings_for(conv, path)
+    return {"rows": [{"m": m, "sib": siblings[m.pk]} for m in path], "truncated": truncated}
 
 
 @login_required
@@ -89,21 +82,13 @@ def conversation(request: HttpRequest, conversation_id: str) -> HttpResponse:
         if message.conversation_id != conv.pk:
             raise Http404("No such message")
         leaf = branches._descend(conv, message)
-        ids = branches._ancestor_ids(leaf.pk)
-        by_id = Message.objects.filter(conversation=conv, is_chunk=False).in_bulk(ids)
-        path = [by_id[i] for i in ids if i in by_id]
     else:
-        path = branches.active_path(conv)
+        leaf = branches.active_leaf(conv)
     conversations = Conversation.objects.owned_by(request.user).order_by("-updated_at")[:200]
     return render(
         request,
         "chat/conversation.html",
-        {
-            "conversation": conv,
-            "rows": _thread_rows(conv, path),
-            "truncated": len(path) > THREAD_LIMIT,
-            "conversations": conversations,
-        },
+        {"conversation": conv, "conversations": conversations, **_thread(conv, leaf)},
     )
 
 
@@ -120,7 +105,7 @@ def switch_branch(request: HttpRequest, conversation_id: str, message_id: str) -
         return render(
             request,
             "chat/conversation.html#thread",
-            {"conversation": conv, "rows": _thread_rows(conv, branches.active_path(conv))},
+            {"conversation": conv, **_thread(conv, branches.active_leaf(conv))},
         )
     return redirect("chat:conversation", conversation_id=conv.pk)
 

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pytest
+from django.db import connection
 from django.urls import reverse
+from django.utils import timezone
 
 from chat import branches
 from memory import store
-from memory.models import Conversation
+from memory.models import Conversation, Message, new_ulid
 
 
 @pytest.fixture
@@ -126,3 +130,39 @@ def test_conversations_can_be_created_renamed_and_deleted(client, owner):
     assert conv.title == "Trip plans"
     client.post(reverse("chat:delete_conversation", args=[conv.pk]))
     assert not Conversation.objects.filter(pk=conv.pk).exists()
+
+
+def _long_branch(owner, conversation, n: int) -> list[Message]:
+    """A thread of `n` messages, each replying to the one before (bulk-inserted: fast)."""
+    start = timezone.now() - dt.timedelta(hours=1)
+    rows, parent = [], None
+    for i in range(n):
+        m = Message(
+            id=new_ulid(), owner=owner, conversation=conversation, role="user" if i % 2 == 0 else "assistant",
+            content=f"message number {i}", timestamp=start + dt.timedelta(seconds=i), position=i,
+            parent_id=parent,
+        )
+        rows.append(m)
+        parent = m.pk
+    Message.objects.bulk_create(rows)
+    branches.set_leaf(conversation, rows[-1])
+    return rows
+
+
+def test_a_long_branch_shows_its_last_messages_and_reads_only_those(client, owner, conversation):
+    _long_branch(owner, conversation, 260)
+    client.force_login(owner)
+    rows_read: list[int] = []
+
+    def count_rows(execute, sql, params, many, context):
+        result = execute(sql, params, many, context)
+        rows_read.append(context["cursor"].rowcount)
+        return result
+
+    with connection.execute_wrapper(count_rows):
+        page = client.get(reverse("chat:conversation", args=[conversation.pk])).content.decode()
+    assert "Showing the last 200 messages of this branch" in page
+    assert "message number 259<" in page and "message number 60<" in page
+    assert "message number 59<" not in page
+    # Only what is shown is read: no query returns the whole branch.
+    assert max(rows_read) <= 201
