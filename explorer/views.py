@@ -60,7 +60,12 @@ PAGE_SIZE = 25
 MAX_PK = 2**63 - 1
 MAX_ID = 40
 CONTENT_PREVIEW_CHARS = 60_000
-DIFF_WORD_LIMIT = 6_000
+# The diff of two versions compares lines, then the words of changed lines. difflib's matcher is
+# quadratic to cubic on repetitive text ("a\n" * 200000 edited at both ends would pin a server
+# thread for hours), so it gets a budget of steps; past it the changed part is shown whole.
+DIFF_WORK_LIMIT = 5_000_000
+DIFF_CONTEXT_CHARS = 400  # unchanged text kept around a change; the rest is elided
+DIFF_SHOWN_CHARS = 10_000  # removed or added text shown per change; the rest is elided
 SPARK_BUCKETS = 24
 
 
@@ -669,28 +674,149 @@ def _versions(message: Message) -> list[dict[str, Any]]:
     return versions
 
 
-_TOKEN = re.compile(r"\s+|[^\s]+")
+# Words with the spaces after them: whitespace alone would be the commonest token by far, and
+# the matcher's cost grows with how often tokens repeat.
+_TOKEN = re.compile(r"\s+|\S+\s*")
+
+
+class _DiffTooLarge(Exception):
+    pass
+
+
+class _BudgetedMatcher(difflib.SequenceMatcher):
+    """A SequenceMatcher that gives up (raises _DiffTooLarge) once it has spent `budget`."""
+
+    def __init__(self, a: list[str], b: list[str], budget: list[int]) -> None:
+        self.budget = budget  # shared by the matchers of one diff: [steps left]
+        super().__init__(None, a, b, autojunk=False)
+
+    def find_longest_match(self, alo=0, ahi=None, blo=0, bhi=None):
+        ahi = len(self.a) if ahi is None else ahi
+        bhi = len(self.b) if bhi is None else bhi
+        # An upper bound of the steps the search below takes: one per candidate pair.
+        b2j = self.b2j
+        self.budget[0] -= (ahi - alo) + sum(len(b2j.get(x, ())) for x in self.a[alo:ahi])
+        if self.budget[0] < 0:
+            raise _DiffTooLarge
+        return super().find_longest_match(alo, ahi, blo, bhi)
+
+
+def _common_ends(a: list[str], b: list[str]) -> tuple[int, int]:
+    """How many tokens `a` and `b` share at their start, and then at their end."""
+    head = 0
+    while head < len(a) and head < len(b) and a[head] == b[head]:
+        head += 1
+    tail = 0
+    while tail < len(a) - head and tail < len(b) - head and a[-1 - tail] == b[-1 - tail]:
+        tail += 1
+    return head, tail
+
+
+def _opcodes(a: list[str], b: list[str], budget: list[int]) -> list[tuple[str, str]]:
+    """(op, text) turning token list `a` into `b`; raises _DiffTooLarge past the budget."""
+    head, tail = _common_ends(a, b)
+    a_mid, b_mid = a[head : len(a) - tail], b[head : len(b) - tail]
+    out = [("same", "".join(a[:head]))]
+    for op, i1, i2, j1, j2 in _BudgetedMatcher(a_mid, b_mid, budget).get_opcodes():
+        if op == "equal":
+            out.append(("same", "".join(a_mid[i1:i2])))
+        if op in ("delete", "replace"):
+            out.append(("del", "".join(a_mid[i1:i2])))
+        if op in ("insert", "replace"):
+            out.append(("ins", "".join(b_mid[j1:j2])))
+    out.append(("same", "".join(a[len(a) - tail :])))
+    return out
+
+
+def _words(segments: list[tuple[str, str]], budget: list[int]) -> list[tuple[str, str]]:
+    """Changed lines compared word by word, while the budget lasts (past it, shown whole)."""
+    out: list[tuple[str, str]] = []
+    i = 0
+    while i < len(segments):
+        op, text = segments[i]
+        if op == "del" and i + 1 < len(segments) and segments[i + 1][0] == "ins":
+            inserted = segments[i + 1][1]
+            try:
+                out += _opcodes(_TOKEN.findall(text), _TOKEN.findall(inserted), budget)
+            except _DiffTooLarge:
+                budget[0] = -1
+                out += [("del", text), ("ins", inserted)]
+            i += 2
+        else:
+            out.append((op, text))
+            i += 1
+    return out
+
+
+def _tidy(segments: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Spaces that end both sides of a change shown as unchanged; neighbours of one kind
+    joined; long stretches elided ("skip": what was left out)."""
+    spaced: list[tuple[str, str]] = []
+    for op, text in segments:
+        if op == "ins" and spaced and spaced[-1][0] == "del":
+            old = spaced[-1][1]
+            space = min(len(old) - len(old.rstrip()), len(text) - len(text.rstrip()))
+            if space and old[-space:] == text[-space:] and old[:-space] and text[:-space]:
+                spaced[-1] = ("del", old[:-space])
+                spaced += [("ins", text[:-space]), ("same", text[-space:])]
+                continue
+        spaced.append((op, text))
+    joined: list[list[str]] = []
+    for op, text in spaced:
+        if not text:
+            continue
+        if joined and joined[-1][0] == op:
+            joined[-1][1] += text
+        else:
+            joined.append([op, text])
+    out: list[tuple[str, str]] = []
+    for op, text in joined:
+        if op == "same" and len(text) > 2 * DIFF_CONTEXT_CHARS + 200:
+            keep = DIFF_CONTEXT_CHARS
+            out += [
+                ("same", text[:keep]),
+                ("skip", f"{len(text) - 2 * keep:,} unchanged characters"),
+                ("same", text[-keep:]),
+            ]
+        elif op in ("del", "ins") and len(text) > DIFF_SHOWN_CHARS:
+            keep = DIFF_SHOWN_CHARS // 2
+            what = "removed" if op == "del" else "added"
+            out += [
+                (op, text[:keep]),
+                ("skip", f"{len(text) - 2 * keep:,} more characters {what}"),
+                (op, text[-keep:]),
+            ]
+        else:
+            out.append((op, text))
+    return out
 
 
 def diff_segments(before: str, after: str) -> list[tuple[str, str]]:
-    """(op, text) pieces turning `before` into `after`; op is "same", "del" or "ins".
-
-    Word-level for texts of ordinary size; line-level for very long ones so the diff stays fast.
-    The text is returned as data and escaped by the template.
-    """
-    a, b = _TOKEN.findall(before), _TOKEN.findall(after)
-    if len(a) + len(b) > 2 * DIFF_WORD_LIMIT:
-        a, b = before.splitlines(keepends=True), after.splitlines(keepends=True)
-    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
-    out: list[tuple[str, str]] = []
-    for op, i1, i2, j1, j2 in matcher.get_opcodes():
-        if op == "equal":
-            out.append(("same", "".join(a[i1:i2])))
-        if op in ("delete", "replace"):
-            out.append(("del", "".join(a[i1:i2])))
-        if op in ("insert", "replace"):
-            out.append(("ins", "".join(b[j1:j2])))
-    return out
+    """(op, text) pieces turning `before` into `after`; op is "same", "del" or "ins", or "skip"
+    (text left out: says how much) and "note" (first, when the versions are too large to
+    compare in detail). Lines are compared first, then the words of changed lines; the work is
+    bounded whatever the texts. The text is returned as data and escaped by the template."""
+    budget = [DIFF_WORK_LIMIT]
+    a, b = before.splitlines(keepends=True), after.splitlines(keepends=True)
+    try:
+        segments = _words(_opcodes(a, b, budget), budget)
+    except _DiffTooLarge:
+        # Shown whole: the lines the two versions share at the start and end, then the rest of
+        # each.
+        head, tail = _common_ends(a, b)
+        segments = [
+            ("same", "".join(a[:head])),
+            ("del", "".join(a[head : len(a) - tail])),
+            ("ins", "".join(b[head : len(b) - tail])),
+            ("same", "".join(a[len(a) - tail :])),
+        ]
+        budget[0] = -1
+    note = []
+    if budget[0] < 0:
+        note = [
+            ("note", "These versions are too large to compare in detail: the changed part is shown whole.")
+        ]
+    return note + _tidy(segments)
 
 
 def _similar_messages(user, message: Message, limit: int = 5) -> list[dict[str, Any]] | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from django.urls import reverse
+from django.utils import timezone
 
 from memory.models import Message, ToolCall, TopicMembership
 from tests.explorer.conftest import XSS
@@ -126,7 +127,7 @@ def test_message_page_shows_thread_branches_edits_tools_topics_entities(owner_cl
 def test_the_edit_diff_marks_removed_and_added_words(owner_client, mem):
     page = html(owner_client.get(reverse("explorer:diff", args=[mem.answer.pk, 0])))
     assert "<del>USER</del>" in page and "<ins>ROLE</ins>" in page
-    assert "<del>wiki page</del>" in page or "<del>wiki</del>" in page
+    assert "<del>wiki page.</del><ins>vault entry.</ins>" in page
     partial = html(
         owner_client.get(reverse("explorer:diff", args=[mem.answer.pk, 0]), headers={"HX-Request": "true"})
     )
@@ -415,3 +416,29 @@ def test_xss_payloads_are_shown_as_text_everywhere(owner_client, mem):
 def test_get_is_refused_for_state_changes(owner_client, mem):
     assert owner_client.get(reverse("explorer:delete", args=[mem.answer.pk])).status_code == 405
     assert owner_client.get(reverse("explorer:restore", args=[mem.answer.pk])).status_code == 405
+
+
+def _edited(owner, conversation, before: str, after: str) -> Message:
+    return Message.objects.create(
+        owner=owner, conversation=conversation, role="user", content=after, position=0,
+        timestamp=timezone.now(), edited=True,
+        edit_history=[{"previous_content": before, "timestamp": timezone.now().isoformat()}],
+    )
+
+
+def test_a_huge_edit_is_diffed_within_bounds(owner_client, owner, conversation):
+    # Line by line, this took difflib hours: every line matches every other.
+    before = "a\n" * 200_000
+    message = _edited(owner, conversation, before, "b\n" + before[4:] + "b\n")
+    page = html(owner_client.get(reverse("explorer:diff", args=[message.pk, 0])))
+    assert "too large to compare in detail" in page
+    assert "<ins>b\na\na\n" in page and "more characters added" in page
+    assert len(page) < 60_000  # not both 400,000-character versions
+
+
+def test_a_small_edit_of_a_huge_message_is_shown_exactly(owner_client, owner, conversation):
+    before = "a\n" * 200_000
+    message = _edited(owner, conversation, before, before[:200_000] + "changed\n" + before[200_002:])
+    page = html(owner_client.get(reverse("explorer:diff", args=[message.pk, 0])))
+    assert "<del>a</del><ins>changed</ins>" in page
+    assert "199,200 unchanged characters" in page and "too large" not in page
