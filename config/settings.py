@@ -14,6 +14,8 @@ from urllib.parse import parse_qs, unquote, urlparse
 
 from django.core.exceptions import ImproperlyConfigured
 
+from config.private_files import write_private_file
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
@@ -101,14 +103,9 @@ def _secret_key() -> str:
     # A key generated once and kept in the data folder: sessions survive restarts and no
     # configuration is needed for a first run.
     key_file = DATA_DIR / "secret_key"
-    try:
-        return key_file.read_text().strip()
-    except FileNotFoundError:
-        DATA_DIR.mkdir(parents=True, exist_ok=True)
-        key = secrets.token_urlsafe(50)
-        key_file.write_text(key)
-        key_file.chmod(0o600)
-        return key
+    if not key_file.exists():
+        write_private_file(key_file, secrets.token_urlsafe(50), replace=False)
+    return key_file.read_text().strip()
 
 
 SECRET_KEY = _secret_key()

@@ -8,6 +8,8 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
+from config.private_files import write_private_file
+
 
 class Command(BaseCommand):
     help = "Create a first account when there is none, and print how to sign in."
@@ -22,13 +24,13 @@ class Command(BaseCommand):
         if not users.exists():
             password = secrets.token_urlsafe(9)
             users.create_superuser(opts["username"], email="", password=password)
-            settings.DATA_DIR.mkdir(parents=True, exist_ok=True)
-            credentials_file.write_text(f"username: {opts['username']}\npassword: {password}\n")
-            credentials_file.chmod(0o600)
-            self.stdout.write(self.style.SUCCESS(
-                f"Created your first account: username {opts['username']!r}, password {password!r} "
-                f"(also saved in {credentials_file})."
-            ))
+            write_private_file(credentials_file, f"username: {opts['username']}\npassword: {password}\n")
+            self.stdout.write(
+                self.style.SUCCESS(
+                    f"Created your first account: username {opts['username']!r}, password {password!r} "
+                    f"(also saved in {credentials_file})."
+                )
+            )
         elif credentials_file.exists():
             self.stdout.write(f"Your first account's sign-in details are in {credentials_file}.")
         signup = f" or create an account at {opts['url']}/signup/" if settings.ALLOW_SIGNUP else ""
