@@ -4,10 +4,12 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
+from config.auth import LoginView
+
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("explorer/", include("explorer.urls")),
-    path("login/", auth_views.LoginView.as_view(template_name="registration/login.html"), name="login"),
+    path("login/", LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", include("chat.urls")),
 ]

@@ -8,9 +8,14 @@ import stat
 from pathlib import Path
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.core.management import call_command
+from django.db.models import F
+from django.urls import reverse
 
 from config import settings as config
+from config.auth import SIGN_IN_FAILURE_WINDOW
+from config.models import SignInAttempt
 
 
 @pytest.fixture
@@ -44,3 +49,60 @@ def test_the_first_accounts_password_file_is_private_from_the_start(settings, tm
     call_command("ensure_account", stdout=io.StringIO())
     credentials = tmp_path / "first-account.txt"
     assert "password: " in credentials.read_text() and mode(credentials) == 0o600
+
+
+def sign_in(client, username: str, password: str, address: str = "203.0.113.7"):
+    return client.post(reverse("login"), {"username": username, "password": password}, REMOTE_ADDR=address)
+
+
+def test_sign_in_is_refused_after_five_failures_for_a_username_and_address(client, owner):
+    for _ in range(5):
+        response = sign_in(client, "owner", "wrong guess")
+        assert response.status_code == 200 and "didn't match" in response.content.decode()
+    # The right password no longer helps from this address...
+    response = sign_in(client, "owner", "owner-pass-123")
+    assert response.status_code == 429
+    assert (
+        "Too many failed sign-ins" in response.content.decode() and "15 minutes" in response.content.decode()
+    )
+    assert "_auth_user_id" not in client.session
+    # ...nor another spelling of the name; another address, or another username, is not held up.
+    assert sign_in(client, "OWNER", "owner-pass-123").status_code == 429
+    assert sign_in(client, "stranger", "wrong guess").status_code == 200
+    assert sign_in(client, "owner", "owner-pass-123", address="198.51.100.2").status_code == 302
+
+
+def test_sign_in_works_again_once_the_failures_are_old(client, owner):
+    for _ in range(5):
+        sign_in(client, "owner", "wrong guess")
+    assert sign_in(client, "owner", "owner-pass-123").status_code == 429
+    SignInAttempt.objects.update(at=F("at") - SIGN_IN_FAILURE_WINDOW)
+    assert sign_in(client, "owner", "owner-pass-123").status_code == 302
+    assert not SignInAttempt.objects.exists()  # old failures are cleared, a success forgives
+
+
+def test_a_successful_sign_in_forgives_earlier_failures(client, owner):
+    for _ in range(4):
+        sign_in(client, "owner", "wrong guess")
+    assert sign_in(client, "owner", "owner-pass-123").status_code == 302
+    client.logout()
+    for _ in range(5):
+        assert sign_in(client, "owner", "wrong guess").status_code == 200
+    assert sign_in(client, "owner", "owner-pass-123").status_code == 429
+
+
+@pytest.mark.parametrize(
+    ("password", "why"),
+    [
+        ("password123", "too common"),
+        ("qwertyuiop", "too common"),
+        ("x7#k", "too short"),
+        ("80417395262", "entirely numeric"),
+    ],
+)
+def test_sign_up_refuses_common_short_and_numeric_passwords(client, db, password, why):
+    response = client.post(
+        reverse("chat:signup"), {"username": "newbie", "password1": password, "password2": password}
+    )
+    assert response.status_code == 200 and why in response.content.decode()
+    assert not get_user_model().objects.filter(username="newbie").exists()
