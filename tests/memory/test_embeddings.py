@@ -1,4 +1,5 @@
-"""The packaged MiniLM embedder: windows that fit, a cache, and a recorded model name."""
+"""The embedders (e5 by default, the packaged MiniLM): windows that fit, queries and passages,
+a cache, and a recorded model name."""
 
 from __future__ import annotations
 
@@ -9,16 +10,105 @@ import sys
 
 import numpy as np
 import pytest
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
+from django.test import override_settings
 
 from memory import store
-from memory.embeddings import get_embedder
+from memory.embeddings import E5Embedder, LocalEmbedder, get_embedder
 from memory.models import Passage
 from memory.search import search
 
 
-def test_every_passage_fits_the_models_window_and_together_they_cover_the_text():
+@pytest.fixture
+def e5():
+    """A fresh e5 embedder: its own cache, the process's one engine."""
+    return E5Embedder("multilingual-e5-small-q4", 384, 100, 1000, 320, 32, 0)
+
+
+@pytest.fixture
+def fresh_embedder_choice():
+    get_embedder.cache_clear()
+    yield
+    get_embedder.cache_clear()
+
+
+def test_e5_is_the_default_embedder(fresh_embedder_choice):
     embedder = get_embedder()
+    assert isinstance(embedder, E5Embedder)
+    assert (embedder.name, embedder.dimensions) == ("multilingual-e5-small-q4", 384)
+    with override_settings(EMBEDDING_BACKEND="local", EMBEDDING_MODEL="all-MiniLM-L6-v2"):
+        get_embedder.cache_clear()
+        assert isinstance(get_embedder(), LocalEmbedder)
+
+
+@pytest.mark.parametrize(
+    "bad", [{"EMBEDDING_MODEL": "all-MiniLM-L6-v2"}, {"EMBEDDING_DIMENSIONS": 768}]
+)
+def test_e5_refuses_a_model_or_size_it_does_not_have(fresh_embedder_choice, bad):
+    with override_settings(EMBEDDING_BACKEND="e5", **bad), pytest.raises(ImproperlyConfigured):
+        get_embedder()
+
+
+def test_e5_gives_unit_vectors_of_384_dimensions(e5):
+    texts = ["a", "What was the lock code for my bike?", "Überraschung! 東京 café — INFRA-992"]
+    vectors = e5.embed(texts)
+    assert vectors.shape == (3, 384) and vectors.dtype == np.float32
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-4)
+    assert np.allclose(np.linalg.norm(e5.embed_query("my bike")), 1.0, atol=1e-4)
+
+
+def test_query_and_passage_vectors_of_one_text_differ_and_are_cached_apart(e5, monkeypatch):
+    calls: list[list[str]] = []
+    real = e5._embed_batch
+    monkeypatch.setattr(e5, "_embed_batch", lambda texts: calls.append(list(texts)) or real(texts))
+    text = "where did we park the car? 3e9a41"
+    query = e5.embed_query(text)
+    passage = e5.embed_one(text)
+    assert float(query @ passage) < 0.99
+    assert len(calls) == 2
+    # Both are cached now, each under its own kind.
+    assert np.allclose(e5.embed_query(text), query)
+    assert np.allclose(e5.embed_one(text), passage)
+    assert len(calls) == 2
+    # A prefetched query is that same cached vector, not a passage's.
+    e5.prefetch_query(["another question b71c0d"]).result()
+    assert np.allclose(e5.embed_query("another question b71c0d"), e5.model.query("another question b71c0d"))
+    assert len(calls) == 3
+    # A passage cannot pass for a query, even one spelling the cache's tag.
+    assert not np.allclose(e5.embed_one(E5Embedder.QUERY_TAG + text), query)
+
+
+def test_e5_passages_fit_its_window_and_cover_a_long_texts_end(e5):
+    text = " ".join(
+        f"token{i} has some extra-long, hyphenated words: INFRA-{i}." for i in range(600)
+    ) + " The very last sentence says the spare key is under the blue flowerpot."
+    spans = e5.passages(text)
+    assert len(spans) > 5
+    assert spans[0][0] == 0 and spans[-1][1] == len(text)
+    for (_, end), (next_start, _) in zip(spans, spans[1:], strict=False):
+        assert next_start < end  # neighbours overlap: no gap anywhere
+    for start, end in spans:
+        # What the engine reads: <s>, "passage: ", the text, </s>.
+        assert e5.model.token_count(text[start:end]) <= E5Embedder.MAX_TOKENS
+    # The end is found as well as the beginning: the last passage answers a question about it.
+    vectors = e5.embed([text[a:b] for a, b in spans])
+    scores = vectors @ e5.embed_query("where is the spare key?")
+    assert int(np.argmax(scores)) == len(spans) - 1
+
+
+def test_a_query_ranks_a_relevant_passage_above_an_irrelevant_one(e5):
+    passages = e5.embed([
+        "The quarterly VAT return has to be filed by the end of March.",
+        "We adopted a puppy last week, a beagle called Oscar.",
+        "The train to Lisbon leaves at nine from platform four.",
+    ])
+    scores = passages @ e5.embed_query("what kind of dog do they have?")
+    assert int(np.argmax(scores)) == 1
+
+
+def test_every_minilm_passage_fits_the_models_window_and_together_they_cover_the_text():
+    embedder = LocalEmbedder("all-MiniLM-L6-v2", 384, 100, 0, 240, 32, 0)
     text = " ".join(
         f"token{i} has some extra-long, hyphenated words: INFRA-{i}." for i in range(600)
     )
@@ -45,8 +135,6 @@ def test_both_runtimes_give_the_vectors_sentence_transformers_gives(runtime):
     """Vectors stored by any runtime (or by sentence-transformers before) stay comparable."""
     from sentence_transformers import SentenceTransformer
 
-    from memory.embeddings import LocalEmbedder
-
     embedder = LocalEmbedder("all-MiniLM-L6-v2", 384, 100, 0, 240, 32, 0, runtime)
     reference = SentenceTransformer(str(embedder.model_dir()), device="cpu")
     reference.max_seq_length = embedder.MAX_WORD_PIECES
@@ -67,7 +155,7 @@ def test_the_onnx_runtime_runs_without_torch():
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True,
         env={**os.environ, "EMBEDDING_RUNTIME": "onnx",
-             "DJANGO_SETTINGS_MODULE": "config.settings"},
+             "EMBEDDING_BACKEND": "local", "DJANGO_SETTINGS_MODULE": "config.settings"},
     )
     assert out.stdout.split()[-2:] == ["384", "False"]
 
@@ -97,7 +185,7 @@ def test_search_never_mixes_vectors_of_two_models_and_reembed_fixes_it(owner, co
     out = io.StringIO()
     call_command("reembed", stdout=out)
     assert "re-embedded 1 passages" in out.getvalue()
-    assert set(Passage.objects.values_list("embedding_model", flat=True)) == {"all-MiniLM-L6-v2"}
+    assert set(Passage.objects.values_list("embedding_model", flat=True)) == {get_embedder().name}
     results = search(owner, "who takes care of the felines at the coast")
     assert results.hits[0].id == m.pk and results.hits[0].vector_rank == 1
     assert results.fallbacks == []
@@ -124,7 +212,7 @@ def test_embed_pending_can_be_limited_to_some_messages(owner, conversation):
     # Vectors of another model count as pending too.
     Passage.objects.filter(logical_message=mine).update(embedding_model="some-other-model")
     assert store.embed_pending(owner, message_ids=[mine.pk, other.pk]) == 2
-    assert set(Passage.objects.values_list("embedding_model", flat=True)) == {"all-MiniLM-L6-v2"}
+    assert set(Passage.objects.values_list("embedding_model", flat=True)) == {get_embedder().name}
 
 
 @pytest.mark.django_db
