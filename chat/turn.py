@@ -322,9 +322,7 @@ def _start_embedding(content: Any):
         from memory.embeddings import get_embedder
         from memory.index_builder import query_text
 
-        embedder = get_embedder()
-        prefetch_query = getattr(embedder, "prefetch_query", embedder.prefetch)
-        return prefetch_query([query_text(content)])
+        return get_embedder().prefetch_query([query_text(content)])
     except Exception:  # noqa: BLE001
         logger.debug("embedding prefetch failed", exc_info=True)
         return None

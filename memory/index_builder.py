@@ -700,9 +700,7 @@ def _query_vector(query: str):
     from memory.embeddings import get_embedder
 
     try:
-        embedder = get_embedder()
-        embed_query = getattr(embedder, "embed_query", embedder.embed_one)
-        return embed_query(query_text(query)) if query else None
+        return get_embedder().embed_query(query_text(query)) if query else None
     except Exception:  # the embedder being down only costs the topic ranking
         return None
 

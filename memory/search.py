@@ -198,8 +198,7 @@ def _vector_candidates(owner, query, filters, k, results, query_vector=None) -> 
     embedder = get_embedder()
     where, params = filters.sql()
     try:
-        embed_query = getattr(embedder, "embed_query", embedder.embed_one)
-        vector = query_vector if query_vector is not None else embed_query(query[:2000])
+        vector = query_vector if query_vector is not None else embedder.embed_query(query[:2000])
     except Exception as exc:  # the embedder is down (remote) or broken: keyword search still works
         logger.warning("query embedding failed: %s", exc)
         results.fallbacks.append({"kind": "embedding_failed", "detail": str(exc)[:200]})

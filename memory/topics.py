@@ -30,9 +30,16 @@ from pgvector.django import CosineDistance
 from memory.models import Message, PeriodSummary, Topic, TopicMembership
 
 LEAF_MAX = 120  # messages per leaf; a longer run is cut so a leaf stays readable with one call
-JOIN_SIMILARITY = 0.35  # a new message joins a leaf this close to it (MiniLM cosine)
-CUT_SIMILARITY = 0.18  # inside a session, a message this far from the run starts a new leaf
-MERGE_SIMILARITY = 0.45  # across an idle gap, a run continues only if this close
+# The cosine thresholds of the embedder in use (memory.embeddings.Embedder.topic_*): a new
+# message joins a leaf this close to it (join); inside a session, a message this far from the
+# run starts a new leaf (cut); across an idle gap, a run continues only if this close (merge).
+
+
+def _thresholds() -> tuple[float, float, float]:
+    from memory.embeddings import get_embedder
+
+    e = get_embedder()
+    return e.topic_join, e.topic_cut, e.topic_merge
 MIN_LEAF = 3
 
 _STOP_TEXT = """
@@ -120,6 +127,7 @@ def _similarity(a: np.ndarray | None, b: np.ndarray | None) -> float | None:
 def segment(rows: Sequence, vectors: dict[str, np.ndarray]) -> list[_Node]:
     """Cut time-ordered message rows into leaves (temporally ordered)."""
     gap = dt.timedelta(minutes=settings.SESSION_IDLE_MINUTES)
+    _, cut_similarity, merge_similarity = _thresholds()
     leaves: list[_Node] = []
     current = _Node()
     for row in rows:
@@ -130,8 +138,8 @@ def segment(rows: Sequence, vectors: dict[str, np.ndarray]) -> list[_Node]:
             idle = row[2] - prev[2] > gap or row[1] != prev[1]
             cut = (
                 len(current.messages) >= LEAF_MAX
-                or (idle and (sim is None or sim < MERGE_SIMILARITY))
-                or (sim is not None and sim < CUT_SIMILARITY and len(current.messages) >= MIN_LEAF)
+                or (idle and (sim is None or sim < merge_similarity))
+                or (sim is not None and sim < cut_similarity and len(current.messages) >= MIN_LEAF)
             )
             if cut:
                 leaves.append(current)
@@ -144,6 +152,7 @@ def segment(rows: Sequence, vectors: dict[str, np.ndarray]) -> list[_Node]:
 
 def group_levels(nodes: list[_Node], max_children: int) -> list[_Node]:
     """Group consecutive nodes under parents of at most max_children until the top level fits."""
+    merge_similarity = _thresholds()[2]
     while len(nodes) > max_children:
         min_group = max(2, max_children // 2)
         parents: list[_Node] = []
@@ -153,7 +162,7 @@ def group_levels(nodes: list[_Node], max_children: int) -> list[_Node]:
                 sim = _similarity(node.centroid(), group.centroid())
                 full = len(group.children) >= max_children
                 drift = (
-                    len(group.children) >= min_group and sim is not None and sim < MERGE_SIMILARITY
+                    len(group.children) >= min_group and sim is not None and sim < merge_similarity
                 )
                 if full or drift:
                     parents.append(group)
@@ -334,6 +343,7 @@ def assign_messages(owner, message_ids: Sequence[str]) -> dict:
     joined = created = 0
     touched: set[str] = set()
     gap = dt.timedelta(minutes=settings.SESSION_IDLE_MINUTES)
+    cut_similarity = _thresholds()[1]
     for message in messages:
         vec = vectors.get(message.pk)
         target = None
@@ -346,7 +356,7 @@ def assign_messages(owner, message_ids: Sequence[str]) -> dict:
             sim = _similarity(
                 vec, parse_vector(latest.centroid) if latest.centroid is not None else None
             )
-            if sim is None or sim >= CUT_SIMILARITY:
+            if sim is None or sim >= cut_similarity:
                 target = latest
         if target is None and vec is not None:
             target = _nearest_leaf(owner, vec)
@@ -377,7 +387,7 @@ def _nearest_leaf(owner, vec: np.ndarray) -> Topic | None:
         .order_by("distance")
         .first()
     )
-    if leaf is not None and 1 - leaf.distance >= JOIN_SIMILARITY:
+    if leaf is not None and 1 - leaf.distance >= _thresholds()[0]:
         return leaf
     return None
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from memory import store
+from memory.embeddings import get_embedder
 from memory.errors import ChunkEditError, DeletedMessageError, InvalidContent, NotFound
 from memory.models import Message, Passage, ToolCall
 from memory.search import search
@@ -30,7 +31,7 @@ def test_it_stores_a_short_message_with_one_embedded_passage(owner, conversation
     assert m.snippet == "My Redis ticket is INFRA-992."
     [passage] = Passage.objects.filter(logical_message=m)
     assert passage.embedding is not None
-    assert passage.embedding_model == "all-MiniLM-L6-v2"
+    assert passage.embedding_model == get_embedder().name
     assert len(passage.embedding) == 384
 
 

@@ -283,7 +283,7 @@ class Command(BaseCommand):
             # As the chat does: the message's vector (the query's) is computed while the
             # message is stored; its passage gets the vector from background work afterwards.
             # prepare_context waits for the vector only when it searches.
-            get_embedder().prefetch([query_text(text)])
+            get_embedder().prefetch_query([query_text(text)])
             message = store_message(user, live, "user", text, embed="upkeep")
             t1 = time.perf_counter()
             plan = prepare_context(user, live, text, user_message=message)
