@@ -25,6 +25,7 @@ Server events (sent to every socket on the conversation):
                     strategy, mode (llm|offline_recall), client_id, html}
   message_updated / message_deleted / message_restored  {message_id, html}
   message_forgotten {message_id}
+  conversation_updated {title}  an untitled conversation was named after its first message
   error            {code, message, frame}  codes: bad_frame, unknown_type, invalid, not_found,
                    busy, rate_limited, server_error. The connection stays open.
 
@@ -110,6 +111,10 @@ def _forget(user, conversation, message_id) -> str:
     message = _message_in(user, conversation, message_id)
     store.forget_message(user, message.pk)
     return message.pk
+
+
+def _title(conversation_id: str) -> str:
+    return Conversation.objects.filter(pk=conversation_id).values_list("title", flat=True).first() or ""
 
 
 def _recover_drafts(user, conversation) -> list[tuple[str, str, str]]:
@@ -311,6 +316,15 @@ class ChatConsumer(AsyncWebsocketConsumer):
             self.reply_id = None
             self.busy = False
         await self._deliver(event)
+        if event["type"] == "chat.message" and not self.conversation.title:
+            # The turn names an untitled conversation after its first message: every tab shows
+            # the new title in its header and conversation list.
+            title = await db(_title)(self.conversation.pk)
+            if title:
+                self.conversation.title = title
+                await self._deliver(
+                    {"type": "chat.conversation_updated", "title": title, "origin": self.channel_name}
+                )
 
     async def _send_tokens(self) -> None:
         while self.pending_tokens:
@@ -364,4 +378,4 @@ class ChatConsumer(AsyncWebsocketConsumer):
 
     chat_message = chat_reply_started = chat_token = chat_tool_started = chat_tool_finished = _relay
     chat_reply_done = chat_message_updated = chat_message_deleted = chat_message_restored = _relay
-    chat_message_forgotten = chat_error = _relay
+    chat_message_forgotten = chat_conversation_updated = chat_error = _relay

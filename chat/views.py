@@ -11,6 +11,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.dateparse import parse_datetime
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django.views.decorators.vary import vary_on_headers
 
 from chat import branches, drafts
 from memory.models import Conversation, Message
@@ -71,8 +72,10 @@ def _thread(conv: Conversation, leaf: Message | None) -> dict:
 
 @login_required
 @require_GET
+@vary_on_headers("HX-Request")
 def conversation(request: HttpRequest, conversation_id: str) -> HttpResponse:
-    """The chat page: the active branch (or, with ?at=<id>, the branch through that message)."""
+    """The chat page: the active branch (or, with ?at=<id>, the branch through that message).
+    For htmx, the thread alone: a tab that reconnects reads again what it missed."""
     conv = _get_conversation_for_user(request, conversation_id)
     # A reply a stopped server left half-written is stored before the thread is shown.
     drafts.recover_quietly(conv)
@@ -84,6 +87,8 @@ def conversation(request: HttpRequest, conversation_id: str) -> HttpResponse:
         leaf = branches._descend(conv, message)
     else:
         leaf = branches.active_leaf(conv)
+    if request.htmx:
+        return render(request, "chat/conversation.html#thread", {"conversation": conv, **_thread(conv, leaf)})
     conversations = Conversation.objects.owned_by(request.user).order_by("-updated_at")[:200]
     return render(
         request,

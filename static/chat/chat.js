@@ -16,6 +16,8 @@
   let retry = 0;
   let streaming = null; // id of the reply being written
   const queued = [];
+  let held = null; // events that arrive while the thread is being caught up
+  let dropped = false; // the socket has closed since the page was loaded
 
   function connect() {
     const scheme = location.protocol === "https:" ? "wss://" : "ws://";
@@ -24,15 +26,45 @@
       retry = 0;
       status.textContent = "connected";
       root.dataset.connected = "true";
+      if (dropped) catchUp();
       while (queued.length) socket.send(queued.shift());
     });
     socket.addEventListener("close", (ev) => {
       root.dataset.connected = "false";
+      dropped = true;
       if (ev.code === 4401 || ev.code === 4404) { status.textContent = "not available"; return; }
       status.textContent = "reconnecting…";
       setTimeout(connect, Math.min(10000, 500 * 2 ** retry++));
     });
-    socket.addEventListener("message", (ev) => handle(JSON.parse(ev.data)));
+    socket.addEventListener("message", (ev) => {
+      const event = JSON.parse(ev.data);
+      if (held) held.push(event);
+      else handle(event);
+    });
+  }
+
+  // After a dropped connection, what happened meanwhile (messages stored, replies finished,
+  // edits) is read again from the server; events arriving in the meantime are applied after it.
+  async function catchUp() {
+    if (held || thread().querySelector(".editor")) return; // never throw away an open edit
+    held = [];
+    try {
+      const response = await fetch(location.href, { headers: { "HX-Request": "true" } });
+      const fresh = response.ok ? fromHTML(await response.text()) : null;
+      if (fresh && fresh.id === "thread" && !thread().querySelector(".editor")) {
+        const live = streaming ? rowOf(streaming) : null;
+        thread().replaceWith(fresh);
+        if (window.htmx) htmx.process(fresh);
+        // A reply still being written is not stored yet: keep it on screen.
+        if (live && !rowOf(streaming)) placeAfterParent(live, live.dataset.parent);
+      }
+    } catch (e) {
+      // Offline again: the next reconnection tries once more.
+    } finally {
+      const events = held;
+      held = null;
+      events.forEach(handle);
+    }
   }
 
   function send(frame) {
@@ -156,10 +188,25 @@
         break;
       }
       case "reply_done": {
-        replaceRow(ev.message_id, ev.html);
         if (streaming === ev.message_id) { streaming = null; setBusy(false); }
+        if (rowOf(ev.message_id)) replaceRow(ev.message_id, ev.html);
+        else {
+          // Its start was missed (this tab opened or reconnected meanwhile): it goes after
+          // its message, unless that is on another branch than the one shown.
+          const el = fromHTML(ev.html);
+          if (!placeAfterParent(el, ev.parent_id)) return;
+          if (window.htmx) htmx.process(el);
+        }
         if (ev.error) showError(ev.error);
         scrollDown();
+        break;
+      }
+      case "conversation_updated": {
+        const title = document.querySelector("#rename input[name=title]");
+        if (title && document.activeElement !== title) title.value = ev.title;
+        const current = document.querySelector(".conversation-row.current a");
+        if (current) current.textContent = ev.title;
+        document.title = ev.title + " · Recollect";
         break;
       }
       case "message_updated":

@@ -7,6 +7,7 @@ scripted LLM; screenshots are kept in test-artifacts/.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -189,3 +190,67 @@ def test_a_person_edits_deletes_undoes_and_switches_branches(person, page, live_
     thread = page.locator("#thread").inner_text()
     assert "Felix" in thread and "Rex" not in thread
     page.screenshot(path=str(ARTIFACTS / "chat-branch-1-of-2.png"), full_page=True)
+
+
+def test_a_new_conversation_takes_its_first_messages_name_at_once(person, page, live_daphne, browser_llm):
+    sign_in_and_open_chat(page, live_daphne, person)
+    assert page.input_value("#rename input[name=title]") == ""
+    send(page, "Plans for the   Lisbon trip")
+    page.locator("li.message.assistant:not(.streaming)").first.wait_for()
+    page.wait_for_function(
+        "() => document.querySelector('#rename input[name=title]').value === 'Plans for the Lisbon trip'"
+    )
+    assert page.locator(".conversation-row.current a").inner_text() == "Plans for the Lisbon trip"
+    assert page.title().startswith("Plans for the Lisbon trip")
+
+
+SLOW_REPLY = {"text": "A slow answer that is still being written when the other tab opens", "delay": 0.2}
+
+
+def test_a_reply_that_finishes_while_a_tab_opens_is_shown_there(person, page, live_daphne, browser_llm):
+    browser_llm.state.add_script("slowly", [SLOW_REPLY], False)
+    sign_in_and_open_chat(page, live_daphne, person)
+    send(page, "answer slowly please")
+    page.wait_for_function(
+        "() => { const el = document.querySelector('li.message.streaming .streaming-text');"
+        " return el && el.textContent.split(' ').length >= 3; }"
+    )
+    # A second tab opens mid-reply: the page has no row for the reply, its socket missed the start.
+    other = page.context.new_page()
+    other.goto(page.url)
+    other.wait_for_selector("#connection:has-text('connected')")
+    assert other.locator("li.message.assistant").count() == 0
+    done = other.locator("li.message.assistant:not(.streaming) .content:has-text('still being written')")
+    done.wait_for(timeout=20_000)
+    assert other.locator("li.message.user").count() == 1
+
+
+def test_a_tab_whose_connection_dropped_catches_up_when_it_reconnects(person, page, live_daphne, browser_llm):
+    browser_llm.state.add_script("slowly", [SLOW_REPLY], False)
+    sign_in_and_open_chat(page, live_daphne, person)
+    other = page.context.new_page()
+    offline = {"on": False}
+    sockets = []
+
+    def route(ws):
+        if offline["on"]:
+            ws.close()
+            return
+        ws.connect_to_server()
+        sockets.append(ws)
+
+    other.route_web_socket(re.compile(r".*/ws/chat/.*"), route)
+    other.goto(page.url)
+    other.wait_for_selector("#connection:has-text('connected')")
+    # The connection drops: the message and the start of its reply happen meanwhile.
+    offline["on"] = True
+    sockets[-1].close()
+    other.wait_for_selector("#connection:has-text('reconnecting')")
+    send(page, "answer slowly please")
+    page.locator("li.message.streaming").wait_for()
+    offline["on"] = False
+    other.locator("li.message.user .content:has-text('answer slowly please')").wait_for(timeout=20_000)
+    other.locator("li.message.assistant:not(.streaming) .content:has-text('still being written')").wait_for(
+        timeout=20_000
+    )
+    other.screenshot(path=str(ARTIFACTS / "chat-caught-up-after-reconnect.png"), full_page=True)

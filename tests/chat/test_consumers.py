@@ -8,7 +8,7 @@ import json
 import pytest
 from channels.db import database_sync_to_async
 
-from memory.models import ContextSnapshot, Message, ToolCall
+from memory.models import ContextSnapshot, Conversation, Message, ToolCall
 from tests.chat.conftest import connect, receive_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -232,6 +232,22 @@ async def test_two_tabs_on_one_conversation_both_see_the_reply(owner, conversati
     events2 = await receive_until(tab2, "reply_done")
     assert [e["type"] for e in events1] == [e["type"] for e in events2]
     assert "".join(e["delta"] for e in events2 if e["type"] == "token") == "shared reply here"
+    await tab1.disconnect()
+    await tab2.disconnect()
+
+
+async def test_a_new_conversation_is_named_after_its_first_message_in_every_tab(owner, scripted_llm):
+    conversation = await database_sync_to_async(Conversation.objects.create)(owner=owner)
+    tab1 = await connect(owner, conversation.pk)
+    tab2 = await connect(owner, conversation.pk)
+    await tab1.send_json_to({"type": "send", "content": "Plans for  the\ntrip to Lisbon"})
+    for tab in (tab1, tab2):
+        events = await receive_until(tab, "reply_done")
+        named = [e for e in events if e["type"] == "conversation_updated"]
+        assert named == [{"type": "conversation_updated", "title": "Plans for the trip to Lisbon"}]
+    await tab1.send_json_to({"type": "send", "content": "and the hotel"})
+    events = await receive_until(tab1, "reply_done")
+    assert not [e for e in events if e["type"] == "conversation_updated"]  # named once
     await tab1.disconnect()
     await tab2.disconnect()
 

@@ -166,3 +166,11 @@ def test_a_long_branch_shows_its_last_messages_and_reads_only_those(client, owne
     assert "message number 59<" not in page
     # Only what is shown is read: no query returns the whole branch.
     assert max(rows_read) <= 201
+
+
+def test_a_reconnecting_tab_reads_the_thread_alone(client, owner, conversation, thread):
+    client.force_login(owner)
+    response = client.get(reverse("chat:conversation", args=[conversation.pk]), HTTP_HX_REQUEST="true")
+    html = response.content.decode()
+    assert html.lstrip().startswith('<ol class="messages" id="thread">') and "Rome." in html
+    assert "HX-Request" in response["Vary"]
