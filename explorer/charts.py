@@ -122,6 +122,28 @@ class Circle:
     value: int
     href: str
     label_visible: bool
+    label_text: str = ""  # the label as drawn: one line, shortened
+    label_x: float = 0.0  # where it is drawn (centred), moved in from the map's edges
+    label_y: float = 0.0
+
+
+# Topic labels are drawn at 10px (`.topic-map text` in explorer.css). Their width is estimated
+# generously, so a label near an edge is moved far enough in to be whole.
+LABEL_FONT_PX = 10.0
+LABEL_CHAR_WIDTH = 0.68 * LABEL_FONT_PX
+LABEL_MAX_CHARS = 22
+LABEL_MARGIN = 3.0
+
+
+def _label_text(label: str) -> str:
+    flat = " ".join(str(label or "").split())
+    return flat if len(flat) <= LABEL_MAX_CHARS else flat[: LABEL_MAX_CHARS - 1] + "…"
+
+
+def _inside(centre: float, half: float, size: float) -> float:
+    """`centre` moved so that centre ± half stays within 0..size (margins kept)."""
+    low, high = half + LABEL_MARGIN, size - half - LABEL_MARGIN
+    return round(min(max(centre, low), max(low, high)), 1)
 
 
 @dataclass(frozen=True)
@@ -165,6 +187,7 @@ def topic_map(
             dist = math.sqrt((i + 0.5) / max(1, len(items)))
             cx = width / 2 + math.cos(angle) * dist * (width / 2 - pad)
             cy = height / 2 + math.sin(angle) * dist * (height / 2 - pad)
+        text = _label_text(label)
         circles.append(
             Circle(
                 cx=round(cx, 1),
@@ -174,6 +197,9 @@ def topic_map(
                 value=int(count),
                 href=href,
                 label_visible=i in labelled,
+                label_text=text,
+                label_x=_inside(cx, len(text) * LABEL_CHAR_WIDTH / 2, width),
+                label_y=_inside(cy, LABEL_FONT_PX / 2, height),
             )
         )
     # Big circles first so small ones stay clickable on top.

@@ -13,7 +13,7 @@ from django.conf import settings
 from django.test import Client
 from django.urls import reverse
 
-from memory.models import Message
+from memory.models import Message, Topic
 from tests.browser import CHROMIUM, CHROMIUM_ARGS, MISSING
 from tests.explorer.conftest import build_memory
 
@@ -100,6 +100,37 @@ def test_click_into_a_topic_from_the_map_and_the_list(page, mem_live):
     assert page.locator("#topic-messages").get_by_text("How do we rotate").is_visible()
     assert page.locator(".crumbs").get_by_text("Databases").is_visible()
     shot(page, "topic-leaf")
+
+
+def test_topic_map_labels_stay_inside_the_map(page, owner):
+    # Long labels on big circles at the map's four corners and edges.
+    corners = [(0.0, 0.0), (1.0, 0.0), (0.0, 1.0), (1.0, 1.0), (0.0, 0.5), (1.0, 0.5), (0.5, 0.0), (0.5, 1.0)]
+    for i, (x, y) in enumerate(corners):
+        Topic.objects.create(
+            owner=owner,
+            level=0,
+            order=i,
+            label=f"WWW Monitoring dashboards and alerts {i}",
+            message_count=50,
+            map_x=x,
+            map_y=y,
+        )
+    page.goto(page.base + reverse("explorer:topics"))
+    boxes = page.evaluate(
+        """() => {
+          const svg = document.querySelector('svg.topic-map');
+          const [, , w, h] = svg.getAttribute('viewBox').split(' ').map(Number);
+          return [...svg.querySelectorAll('text')].map(t => {
+            const b = t.getBBox();
+            return {label: t.textContent, left: b.x, top: b.y,
+                    right: w - b.x - b.width, bottom: h - b.y - b.height};
+          });
+        }"""
+    )
+    shot(page, "topic-map-edges")
+    assert len(boxes) == len(corners)
+    for box in boxes:
+        assert min(box["left"], box["top"], box["right"], box["bottom"]) >= 0, box
 
 
 def test_click_a_timeline_bar_to_list_that_days_messages(page, mem_live):
