@@ -31,18 +31,29 @@ def _ancestor_ids(leaf_id: str, limit: int = 100_001) -> list[str]:
         return [row[0] for row in cursor.fetchall()]
 
 
-def _latest_child(conversation: Conversation, parent_id: str | None) -> Message | None:
-    qs = Message.objects.filter(conversation=conversation, is_chunk=False, parent_id=parent_id)
-    return qs.order_by("-position").first()
-
-
 def _descend(conversation: Conversation, message: Message) -> Message:
-    """Follow the newest reply down to a leaf."""
-    seen = {message.pk}
-    while (child := _latest_child(conversation, message.pk)) is not None and child.pk not in seen:
-        seen.add(child.pk)
-        message = child
-    return message
+    """Follow the newest reply down to a leaf (one recursive query, however deep)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            WITH RECURSIVE down(id, depth) AS (
+                SELECT %s::varchar, 0
+                UNION ALL
+                SELECT (
+                    SELECT c.id FROM memory_message c
+                    WHERE c.parent_id = down.id AND c.conversation_id = %s AND NOT c.is_chunk
+                    ORDER BY c.position DESC LIMIT 1
+                ), down.depth + 1
+                FROM down WHERE down.id IS NOT NULL AND down.depth < 100000
+            )
+            SELECT id FROM down WHERE id IS NOT NULL ORDER BY depth DESC LIMIT 1
+            """,
+            [message.pk, conversation.pk],
+        )
+        leaf_id = cursor.fetchone()[0]
+    if leaf_id == message.pk:
+        return message
+    return Message.objects.get(pk=leaf_id)
 
 
 def active_leaf(conversation: Conversation) -> Message | None:

@@ -6,6 +6,7 @@ import datetime as dt
 
 import pytest
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
@@ -174,3 +175,12 @@ def test_a_reconnecting_tab_reads_the_thread_alone(client, owner, conversation, 
     html = response.content.decode()
     assert html.lstrip().startswith('<ol class="messages" id="thread">') and "Rome." in html
     assert "HX-Request" in response["Vary"]
+
+
+def test_a_message_cited_early_in_a_long_branch_opens_in_a_few_queries(client, owner, conversation):
+    rows = _long_branch(owner, conversation, 260)
+    client.force_login(owner)
+    with CaptureQueriesContext(connection) as queries:
+        page = client.get(reverse("chat:conversation", args=[conversation.pk]) + f"?at={rows[3].pk}")
+    assert "message number 259<" in page.content.decode()  # its branch, down to the newest reply
+    assert len(queries) < 20  # not one per message between it and the leaf
