@@ -4,6 +4,9 @@ import datetime as dt
 
 import pytest
 from django.utils import timezone
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 from memory import sessions
 from memory.index_builder import prepare_context
@@ -164,3 +167,24 @@ def test_keyword_scores_recover_term_frequency_from_ts_rank(owner):
                 [" ".join(["heron"] * tf + ["lake"] * 3)],
             )
             assert cursor.fetchone()[0] == pytest.approx(tf, rel=0.06)
+
+
+_MONTH_WORDS = ["January", "february", "MAY", "December", "Sept", "in", "on", "of", "the", "last", "week"]
+
+
+@hypothesis_settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.integers(min_value=-10, max_value=10**12).map(str),
+            st.sampled_from(_MONTH_WORDS),
+            st.from_regex(r"\d{1,5}-\d{1,3}-\d{1,3}", fullmatch=True),
+            st.from_regex(r"\d{1,3}(st|nd|rd|th)?", fullmatch=True),
+            st.text(alphabet=" ,.-/", max_size=3),
+        ),
+        max_size=8,
+    ).map(" ".join)
+)
+def test_no_date_or_number_breaks_the_query_parser(text):
+    period = query_period(text)
+    assert period is None or period[0] < period[1]
