@@ -104,7 +104,8 @@ class Command(BaseCommand):
         self.stdout.write("")
         self.stdout.write(
             "vectors of the bulk history are SYNTHETIC (random); its text is "
-            "synthetic from a fixed vocabulary; measured turns are real (MiniLM query embedding)."
+            "synthetic from a fixed vocabulary; measured turns are real "
+            f"({get_embedder().name} query embedding)."
         )
         if len(rows) >= 2:
             self.stdout.write(
