@@ -505,14 +505,18 @@ def update_message(owner, message_id: str, new_content: str) -> Message:
         content, notes = clean_content(new_content, allow_empty=False)
         if content == message.content:
             return message
-        message.edit_history = [
-            *message.edit_history,
-            {
-                "timestamp": timezone.now().isoformat(),
-                "previous_content": message.content,
-                "previous_token_count": message.token_count,
-            },
-        ]
+        message.edit_history, dropped = bounded_history(
+            [
+                *message.edit_history,
+                {
+                    "timestamp": timezone.now().isoformat(),
+                    "previous_content": message.content,
+                    "previous_token_count": message.token_count,
+                },
+            ]
+        )
+        if dropped:
+            notes["edit_history_dropped"] = int(message.metadata.get("edit_history_dropped", 0)) + dropped
         message.content = content
         message.snippet = make_snippet(content)
         message.token_count = count_tokens(content)
@@ -535,6 +539,28 @@ def update_message(owner, message_id: str, new_content: str) -> Message:
         _save_passages(passages, embed=None)
         refresh_reply_context(owner, message.pk)
     return message
+
+
+# A message keeps its newest versions while they fit both bounds; the oldest go first (counted
+# in metadata["edit_history_dropped"]). Every edit stores the whole previous text, so an
+# unbounded history let one message grow without end.
+EDIT_HISTORY_MAX_VERSIONS = 50
+EDIT_HISTORY_MAX_CHARS = 2_000_000
+
+
+def bounded_history(history: list[dict]) -> tuple[list[dict], int]:
+    """The newest versions of `history` that fit the bounds, and how many older ones went.
+    The newest version is always kept, however long."""
+    kept: list[dict] = []
+    chars = 0
+    for entry in reversed(history):
+        size = len(entry.get("previous_content") or "")
+        if kept and (len(kept) >= EDIT_HISTORY_MAX_VERSIONS or chars + size > EDIT_HISTORY_MAX_CHARS):
+            break
+        kept.append(entry)
+        chars += size
+    kept.reverse()
+    return kept, len(history) - len(kept)
 
 
 def _set_deleted(owner, message_id: str, deleted: bool) -> Message:

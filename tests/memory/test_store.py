@@ -252,3 +252,19 @@ def test_a_stranger_sees_none_of_it(owner, stranger, conversation, stranger_conv
 def test_an_unknown_id_is_a_clear_not_found(owner):
     with pytest.raises(NotFound, match="message 01NOPE not found"):
         store.get_message(owner, "01NOPE")
+
+
+def test_edit_history_keeps_the_newest_versions_within_its_bounds(owner, conversation, monkeypatch):
+    monkeypatch.setattr(store, "EDIT_HISTORY_MAX_VERSIONS", 3)
+    monkeypatch.setattr(store, "EDIT_HISTORY_MAX_CHARS", 910)
+    m = store.store_message(owner, conversation, "user", "version 0")
+    for i in range(1, 6):
+        m = store.update_message(owner, m.pk, f"version {i}")
+    assert [v["previous_content"] for v in m.edit_history] == ["version 2", "version 3", "version 4"]
+    assert m.metadata["edit_history_dropped"] == 2
+    m = store.update_message(owner, m.pk, "x" * 900)
+    m = store.update_message(owner, m.pk, "short again")
+    # The 900-character version nearly fills the character bound: one 9-character one fits too.
+    assert [len(v["previous_content"]) for v in m.edit_history] == [9, 900]
+    assert m.metadata["edit_history_dropped"] == 5
+    assert Message.objects.get(pk=m.pk).content == "short again"
