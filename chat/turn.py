@@ -527,6 +527,9 @@ def _store_reply(owner, conversation: Conversation, user_message: Message, reply
         metadata["error"] = reply.error
     if snapshot is not None:
         metadata["strategy"] = snapshot.strategy
+    if reply.mode == "offline_recall":
+        # Quotes of memory and how-to-configure text: not memory itself.
+        metadata["system_text"] = True
     [assistant] = store.store_messages(
         owner,
         conversation,

@@ -71,6 +71,13 @@ CONTEXT_PARENT_CHARS = 300
 CONTEXT_SPEAKER = True
 
 
+def is_system_text(metadata: dict | None) -> bool:
+    """Text Recollect wrote (an offline-recall answer, a notice): shown in the chat, but never
+    searched, clustered into topics or mined for entities, so its boilerplate and the ids it
+    quotes do not become memory."""
+    return bool((metadata or {}).get("system_text"))
+
+
 def passage_context(message: Message, parent_text: str | None, *, first: bool) -> str:
     """The context of a message's passage (Passage.context): for its first passage the end of
     the live message it replies to, and for every passage the speaker an import recorded."""
@@ -184,7 +191,7 @@ def store_messages(
         if missing:
             raise NotFound("message", sorted(missing)[0])
     parent_texts = _live_texts(owner, parent_ids)
-    parent_texts.update({i.id: c for i, _, c, _ in prepared})
+    parent_texts.update({i.id: c for i, _, c, _ in prepared if not is_system_text(i.metadata)})
 
     now = timezone.now()
     with transaction.atomic():
@@ -225,13 +232,15 @@ def store_messages(
 
 
 def _live_texts(owner, message_ids) -> dict[str, str]:
-    """The content of those of `message_ids` that are live (not deleted) messages of owner."""
+    """The content of those of `message_ids` that are live (not deleted) messages of owner,
+    written by a person or a model (not Recollect's own system text)."""
     if not message_ids:
         return {}
-    return dict(
+    rows = (
         Message.objects.visible_to(owner).filter(pk__in=list(message_ids), is_chunk=False)
-        .values_list("pk", "content")
+        .values_list("pk", "content", "metadata")
     )
+    return {pk: content for pk, content, metadata in rows if not is_system_text(metadata)}
 
 
 def _chunk_rows(message: Message) -> list[Message]:
@@ -262,6 +271,8 @@ def _chunk_rows(message: Message) -> list[Message]:
 
 
 def _message_passages(logical: Message, unit: Message, parent_text: str | None = None) -> list[Passage]:
+    if is_system_text(logical.metadata):
+        return []
     embedder = get_embedder()
     text = unit.content
     first_unit = unit is logical or not unit.is_chunk or unit.chunk_index == 0
@@ -286,6 +297,8 @@ def _message_passages(logical: Message, unit: Message, parent_text: str | None =
 
 
 def _tool_call_passages(call: ToolCall, message: Message) -> list[Passage]:
+    if is_system_text(message.metadata):
+        return []  # offline recall's own search: its results quote memory, they are not memory
     embedder = get_embedder()
     text = call.embedding_text()
     return [

@@ -52,7 +52,8 @@ def run_upkeep(owner, message_ids: Iterable[str]) -> dict[str, Any]:
     summary or sample)."""
     ids = [str(i) for i in message_ids][:500]
     messages = list(Message.objects.owned_by(owner).logical().filter(pk__in=ids))
-    live = [m for m in messages if not m.deleted]
+    # Recollect's own text (offline-recall answers) is shown, never mined for topics or entities.
+    live = [m for m in messages if not m.deleted and not store.is_system_text(m.metadata)]
     changed = [m.pk for m in messages if m.deleted or m.edited] + [
         i for i in ids if i not in {m.pk for m in messages}
     ]

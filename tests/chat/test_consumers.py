@@ -486,3 +486,37 @@ async def test_a_turns_messages_get_their_vectors_from_the_queued_upkeep(owner, 
         assert not Passage.objects.filter(logical_message_id__in=ids, embedding__isnull=True).exists()
 
     await check()
+
+
+async def test_offline_recall_answers_are_shown_but_never_become_memory(owner, conversation, no_llm):
+    """Recollect's own text (the offline answer and its search) feeds no search, topic or entity."""
+    from memory.models import EntityMention, Passage, TopicMembership
+    from memory.search import search
+    from memory.store import store_message
+    from memory.tasks import run_upkeep
+
+    await database_sync_to_async(store_message)(
+        owner, conversation, "user", "The spare key is under the blue flowerpot"
+    )
+    ws = await connect(owner, conversation.pk)
+    await ws.send_json_to({"type": "send", "content": "where is the spare key?"})
+    await receive_until(ws, "reply_done")
+    await ws.disconnect()
+    rows = await messages_of(conversation)
+    reply = rows[-1]
+    assert reply.metadata["mode"] == "offline_recall" and "flowerpot" in reply.content
+
+    @database_sync_to_async
+    def memory_of_the_reply():
+        run_upkeep(owner, [m.pk for m in rows])
+        return (
+            Passage.objects.filter(logical_message_id=reply.pk).count(),
+            EntityMention.objects.filter(message_id=reply.pk).count(),
+            TopicMembership.objects.filter(message_id=reply.pk).count(),
+            [h.message_id for h in search(owner, "offline recall flowerpot").hits],
+        )
+
+    passages, mentions, memberships, found = await memory_of_the_reply()
+    assert (passages, mentions, memberships) == (0, 0, 0)
+    assert reply.pk not in found and rows[0].pk in found
+    await asyncio.sleep(0)
