@@ -38,7 +38,7 @@ from explorer.filters import (
     parse_date,
     parse_filters,
 )
-from memory import store, tasks
+from memory import store
 from memory.errors import MemoryStoreError
 from memory.models import (
     ContextSnapshot,
@@ -925,7 +925,7 @@ def message_edit(request: HttpRequest, message_id: str) -> HttpResponse:
         context.update(edit_error=str(exc), edit_text=text[:CONTENT_PREVIEW_CHARS])
         return render(request, "explorer/message.html", context, status=400)
     if edited.edit_history != message.edit_history:
-        tasks.queue_upkeep(request.user.pk, [edited.pk])
+        # The store queued topic upkeep for the edit when it committed.
         flash.success(request, "Saved: the old text is kept in the edit history below.")
     else:
         flash.info(request, "The text is unchanged, so nothing was saved.")

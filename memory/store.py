@@ -423,6 +423,21 @@ def derive_rows(
     return chunks, call_chunks, passages
 
 
+def queue_upkeep_on_commit(owner_id: int, message_ids: Sequence[str]) -> None:
+    """Once this transaction commits, topic upkeep re-derives what quoted these messages (labels,
+    keywords, summaries, samples, entity mentions). Every edit, delete, restore and forget
+    calls this, whichever view, socket frame or tool made it."""
+    ids = [str(i) for i in message_ids if i]
+
+    def queue() -> None:
+        from memory.tasks import queue_upkeep
+
+        queue_upkeep(owner_id, ids)
+
+    if ids:
+        transaction.on_commit(queue)
+
+
 def queue_embedding(owner_id: int) -> None:
     """Ask background work to embed what was stored without vectors; never fails the caller."""
     try:
@@ -551,6 +566,7 @@ def update_message(owner, message_id: str, new_content: str) -> Message:
             passages.extend(_message_passages(message, unit, parent_text))
         _save_passages(passages, embed=None)
         refresh_reply_context(owner, message.pk)
+        queue_upkeep_on_commit(owner.pk, [message.pk])
     return message
 
 
@@ -591,6 +607,7 @@ def _set_deleted(owner, message_id: str, deleted: bool) -> Message:
         Passage.objects.filter(logical_message_id=message.pk).update(deleted=deleted)
         # A deleted message's words leave its replies' context too (and come back on restore).
         refresh_reply_context(owner, message.pk)
+        queue_upkeep_on_commit(owner.pk, [message.pk])
     return message
 
 
@@ -620,6 +637,7 @@ def forget_message(owner, message_id: str) -> None:
         Message.objects.filter(parent_id=message.pk, is_chunk=True).update(parent_id=message.parent_id)
         message.delete()
         refresh_reply_context(owner, None, reply_ids=replies)
+        queue_upkeep_on_commit(owner.pk, [message_id])
 
 
 def refresh_reply_context(owner, message_id: str | None, *, reply_ids: Sequence[str] = ()) -> int:

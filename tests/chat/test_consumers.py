@@ -520,3 +520,31 @@ async def test_offline_recall_answers_are_shown_but_never_become_memory(owner, c
     assert (passages, mentions, memberships) == (0, 0, 0)
     assert reply.pk not in found and rows[0].pk in found
     await asyncio.sleep(0)
+
+
+async def test_every_change_made_through_the_socket_queues_topic_upkeep(owner, conversation, scripted_llm):
+    """Edit, delete, restore and forget each queue upkeep, so no label or summary keeps old words."""
+    from django_tasks_db.models import DBTaskResult
+
+    ws = await connect(owner, conversation.pk)
+    await ws.send_json_to({"type": "send", "content": "the pin of the garage is 7731"})
+    done = (await receive_until(ws, "reply_done"))[-1]
+    user_id = (await messages_of(conversation))[0].pk
+
+    @database_sync_to_async
+    def queued_for(message_id):
+        return sum(
+            1
+            for t in DBTaskResult.objects.filter(task_path__endswith="topic_upkeep")
+            if message_id in t.args_kwargs["args"][1]
+        )
+
+    before = await queued_for(user_id), await queued_for(done["message_id"])
+    await ws.send_json_to({"type": "edit", "message_id": user_id, "content": "the garage has no pin"})
+    await ws.receive_json_from(timeout=30)
+    for kind in ("delete", "restore", "forget"):
+        await ws.send_json_to({"type": kind, "message_id": done["message_id"]})
+        await ws.receive_json_from(timeout=10)
+    after = await queued_for(user_id), await queued_for(done["message_id"])
+    assert (after[0] - before[0], after[1] - before[1]) == (1, 3)
+    await ws.disconnect()

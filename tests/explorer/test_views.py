@@ -160,14 +160,17 @@ def test_a_deleted_message_can_be_restored_and_deleted_again(owner_client, mem):
     assert mem.gone.deleted
 
 
-def test_the_owner_corrects_a_messages_text_and_upkeep_is_queued(owner_client, mem, monkeypatch):
+def test_the_owner_corrects_a_messages_text_and_upkeep_is_queued(
+    owner_client, mem, monkeypatch, django_capture_on_commit_callbacks
+):
     queued = []
     monkeypatch.setattr("memory.tasks.queue_upkeep", lambda owner_id, ids: queued.append((owner_id, ids)))
     url = reverse("explorer:message", args=[mem.question.pk])
     assert 'name="content"' in html(owner_client.get(url))
-    response = owner_client.post(
-        reverse("explorer:edit", args=[mem.question.pk]), {"content": "How do we rotate the vault token?"}
-    )
+    with django_capture_on_commit_callbacks(execute=True):
+        response = owner_client.post(
+            reverse("explorer:edit", args=[mem.question.pk]), {"content": "How do we rotate the vault token?"}
+        )
     assert response.status_code == 302 and response["Location"] == url
     mem.question.refresh_from_db()
     assert mem.question.content == "How do we rotate the vault token?"
