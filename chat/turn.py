@@ -247,7 +247,17 @@ async def run_turn(
                         ],
                     }
                 )
-                for call in end.tool_calls:
+                for index, call in enumerate(end.tool_calls):
+                    if stop.is_set():
+                        break  # Stop is honoured between calls, not only while text streams
+                    over_turn = len(reply.tool_outcomes) >= settings.MAX_TOOL_CALLS_PER_TURN
+                    if index >= settings.MAX_TOOL_CALLS_PER_ROUND or over_turn:
+                        outcome = _skipped_tool(call, index)
+                        reply.tool_outcomes.append(outcome)
+                        messages.append(
+                            {"role": "tool", "tool_call_id": call.id, "content": outcome.for_model()}
+                        )
+                        continue
                     await emit(
                         {
                             "type": "chat.tool_started",
@@ -273,6 +283,9 @@ async def run_turn(
                             "duration_ms": outcome.duration_ms,
                         }
                     )
+                if stop.is_set():
+                    reply.status = "stopped"
+                    break
     except Exception:
         # A bug or a database hiccup must not lose the reply that arrived so far.
         logger.exception("chat turn failed in conversation %s", conversation.pk)
@@ -453,6 +466,18 @@ def _execute_tool(
         summary=summary or error,
         started_at=started_at,
         duration_ms=int((time.perf_counter() - t0) * 1000),
+    )
+
+
+def _skipped_tool(call: llm.RequestedToolCall, index: int) -> ToolOutcome:
+    """A call past the per-round or per-turn cap: not run, and the model is told why."""
+    if index >= settings.MAX_TOOL_CALLS_PER_ROUND:
+        error = f"not run: at most {settings.MAX_TOOL_CALLS_PER_ROUND} tool calls per round"
+    else:
+        error = f"not run: at most {settings.MAX_TOOL_CALLS_PER_TURN} tool calls per turn"
+    return ToolOutcome(
+        call_id=call.id, name=call.name or "(no name)", arguments_text=call.arguments_text, ok=False,
+        result=None, error=error, summary=error, started_at=timezone.now(), duration_ms=0,
     )
 
 

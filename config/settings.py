@@ -313,6 +313,10 @@ SUMMARY_TOPICS_PER_RUN = env_int("SUMMARY_TOPICS_PER_RUN", 20, minimum=1)
 LLM_TIMEOUT_SECONDS = env_float("LLM_TIMEOUT_SECONDS", 60.0, low=1.0)
 LLM_MAX_RETRIES = env_int("LLM_MAX_RETRIES", 3, minimum=0)
 MAX_TOOL_ROUNDS = env_int("MAX_TOOL_ROUNDS", 5, minimum=1)
+# Tool calls the model may make in one round and in one turn; calls past either are answered
+# with an error instead of being run, so a model cannot make a turn do unbounded work.
+MAX_TOOL_CALLS_PER_ROUND = env_int("MAX_TOOL_CALLS_PER_ROUND", 8, minimum=1)
+MAX_TOOL_CALLS_PER_TURN = env_int("MAX_TOOL_CALLS_PER_TURN", 20, minimum=1)
 # Threads of the pool that runs chat turns' database and memory work (turns run in parallel).
 CHAT_DB_THREADS = env_int("CHAT_DB_THREADS", 24, minimum=1)
 CHAT_RATE_LIMIT_PER_MINUTE = env_int("CHAT_RATE_LIMIT_PER_MINUTE", 30, minimum=1)

@@ -548,3 +548,52 @@ async def test_every_change_made_through_the_socket_queues_topic_upkeep(owner, c
     after = await queued_for(user_id), await queued_for(done["message_id"])
     assert (after[0] - before[0], after[1] - before[1]) == (1, 3)
     await ws.disconnect()
+
+
+async def test_tool_calls_past_the_per_round_cap_are_answered_not_run(
+    owner, conversation, scripted_llm, settings
+):
+    settings.MAX_TOOL_CALLS_PER_ROUND = 3
+    scripted_llm.script(
+        {"tool_calls": [{"name": "vector_search", "arguments": {"query": f"q{i}"}} for i in range(7)]},
+        match="many calls",
+    )
+    scripted_llm.script({"text": "done"}, match="")
+    ws = await connect(owner, conversation.pk)
+    await ws.send_json_to({"type": "send", "content": "many calls please"})
+    events = await receive_until(ws, "reply_done")
+    assert len([e for e in events if e["type"] == "tool_started"]) == 3
+    calls = await tool_calls_of(events[-1]["message_id"])
+    assert len(calls) == 7 and sum(c.is_error for c in calls) == 4
+    second = [r for r in scripted_llm.requests if "many calls" in r["last_user"]][-1]
+    tool_messages = [m for m in second["messages"] if m.get("role") == "tool"]
+    skipped = [m for m in tool_messages if "at most 3 tool calls per round" in m["content"]]
+    assert len(tool_messages) == 7 and len(skipped) == 4
+    await ws.disconnect()
+
+
+async def test_stop_is_honoured_between_tool_calls(owner, conversation, scripted_llm, monkeypatch):
+    import time
+
+    from memory import tools
+
+    real = tools.execute_tool
+
+    def slow(*args, **kwargs):
+        time.sleep(0.4)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tools, "execute_tool", slow)
+    scripted_llm.script(
+        {"tool_calls": [{"name": "vector_search", "arguments": {"query": f"q{i}"}} for i in range(5)]},
+        match="slow tools",
+    )
+    ws = await connect(owner, conversation.pk)
+    await ws.send_json_to({"type": "send", "content": "slow tools please"})
+    events = await receive_until(ws, "tool_started")
+    await ws.send_json_to({"type": "stop"})
+    events += await receive_until(ws, "reply_done")
+    assert events[-1]["status"] == "stopped"
+    assert len([e for e in events if e["type"] == "tool_started"]) < 5
+    assert len([r for r in scripted_llm.requests if "slow tools" in r["last_user"]]) == 1
+    await ws.disconnect()
