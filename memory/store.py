@@ -9,13 +9,15 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Q
+from django.db.models import Q, TextField
+from django.db.models.functions import Cast
 from django.utils import timezone
 
 from memory.embeddings import get_embedder, text_hash
@@ -633,11 +635,110 @@ def forget_message(owner, message_id: str) -> None:
         replies = list(
             Message.objects.filter(parent_id=message.pk, is_chunk=False).values_list("pk", flat=True)
         )
+        from memory.models import TopicMembership
+        from memory.topics import topics_mentioning
+
+        # Its topics, found while its memberships still exist (they go with it).
+        topic_ids = topics_mentioning(owner, [message.pk]) | set(
+            TopicMembership.objects.filter(message_id=message.pk).values_list("topic_id", flat=True)
+        )
+        quotes = _quotable(message)
+        from memory.models import Entity, EntityMention
+
+        entity_ids = list(
+            EntityMention.objects.filter(message_id=message.pk).values_list("entity_id", flat=True)
+        )
         Message.objects.filter(parent_id=message.pk, is_chunk=False).update(parent_id=message.parent_id)
         Message.objects.filter(parent_id=message.pk, is_chunk=True).update(parent_id=message.parent_id)
         message.delete()
         refresh_reply_context(owner, None, reply_ids=replies)
+        _scrub_quotes(owner, message.pk, quotes)
+        if entity_ids:
+            # Names only it mentioned go now (with their edges); the others are recounted.
+            Entity.objects.owned_by(owner).filter(pk__in=entity_ids).exclude(
+                pk__in=EntityMention.objects.filter(entity_id__in=entity_ids).values("entity_id")
+            ).delete()
+            from memory.entities import refresh_counts
+
+            refresh_counts(owner, entity_ids)
+        if topic_ids:
+            from memory.topics import refresh
+
+            refresh(owner, topic_ids)  # labels, keywords and summaries lose its words now
         queue_upkeep_on_commit(owner.pk, [message_id])
+
+
+FORGOTTEN = "[forgotten]"
+
+
+def _quotable(message: Message) -> list[str]:
+    """What of a message another record may quote: its id and its sentences or lines (pieces of
+    12 characters or more), longest first, so a snippet or an excerpt of it is found too."""
+    pieces = {message.pk}
+    for piece in re.split(r"(?<=[.!?])\s+|\n+", message.content or ""):
+        piece = piece.strip()
+        if len(piece) >= 12:
+            pieces.add(piece[:2000])
+    flat = " ".join((message.content or "").split())
+    if 12 <= len(flat) <= 2000:
+        pieces.add(flat)
+    # Names that only this message gave memory (an index lists them as key entities).
+    from memory.models import Entity, EntityMention
+
+    own = EntityMention.objects.filter(message_id=message.pk).values_list("entity_id", flat=True)
+    shared = EntityMention.objects.filter(entity_id__in=own).exclude(message_id=message.pk)
+    pieces.update(
+        name
+        for name in Entity.objects.filter(pk__in=own).exclude(pk__in=shared.values("entity_id"))
+        .values_list("name", flat=True)
+        if len(name) >= 3
+    )
+    return sorted(pieces, key=len, reverse=True)
+
+
+def _scrub_quotes(owner, message_id: str, quotes: Sequence[str]) -> int:
+    """Forgetting reaches the copies: tool-call results and arguments that quote the message
+    lose those words (their passages are rebuilt), and so do the context snapshots that showed
+    it to the model. Returns the rows changed."""
+    from memory.models import ContextSnapshot
+
+    def scrub(text: str) -> str:
+        for piece in quotes:
+            text = text.replace(piece, FORGOTTEN)
+            if piece != message_id:
+                # A JSON result holds the text escaped.
+                escaped = json.dumps(piece, ensure_ascii=False)[1:-1]
+                text = text.replace(escaped, FORGOTTEN)
+        return text
+
+    def quoting(qs, *fields):
+        # JSON columns are matched as text (their JSON escapes a piece's quotes and newlines).
+        qs = qs.annotate(**{f"{f}_text": Cast(f, TextField()) for f in fields})
+        q = Q()
+        for piece in quotes[:50]:
+            escaped = json.dumps(piece, ensure_ascii=False)[1:-1]
+            for f in fields:
+                q |= Q(**{f"{f}_text__contains": piece}) | Q(**{f"{f}_text__contains": escaped})
+        return qs.filter(q)
+
+    changed = 0
+    calls = quoting(ToolCall.objects.owned_by(owner), "result", "arguments")
+    for call in calls.select_related("message"):
+        call.result, call.arguments = scrub(call.result), scrub(call.arguments)
+        call.save(update_fields=["result", "arguments"])
+        Passage.objects.filter(tool_call_id=call.pk).delete()
+        if not call.message.deleted:
+            _save_passages(_tool_call_passages(call, call.message), embed=False)
+        changed += 1
+    snapshots = quoting(ContextSnapshot.objects.owned_by(owner), "query", "text", "plan", "hits")
+    snapshots |= ContextSnapshot.objects.owned_by(owner).filter(included_ids__contains=[message_id])
+    for snap in snapshots.distinct():
+        snap.query, snap.text = scrub(snap.query), scrub(snap.text)
+        snap.plan = json.loads(scrub(json.dumps(snap.plan, ensure_ascii=False)))
+        snap.hits = json.loads(scrub(json.dumps(snap.hits, ensure_ascii=False)))
+        snap.save(update_fields=["query", "text", "plan", "hits"])
+        changed += 1
+    return changed
 
 
 def refresh_reply_context(owner, message_id: str | None, *, reply_ids: Sequence[str] = ()) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from django.test import override_settings
 
 from memory import topics
 from memory.index_builder import prepare_context
@@ -93,3 +94,38 @@ def test_deleted_content_stays_out_after_a_full_rebuild(owner, conversation, his
     delete_message(owner, history[2].pk)
     topics.rebuild(owner)
     assert "ZEBRA" not in every_path(owner, conversation)
+
+
+def test_forgetting_reaches_the_tool_results_snapshots_and_topics_that_quoted_it(
+    owner, conversation, history
+):
+    from memory.index_builder import save_snapshot
+    from memory.models import ContextSnapshot, Passage, ToolCall
+    from memory.portability import export_markdown, export_memory
+    from memory.store import store_tool_call
+
+    secret = history[2]
+    question, reply = add_turns(owner, conversation, ["what was that code again?", "Here it is."])
+    # A later turn quoted it: a search's result stored as a tool call, and a plan that showed it.
+    found = execute_tool(owner, "search_and_retrieve", {"query": "the vault code"}).result
+    store_tool_call(owner, reply, "search_and_retrieve", {"query": "the vault code"}, found)
+    with override_settings(INDEX_FULL_MAX=100):
+        plan = prepare_context(owner, conversation, "what was that code again?", user_message=question)
+    save_snapshot(plan, owner, conversation, question)
+
+    def traces() -> str:
+        rows = [
+            *ToolCall.objects.owned_by(owner).values_list("result", "arguments"),
+            *Passage.objects.owned_by(owner).values_list("text", "context"),
+            *ContextSnapshot.objects.owned_by(owner).values_list("query", "text", "plan", "hits"),
+            *Topic.objects.owned_by(owner).values_list("label", "keywords", "summary"),
+        ]
+        return json.dumps([list(map(str, r)) for r in rows]) + json.dumps(
+            export_memory(owner), default=str
+        ) + export_markdown(owner)
+
+    assert "ZEBRA-4242" in traces() and "Quokka" in traces()
+    forget_message(owner, secret.pk)
+    left = traces() + every_path(owner, conversation)
+    at = left.find("ZEBRA") if "ZEBRA" in left else left.find("Quokka")
+    assert at < 0, left[max(0, at - 300) : at + 100]
