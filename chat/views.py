@@ -14,6 +14,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django.views.decorators.vary import vary_on_headers
 
 from chat import branches, drafts
+from memory import store
 from memory.models import Conversation, Message
 
 
@@ -155,7 +156,7 @@ def rename_conversation(request: HttpRequest, conversation_id: str) -> HttpRespo
 @require_POST
 def delete_conversation(request: HttpRequest, conversation_id: str) -> HttpResponse:
     conv = _get_conversation_for_user(request, conversation_id)
-    conv.delete()
+    store.delete_conversation(request.user, conv.pk)
     if request.htmx:
         return HttpResponse("")
     return redirect("chat:home")

@@ -779,5 +779,32 @@ def refresh_reply_context(owner, message_id: str | None, *, reply_ids: Sequence[
     return len(changed)
 
 
+def delete_conversation(owner, conversation_id: str) -> None:
+    """Delete a conversation with everything in it. Topics that held its messages are re-derived
+    at once (their labels and summaries lose its words; empty ones go), and upkeep is queued for
+    the rest (entities only it mentioned)."""
+    from memory.models import Topic, TopicMembership
+    from memory.topics import refresh
+
+    with transaction.atomic():
+        conversation = get_conversation(owner, conversation_id)
+        ids = list(
+            Message.objects.owned_by(owner).filter(conversation=conversation, is_chunk=False)
+            .values_list("pk", flat=True)
+        )
+        members = TopicMembership.objects.owned_by(owner).filter(message__conversation=conversation)
+        topic_ids = set(members.values_list("topic_id", flat=True))
+        conversation.delete()
+        # A topic that only showed one of them as a sample is re-derived too.
+        topic_ids |= {
+            pk for pk, samples in Topic.objects.owned_by(owner).values_list("pk", "sample_message_ids")
+            if set(samples or ()) & set(ids)
+        }
+        if topic_ids:
+            refresh(owner, topic_ids)
+        for start in range(0, len(ids), 500):
+            queue_upkeep_on_commit(owner.pk, ids[start : start + 500])
+
+
 def iter_owner_messages(owner) -> Iterable[Message]:
     return Message.objects.visible_to(owner).logical().order_by("timestamp", "position")

@@ -184,3 +184,27 @@ def test_a_message_cited_early_in_a_long_branch_opens_in_a_few_queries(client, o
         page = client.get(reverse("chat:conversation", args=[conversation.pk]) + f"?at={rows[3].pk}")
     assert "message number 259<" in page.content.decode()  # its branch, down to the newest reply
     assert len(queries) < 20  # not one per message between it and the leaf
+
+
+def test_deleting_a_conversation_takes_its_words_out_of_topics(
+    client, owner, monkeypatch, django_capture_on_commit_callbacks
+):
+    from memory import topics
+    from memory.models import Topic
+    from tests.memory.conftest import add_turns
+
+    queued = []
+    monkeypatch.setattr("memory.tasks.queue_upkeep", lambda owner_id, ids: queued.extend(ids))
+    kept = Conversation.objects.create(owner=owner, title="kept")
+    gone = Conversation.objects.create(owner=owner, title="gone")
+    add_turns(owner, kept, ["the tulips in the garden bloom", "tulips need sun in the garden"] * 3)
+    doomed = add_turns(owner, gone, ["the xylophone recital is friday", "xylophone practice daily"] * 3)
+    topics.rebuild(owner)
+    assert "xylophone" in " ".join(f"{t.label} {t.keywords} {t.summary}" for t in Topic.objects.all())
+    client.force_login(owner)
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(reverse("chat:delete_conversation", args=[gone.pk]))
+    assert response.status_code == 302
+    left = " ".join(f"{t.label} {t.keywords} {t.summary}" for t in Topic.objects.owned_by(owner))
+    assert "xylophone" not in left and "tulips" in left
+    assert set(queued) == {m.pk for m in doomed}
