@@ -358,12 +358,21 @@ def assign_messages(owner, message_ids: Sequence[str]) -> dict:
             )
             if sim is None or sim >= cut_similarity:
                 target = latest
+        home = None  # the topic whose newest leaf the message belongs after
         if target is None and vec is not None:
-            target = _nearest_leaf(owner, vec)
+            nearest = _nearest_leaf(owner, vec)
+            if nearest is not None:
+                # Leaves stay in time order: only the topic's newest leaf takes a new message;
+                # an older one that is nearer gets a new leaf after it, under the same topic.
+                newest = leaves_qs(owner).filter(parent_id=nearest.parent_id).order_by("-period_end").first()
+                if newest is not None and newest.pk == nearest.pk:
+                    target = nearest
+                else:
+                    home = nearest
         if target is not None and target.message_count >= LEAF_MAX * 2:
             target = None
         if target is None:
-            target = _new_leaf(owner, latest)
+            target = _new_leaf(owner, home or latest)
             created += 1
         else:
             joined += 1

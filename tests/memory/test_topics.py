@@ -121,3 +121,25 @@ def test_topics_belong_to_their_owner(owner, stranger, conversation, stranger_co
     topics.rebuild(stranger)
     topics.rebuild(owner)
     assert not Topic.objects.owned_by(owner).exists()
+
+
+def test_a_new_message_never_joins_an_old_leaf(owner, conversation):
+    """Leaves stay in time order: a late garden note opens a leaf after the database talk
+    instead of stretching the old garden leaf over it."""
+    start = timezone.now() - dt.timedelta(days=2)
+    add_turns(owner, conversation, GARDEN, start=start)
+    add_turns(owner, conversation, DATABASE, start=start + dt.timedelta(hours=5))
+    topics.rebuild(owner)
+    before = {t.pk: t.period_end for t in topics.leaves_qs(owner)}
+    later = add_turns(owner, conversation, [GARDEN[0]], start=start + dt.timedelta(days=1))
+    run_upkeep(owner, [later[0].pk])
+    leaf = TopicMembership.objects.owned_by(owner).get(message=later[0]).topic
+    assert leaf.pk not in before or before[leaf.pk] == max(before.values())
+    for pk, end in before.items():
+        if pk != leaf.pk:
+            assert Topic.objects.get(pk=pk).period_end == end, "an old leaf was stretched"
+    ordered = sorted(topics.leaves_qs(owner), key=lambda t: (t.level, t.parent_id or "", t.order))
+    for parent in {t.parent_id for t in ordered}:
+        siblings = [t for t in ordered if t.parent_id == parent]
+        starts = [t.period_start for t in siblings]
+        assert starts == sorted(starts)
