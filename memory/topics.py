@@ -246,7 +246,7 @@ def _materialise(owner, top: list[_Node], leaves: list[_Node]):
             parent=parent,
             level=level,
             order=order,
-            label=label_from(keywords),
+            label=label_from(keywords, [row[4] for row in node.messages] if not node.children else ()),
             keywords=keywords,
             centroid=centroid.tolist() if centroid is not None else None,
         )
@@ -291,8 +291,38 @@ def _materialise(owner, top: list[_Node], leaves: list[_Node]):
     return topics, memberships
 
 
-def label_from(keywords: Sequence[str]) -> str:
-    return ", ".join(keywords[:3]) or "(untitled)"
+_TOKEN = re.compile(r"[A-Za-z][A-Za-z0-9'’\-]*")
+
+
+def label_from(keywords: Sequence[str], texts: Sequence[str] = ()) -> str:
+    """A 2-5 word name for a topic (seed 002), extractive: the phrase of its messages that
+    holds the most of its keywords (the best-ranked weighing most), as written there; without
+    texts, or when no phrase holds two keywords, its two best keywords ("Tulips and roses")."""
+    weight = {k: 1 / (1 + i) for i, k in enumerate(keywords[:8])}
+    best: tuple[float, int, str] | None = None
+    for text in list(texts)[:40]:
+        tokens = _TOKEN.findall(text[:3000])
+        lowered = [t.lower() for t in tokens]
+        for n in range(2, 6):
+            for i in range(len(tokens) - n + 1):
+                window = lowered[i : i + n]
+                if window[0] in _STOP or window[-1] in _STOP:
+                    continue
+                found = {w for w in window if w in weight}
+                if len(found) < 2:
+                    continue
+                score = sum(weight[w] for w in found)
+                phrase = " ".join(tokens[i : i + n])
+                key = (score, -n, phrase)
+                if best is None or key[:2] > best[:2]:
+                    best = key
+    if best is not None:
+        phrase = best[2]
+        return phrase[0].upper() + phrase[1:]
+    if not keywords:
+        return "(untitled)"
+    first = keywords[0][0].upper() + keywords[0][1:]
+    return f"{first} and {keywords[1]}" if len(keywords) > 1 else first
 
 
 def layout(owner) -> None:
@@ -428,7 +458,7 @@ def _join(topic: Topic, message: Message, vec: np.ndarray | None) -> None:
         topic.sample_message_ids = [*topic.sample_message_ids, message.pk]
     if not topic.summary or topic.label == "(new topic)":
         topic.keywords = [w for w, _ in Counter(words(message.content)).most_common(8)]
-        topic.label = label_from(topic.keywords)
+        topic.label = label_from(topic.keywords, [message.content])
         topic.summary = _first_sentence(message.content)
     topic.save()
     TopicMembership.objects.get_or_create(
@@ -568,7 +598,7 @@ def refresh(owner, topic_ids: Iterable[str]) -> dict:
             doc_freq.update(set(other))
         n_docs = max(1, leaves_qs(owner).count())
         topic.keywords = _keywords(node.terms, doc_freq, n_docs)
-        topic.label = label_from(topic.keywords)
+        topic.label = label_from(topic.keywords, [m.content for m in members[-40:]])
         c = node.centroid()
         topic.centroid = c.tolist() if c is not None else None
         topic.message_count = len(members)

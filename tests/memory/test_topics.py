@@ -57,6 +57,9 @@ def test_labels_are_extractive_keywords(owner, conversation):
     topics.rebuild(owner)
     leaf = Topic.objects.owned_by(owner).get(children__isnull=True)
     assert "postgres" in leaf.keywords
+    # A name of 2-5 words taken from what was said, not a list of keywords.
+    assert 2 <= len(leaf.label.split()) <= 5 and "," not in leaf.label
+    assert leaf.label.lower() in " ".join(DATABASE).lower()
     assert leaf.summary
     assert leaf.sample_message_ids
 
