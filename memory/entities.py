@@ -107,9 +107,15 @@ def normalize(name: str) -> str:
     return " ".join(name.lower().replace(",", "").split())[:300]
 
 
+# Ids Recollect generates (ULIDs: 26 characters of Crockford's base32, as quoted in replies and
+# in the index) are not things a person talked about; neither are their fragments.
+_RECOLLECT_ID = re.compile(r"\b[0-9A-HJKMNP-TV-Z]{26}\b")
+
+
 def extract(text: str) -> list[Found]:
     """Entities in `text`, most frequent first, at most MAX_ENTITIES_PER_MESSAGE."""
     text = text[:20000]  # a 1 MB paste does not need every entity found on the hot path
+    text = _RECOLLECT_ID.sub(lambda m: " " * len(m.group(0)), text)
     counts: Counter[Found] = Counter()
     taken: list[tuple[int, int]] = []
 

@@ -24,3 +24,14 @@ def test_it_finds_names_numbers_identifiers_dates_urls_emails_and_code():
 
 def test_a_capitalised_word_at_a_sentence_start_is_not_a_name():
     assert not [f for f in extract("Sure. Maybe later. Thanks!") if f.kind == "name"]
+
+
+def test_ids_recollect_generates_never_become_entities():
+    from memory.entities import extract
+    from memory.models import new_ulid
+
+    ids = [new_ulid() for _ in range(5)]
+    text = "As you said in " + ", ".join(f"[{i}]" for i in ids) + ", Elena Rostova leads INFRA-992."
+    names = {f.name for f in extract(text)}
+    assert {"Elena Rostova", "INFRA-992"} <= names
+    assert not any(n in i or i in n for n in names for i in ids)
