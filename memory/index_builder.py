@@ -290,8 +290,15 @@ def prepare_context(
 
     # One query vector for the search and the topic ranking (a model call each when the
     # embedding cache is off). None when the embedder fails: search then reports why.
-    query_vector = _query_vector(query)
-    t = mark("embed_wait", t)
+    # The search reads its keyword candidates first and asks for the vector after, so the query's
+    # embedding (started when the message arrived) overlaps that work instead of being waited for.
+    vector_box: list = []
+
+    def query_vector_when_needed():
+        if not vector_box:
+            vector_box.append(_query_vector(query))
+        return vector_box[0]
+
     results = (
         search(
             owner,
@@ -299,13 +306,14 @@ def prepare_context(
             limit=_hit_limit(strategy),
             candidates=None,
             filters=SearchFilters(),
-            query_vector=query_vector,
+            query_vector=query_vector_when_needed,
             # The turn's own message is what is searched for, never a result of it.
             exclude_message_ids=[user_message.pk] if user_message else (),
         )
         if query
         else None
     )
+    query_vector = query_vector_when_needed()
     hits: list[SearchHit] = []
     if results is not None:
         plan.fallbacks.extend(results.fallbacks)

@@ -180,12 +180,17 @@ def search(
     exclude = {str(m) for m in exclude_message_ids if m} | _EXCLUDED.get()
     k = (candidates or max(100, limit * 5)) + len(exclude)
 
-    started = time.perf_counter()
-    vector_rows = _vector_candidates(owner, query, filters, k, results, query_vector)
-    results.timings_ms["vector"] = round((time.perf_counter() - started) * 1000, 2)
+    # Keyword candidates first: a query vector still being embedded (query_vector may be a
+    # callable that waits for it) is ready by the time the vector search needs it.
     started = time.perf_counter()
     keyword_rows = _keyword_candidates(owner, query, filters, k, results)
     results.timings_ms["keyword"] = round((time.perf_counter() - started) * 1000, 2)
+    started = time.perf_counter()
+    if callable(query_vector):
+        query_vector = query_vector()
+        results.timings_ms["embed_wait"] = round((time.perf_counter() - started) * 1000, 2)
+    vector_rows = _vector_candidates(owner, query, filters, k, results, query_vector)
+    results.timings_ms["vector"] = round((time.perf_counter() - started) * 1000, 2)
     if exclude:
         vector_rows = [r for r in vector_rows if r[2] not in exclude]
         keyword_rows = [r for r in keyword_rows if r[2] not in exclude]
@@ -373,18 +378,15 @@ def _keyword_candidates(owner, query, filters, k, results) -> list[tuple]:
         "greatest(1.0, 1.0 / greatest(1e-6, 1.64493406685 - 1.64493406685 * "
         "ts_rank('{1,1,1,1}'::float4[], b.search_vector, to_tsquery('english', %s), 0)) - 0.5)"
     )
+    # idf * tf * (k1 + 1) / (tf + k1 * L), written with tf once: idf * (k1 + 1) / (1 + k1 * L / tf).
     bm25 = (
-        "CASE WHEN b.search_vector @@ to_tsquery('english', %s) THEN (SELECT %s * (x.tf * %s) / "
-        "(x.tf + %s * (1 - %s + %s * length(b.search_vector) / %s)) FROM (SELECT "
-        + tf_of
-        + " AS tf) x) ELSE 0 END"
+        "CASE WHEN b.search_vector @@ to_tsquery('english', %s) THEN %s / "
+        "(1 + %s * (1 - %s + %s * length(b.search_vector) / %s) / " + tf_of + ") ELSE 0 END"
     )
     weighted = " + ".join([bm25] * len(weights))
     weight_params: list[Any] = []
     for term, w in weights.items():
-        weight_params.extend(
-            [f"'{term}'", w, BM25_K1 + 1, BM25_K1, BM25_B, BM25_B, avgdl, f"'{term}'"]
-        )
+        weight_params.extend([f"'{term}'", w * (BM25_K1 + 1), BM25_K1, BM25_B, BM25_B, avgdl, f"'{term}'"])
 
     # Each branch scores only the rows it keeps, while they are at hand (a sort under the LIMIT
     # would otherwise score every match); only the best k are read again for their text.
