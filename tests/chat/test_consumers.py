@@ -539,7 +539,13 @@ async def test_every_change_made_through_the_socket_queues_topic_upkeep(owner, c
             if message_id in t.args_kwargs["args"][1]
         )
 
+    # The turn queues its own upkeep just after reply_done: let that land first.
+    for _ in range(100):
+        if await queued_for(done["message_id"]):
+            break
+        await asyncio.sleep(0.05)
     before = await queued_for(user_id), await queued_for(done["message_id"])
+    assert before == (1, 1)
     await ws.send_json_to({"type": "edit", "message_id": user_id, "content": "the garage has no pin"})
     await ws.receive_json_from(timeout=30)
     for kind in ("delete", "restore", "forget"):
