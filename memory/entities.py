@@ -84,7 +84,10 @@ just should now monday tuesday wednesday thursday friday saturday sunday today t
 yesterday let note remember great good nice fine well actually however therefore although
 though do does did don't is are was were be been being have has had not let's please january
 february march april may june july august september october november december user assistant
-system
+system yeah yep yup nope wow whoa congrats congratulations bye goodbye oh ah aw aww awesome cool
+omg lol haha hmm sorry glad last next mon tue tues wed weds thu thur thurs fri sat feb mar apr
+jun jul aug sep sept oct nov dec absolutely definitely totally really lately go btw woohoo yay hooray even it's that's
+there's here's what's we're you're they're he's she's
 """
 _NOT_NAMES = set(_NOT_NAMES_TEXT.split())
 _TITLE = r"(?:Dr|Mr|Mrs|Ms|Prof|Sir|Dame|St)\.?\s+"
@@ -145,10 +148,19 @@ def extract(text: str) -> list[Found]:
             continue
         words = match.group(0).split()
         # Drop a leading sentence-start word that is not a name ("Please Elena" -> "Elena").
-        while words and words[0].lower().strip("'’") in _NOT_NAMES:
+        while words and words[0].lower().replace("’", "'").strip("'") in _NOT_NAMES:
             start += len(words[0]) + 1
             words = words[1:]
-        if not words:
+        # A possessive or a closing quote is not part of the name ("Oliver's", "Activists'").
+        words = (re.sub(r"['’]s$", "", " ".join(words)).rstrip("'’-") or "").split()
+        # Capitals over several words are shouting ("DOING IT"), not a name.
+        if len(words) > 1 and all(w.isupper() for w in words):
+            continue
+        # A trailing word of the list is not part of the name either ("Knowing I'm").
+        while words and words[-1].lower().replace("’", "'") in _NOT_NAMES:
+            words = words[:-1]
+        # A span of only such words ("Last Friday", "Tues") is a time, not a name.
+        if not words or all(w.lower().strip("'’") in _NOT_NAMES for w in words):
             continue
         name = " ".join(words)
         at_sentence_start = (

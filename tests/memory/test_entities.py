@@ -35,3 +35,21 @@ def test_ids_recollect_generates_never_become_entities():
     names = {f.name for f in extract(text)}
     assert {"Elena Rostova", "INFRA-992"} <= names
     assert not any(n in i or i in n for n in names for i in ids)
+
+
+def test_greetings_times_possessives_and_quotes_are_not_part_of_names():
+    # Spans the extractor took for names in a real conversation (long-conversations conv-26).
+    text = (
+        "Yeah Mel, that was fun! Wow Mel, look. Congrats Caroline on the new job. "
+        "We went there Last Friday and again on Tues. I read 'Embracing Identity' with "
+        "Oliver's sister. Bye Caroline!"
+    )
+    names = {f.name for f in extract(text) if f.kind == "name"}
+    assert {"Mel", "Caroline", "Oliver", "Embracing Identity"} <= names
+    for wrong in ("Yeah Mel", "Wow Mel", "Congrats Caroline", "Bye Caroline", "Last Friday",
+                  "Friday", "Tues", "Oliver's", "Embracing Identity'"):
+        assert wrong not in names
+    more = "Absolutely Jon, go for it. Knowing I'm here helps. It's Shia Labeouf! DOING IT now. Here's the plan."
+    names = {f.name for f in extract(more) if f.kind == "name"}
+    assert {"Jon", "Shia Labeouf"} <= names
+    assert not names & {"Absolutely Jon", "Knowing I'm", "It's Shia Labeouf", "DOING IT", "DOING", "Here"}
