@@ -16,6 +16,8 @@ from django.contrib.postgres.indexes import GinIndex
 from django.contrib.postgres.search import SearchVector, SearchVectorField
 from django.db import models
 from django.db.models import Q
+from django.dispatch import receiver
+from django_tasks.signals import task_finished, task_started
 from pgvector.django import HnswIndex, VectorField
 from ulid import ULID
 
@@ -469,12 +471,45 @@ class UpkeepRun(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     ok = models.BooleanField(default=True)
     detail = models.JSONField(default=dict, blank=True)
+    # The queued task (DBTaskResult id) this run belongs to, so a task requeued after its worker
+    # died marks its own run as stopped and no other. Empty for runs made outside a worker.
+    task_id = models.UUIDField(null=True, blank=True, editable=False)
 
     objects = OwnedQuerySet.as_manager()
 
     class Meta:
         ordering = ["-started_at"]
-        indexes = [models.Index(fields=["owner", "kind", "-started_at"], name="upkeep_owner_kind")]
+        indexes = [
+            models.Index(fields=["owner", "kind", "-started_at"], name="upkeep_owner_kind"),
+            models.Index(fields=["task_id"], name="upkeep_task"),
+        ]
+
+
+class TaskLease(models.Model):
+    """Proof that a background task's worker is alive: while the task runs, its worker pushes
+    `expires_at` forward (memory.tasks). A RUNNING task whose lease has expired lost its worker
+    and is queued again; one with a fresh lease is left alone however long it runs."""
+
+    task = models.OneToOneField(
+        "django_tasks_database.DBTaskResult", primary_key=True, on_delete=models.CASCADE, related_name="+"
+    )
+    expires_at = models.DateTimeField()
+
+
+# Connected here, in a module every process loads, rather than in memory.tasks: a worker whose
+# first task comes from another module (memory.embedding_tasks) may not have imported it yet.
+@receiver(task_started, dispatch_uid="memory.take_task_lease")
+def _take_task_lease(sender, task_result, **kwargs) -> None:
+    from memory.tasks import take_lease
+
+    take_lease(task_result)
+
+
+@receiver(task_finished, dispatch_uid="memory.end_task_lease")
+def _end_task_lease(sender, task_result, **kwargs) -> None:
+    from memory.tasks import end_lease
+
+    end_lease()
 
 
 def _store():

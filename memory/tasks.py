@@ -3,29 +3,37 @@
 The chat calls `queue_upkeep(owner_id, message_ids)` after each turn (and the explorer after an
 edit or delete): it only enqueues, so the turn never waits for clustering or entity extraction.
 Every run is recorded as an UpkeepRun so the explorer can show what ran and what failed.
+
+A task a database worker runs holds a lease that its worker renews while the task runs
+(`take_lease`): a task whose lease ran out lost its worker and is queued again
+(`requeue_abandoned`), and a long task whose worker is alive is never run twice.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
+import threading
 import time
 from collections.abc import Iterable
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db import transaction
+from django.db import DatabaseError, connection, transaction
+from django.db.models import Exists, OuterRef, Q
+from django.db.models.functions import Now
 from django.utils import timezone
-from django_tasks import task
+from django_tasks import TaskResult, TaskResultStatus, task
 
 from memory import entities, store, summaries, topics
-from memory.models import Message, UpkeepRun
+from memory.models import Message, TaskLease, UpkeepRun
 
 logger = logging.getLogger(__name__)
 
 
 def _record(owner_id: int | None, kind: str, work) -> dict[str, Any]:
-    run = UpkeepRun.objects.create(owner_id=owner_id, kind=kind)
+    run = UpkeepRun.objects.create(owner_id=owner_id, kind=kind, task_id=getattr(_running, "task_id", None))
     started = time.perf_counter()
     try:
         detail = work()
@@ -133,7 +141,6 @@ def queue_summaries(owner_id: int) -> bool:
     """With a model configured, queue model-written summaries for topics that only have
     extractive ones (one queued run per owner at a time). Never fails the caller."""
     try:
-        from django_tasks import TaskResultStatus
         from django_tasks_db.models import DBTaskResult
 
         from memory.models import Topic
@@ -165,32 +172,157 @@ def embed_pending_task(owner_id: int | None = None) -> dict[str, Any]:
     return _record(owner_id, "embed_pending", lambda: {"embedded": embed_pending(owner)})
 
 
-# A task still "running" after this long lost its worker (killed, out of memory, host gone).
+# How long a task's lease lasts unless renewed. Its worker renews it every third of that, so it
+# only runs out when the worker is gone (killed, out of memory, host down) or has not reached the
+# database for a whole lease. The TASK_LEASE_SECONDS setting overrides it (tests use seconds).
+LEASE_SECONDS = 120.0
+# A task still "running" after this long without a lease lost its worker. Only tasks claimed
+# before leases existed, or whose worker never reached the database to take one, have none.
 ABANDONED_AFTER = dt.timedelta(minutes=30)
+
+_running = threading.local()  # the database task this worker thread runs, and its heartbeat
+
+
+class _Heartbeat(threading.Thread):
+    """Renews one running task's lease from a thread and database connection of its own, so a
+    task busy in one long query or model call still shows that its worker is alive."""
+
+    def __init__(self, task_id: str) -> None:
+        super().__init__(name=f"task-lease-{task_id}", daemon=True)
+        self.task_id = task_id
+        self.worker = threading.current_thread()
+        self.lease = dt.timedelta(seconds=float(getattr(settings, "TASK_LEASE_SECONDS", LEASE_SECONDS)))
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        if self.stopped.is_set():
+            return  # the task finished before the first beat: nothing was leased
+        try:
+            if not self._renew(first=True):
+                return
+            # A worker thread that died without telling us (its task is never finished) must
+            # not keep its task's lease alive: the lease then runs out and the task is requeued.
+            while not self.stopped.wait(self.lease.total_seconds() / 3):
+                if not self.worker.is_alive() or not self._renew(first=False):
+                    return
+        finally:
+            self._release()
+            connection.close()  # this thread's own connection
+
+    def _renew(self, *, first: bool) -> bool:
+        """Push the lease's end forward; False once there is no running task left to lease."""
+        expires_at = Now() + self.lease  # the database's clock, the one requeue_abandoned reads
+        try:
+            if first:
+                TaskLease.objects.update_or_create(task_id=self.task_id, defaults={"expires_at": expires_at})
+                return True
+            if TaskLease.objects.filter(task_id=self.task_id, task__status=TaskResultStatus.RUNNING).update(
+                expires_at=expires_at
+            ):
+                return True
+            # Nothing left to renew: the task finished, or its lease ran out (renewals failed for
+            # a whole lease) and it was queued again while it still runs here.
+            from django_tasks_db.models import DBTaskResult
+
+            finished = (TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED)
+            if DBTaskResult.objects.filter(pk=self.task_id).exclude(status__in=finished).exists():
+                logger.warning("task %s lost its lease while running and was queued again", self.task_id)
+            return False
+        except DatabaseError:
+            # The lease still runs for a while: try again at the next beat, on a fresh connection.
+            logger.warning("could not renew the lease of task %s", self.task_id, exc_info=True)
+            connection.close()
+            return True
+
+    def _release(self) -> None:
+        # A finished task's lease has served. One still RUNNING here lost its worker thread: its
+        # lease is left to run out, so the task is queued again.
+        try:
+            TaskLease.objects.filter(task_id=self.task_id).exclude(task__status=TaskResultStatus.RUNNING).delete()
+        except DatabaseError:
+            logger.warning("could not release the lease of task %s", self.task_id, exc_info=True)
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.join(10)  # a database that hangs must not hold the worker for long
+
+
+def take_lease(task_result: TaskResult) -> None:
+    """Called (through the task_started signal, memory.models) in the worker thread about to run
+    a task: a task from the database queue gets a heartbeat that renews its lease until
+    `end_lease`. Never raises: a lease that cannot be taken leaves the task to the older rule."""
+    end_lease()  # whatever this thread still holds belongs to a task that is over
+    try:
+        from django_tasks_db.backend import DatabaseBackend
+
+        if not isinstance(task_result.task.get_backend(), DatabaseBackend):
+            return  # the immediate backend runs a task inside its caller: nothing to requeue
+        _running.task_id = task_result.id
+        _running.heartbeat = _Heartbeat(task_result.id)
+        _running.heartbeat.start()
+    except Exception:
+        logger.exception("could not take a lease for task %s", task_result.id)
+
+
+def end_lease() -> None:
+    """Called (through the task_finished signal) once the worker has stored the task's outcome:
+    stops this thread's heartbeat and waits for it, so no thread or connection outlives it."""
+    heartbeat = getattr(_running, "heartbeat", None)
+    _running.task_id = _running.heartbeat = None
+    if heartbeat is not None:
+        try:
+            heartbeat.stop()
+        except Exception:
+            logger.exception("could not stop the heartbeat of task %s", heartbeat.task_id)
+
+
+def _owner_argument(args_kwargs: dict) -> tuple[bool, int | None]:
+    args, kwargs = args_kwargs.get("args") or [], args_kwargs.get("kwargs") or {}
+    owner = args[0] if args else kwargs.get("owner_id")
+    return (owner is None or isinstance(owner, int)), owner
 
 
 def requeue_abandoned(older_than: dt.timedelta = ABANDONED_AFTER) -> int:
     """Put tasks a worker claimed but never finished back in the queue, and mark their upkeep
     runs as stopped so the explorer says what happened. Returns how many tasks were requeued.
 
-    The database backend has no heartbeat: a worker killed mid-task leaves its task RUNNING
-    forever. Upkeep is idempotent (topic_upkeep is one transaction and skips messages that
-    already have a topic), so running such a task again is safe."""
-    from django_tasks import TaskResultStatus
+    A task is abandoned when its lease ran out (its worker stopped renewing it), never while
+    its lease is fresh, however long it has run. A task without a lease falls back to its
+    start: abandoned once it started longer ago than `older_than`. Upkeep is idempotent
+    (topic_upkeep is one transaction and skips messages that already have a topic), so running
+    such a task again is safe."""
     from django_tasks_db.models import DBTaskResult
 
     cutoff = timezone.now() - older_than
-    requeued = DBTaskResult.objects.filter(status=TaskResultStatus.RUNNING, started_at__lt=cutoff).update(
-        status=TaskResultStatus.READY, started_at=None
-    )
-    if requeued:
-        logger.warning("requeued %d task(s) abandoned by a stopped worker", requeued)
-        UpkeepRun.objects.filter(finished_at=None, started_at__lt=cutoff).update(
+    leases = TaskLease.objects.filter(task=OuterRef("pk"))
+    lease_ran_out = Exists(leases.filter(expires_at__lt=Now()))
+    with transaction.atomic():
+        abandoned = list(
+            DBTaskResult.objects.select_for_update(skip_locked=True)
+            .filter(status=TaskResultStatus.RUNNING)
+            .filter(lease_ran_out | (~Exists(leases) & Q(started_at__lt=cutoff)))
+            .values_list("pk", "started_at", "args_kwargs")
+        )
+        if not abandoned:
+            return 0
+        ids = [pk for pk, _, _ in abandoned]
+        DBTaskResult.objects.filter(pk__in=ids).update(status=TaskResultStatus.READY, started_at=None)
+        TaskLease.objects.filter(task_id__in=ids).delete()
+        runs = Q(task_id__in=ids)
+        named = set(UpkeepRun.objects.filter(task_id__in=ids).values_list("task_id", flat=True))
+        for pk, started_at, args_kwargs in abandoned:
+            known, owner = _owner_argument(args_kwargs)
+            if pk not in named and known and started_at:
+                # A run that does not name its task (recorded before runs did, or by a task
+                # that does not say): its owner's unfinished run that started after the task.
+                runs |= Q(task_id=None, owner_id=owner, started_at__gte=started_at)
+        UpkeepRun.objects.filter(runs, finished_at=None).update(
             ok=False,
             finished_at=timezone.now(),
             detail={"error": "the worker stopped before finishing; the task was queued again"},
         )
-    return requeued
+    logger.warning("requeued %d task(s) abandoned by a stopped worker", len(ids))
+    return len(ids)
 
 
 def queue_upkeep(owner_id: int, message_ids: Iterable[str]) -> bool:
