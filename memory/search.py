@@ -47,6 +47,7 @@ KEYWORD_WEIGHT = 1.0
 VECTOR_WEIGHT = 1.0
 PERIOD_BOOST = 1.0
 REPLY_SHARE = 0.2
+NEIGHBOR_SHARE = 0.4
 # BM25's term-frequency saturation and length normalisation.
 BM25_K1 = 1.2
 BM25_B = 0.4
@@ -719,18 +720,31 @@ def _fuse(owner, vector_rows, keyword_rows, limit, boosts: QueryBoosts | None = 
 
 
 def _share_reply_scores(owner, scores: dict[tuple[str, str], float]) -> None:
-    """A message gets REPLY_SHARE of the score of its reply, when both are candidates: the reply
-    carries the message's end as context, and a question before a matching answer is often
-    where the subject was named."""
+    """Scores flow between nearby turns when both are candidates. A message gets REPLY_SHARE of
+    the score of its reply (the reply carries the message's end as context, and a question
+    before a matching answer is often where the subject was named); turns two replies apart
+    get NEIGHBOR_SHARE of each other's (a fact is often stated a turn after the one that named
+    its subject: "The retreat is at Whispering Pines." ... "Whispering Pines is in Estes Park.")."""
     messages = [key[1] for key in scores if key[0] == "message"]
-    if not REPLY_SHARE or len(messages) < 2:
+    if not (REPLY_SHARE or NEIGHBOR_SHARE) or len(messages) < 2:
         return
-    replies = Message.objects.owned_by(owner).filter(pk__in=messages, parent_id__in=messages).values_list(
-        "pk", "parent_id"
+    rows = (
+        Message.objects.owned_by(owner)
+        .filter(pk__in=messages, parent_id__isnull=False)
+        .values_list("pk", "parent_id", "parent__parent_id")
+        .order_by()
     )
     base = dict(scores)
-    for reply, parent in replies.order_by():
-        scores[("message", parent)] += REPLY_SHARE * base[("message", reply)]
+
+    def share(to: str, source: str, fraction: float) -> None:
+        if fraction and ("message", source) in base and ("message", to) in base:
+            scores[("message", to)] += fraction * base[("message", source)]
+
+    for reply, parent, grandparent in rows:
+        share(parent, reply, REPLY_SHARE)
+        if grandparent:
+            share(grandparent, reply, NEIGHBOR_SHARE)
+            share(reply, grandparent, NEIGHBOR_SHARE)
 
 
 def _snippet(text: str) -> str:

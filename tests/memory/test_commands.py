@@ -158,3 +158,26 @@ def test_recall_prints_search_results_as_json(tmp_path, capsys):
 def test_recall_for_an_unknown_user_is_a_clear_error():
     with pytest.raises(CommandError, match="no user named"):
         run("recall", "anything", "--user", "nobody")
+
+
+@pytest.mark.django_db
+def test_bench_haystack_probes_a_kept_haystack_again_without_building_it():
+    import re
+
+    def run(**opts) -> str:
+        out = io.StringIO()
+        call_command("bench_haystack", scale=0.01, user="haystack-test", stdout=out, **opts)
+        return out.getvalue()
+
+    built = run(keep=True)
+    messages = Message.objects.filter(owner__username="haystack-test").count()
+    again = run(keep=True, reuse=True)
+    assert "kept haystack of haystack-test" in again and "ingestion" not in again
+    assert Message.objects.filter(owner__username="haystack-test").count() == messages, "nothing re-stored"
+    figures = [re.search(r"recall top 10: +(\d+)/(\d+)", text).groups() for text in (built, again)]
+    assert figures[0] == figures[1] and figures[0][1] == "18"
+    run(reuse=True)  # without --keep the user goes
+    assert not get_user_model().objects.filter(username="haystack-test").exists()
+    with pytest.raises(CommandError, match="no kept haystack"):
+        get_user_model().objects.create_user("haystack-test")
+        run(reuse=True)

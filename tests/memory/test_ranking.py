@@ -188,3 +188,38 @@ _MONTH_WORDS = ["January", "february", "MAY", "December", "Sept", "in", "on", "o
 def test_no_date_or_number_breaks_the_query_parser(text):
     period = query_period(text)
     assert period is None or period[0] < period[1]
+
+
+def test_a_turn_gets_a_share_of_the_score_of_the_turn_two_replies_away(owner, conversation, monkeypatch):
+    """A fact is often stated a turn after the one that names its subject: turns two replies
+    apart share NEIGHBOR_SHARE of each other's score (both ways), and no further."""
+    from memory import search as search_module
+    from memory.store import NewMessage, store_messages
+
+    texts = [
+        "The company retreat will be at Whispering Pines lodge.",
+        "Noted, I will remember that.",
+        "Whispering Pines is in Estes Park, Colorado.",
+        "Noted, I will remember that.",
+        "The lodge in town has a sauna and a retreat room.",
+    ]
+    start = timezone.now() - dt.timedelta(days=1)
+    items, parent = [], None
+    for i, text in enumerate(texts):
+        item = NewMessage("user" if i % 2 == 0 else "assistant", text,
+                          timestamp=start + dt.timedelta(minutes=i), parent_id=parent)
+        items.append(item)
+        parent = item.id
+    retreat, _, fact, _, far = store_messages(owner, conversation, items)
+    monkeypatch.setattr(search_module, "REPLY_SHARE", 0.0)
+
+    def scores(share: float) -> dict[str, float]:
+        monkeypatch.setattr(search_module, "NEIGHBOR_SHARE", share)
+        return {h.message_id: h.score for h in search(owner, "Which town is the retreat lodge in?").hits}
+
+    base, shared = scores(0.0), scores(0.5)
+    # The fact is two replies after the retreat turn and two before the last one.
+    assert shared[fact.pk] == pytest.approx(base[fact.pk] + 0.5 * (base[retreat.pk] + base[far.pk]))
+    assert shared[retreat.pk] == pytest.approx(base[retreat.pk] + 0.5 * base[fact.pk])
+    # The last turn is four replies after the retreat turn: it gets the fact's share only.
+    assert shared[far.pk] == pytest.approx(base[far.pk] + 0.5 * base[fact.pk])

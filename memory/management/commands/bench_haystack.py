@@ -13,7 +13,7 @@ import time
 
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
 from memory import corpus, entities, topics
@@ -130,11 +130,20 @@ class Command(BaseCommand):
         )
         parser.add_argument("--user", default="bench_haystack")
         parser.add_argument("--keep", action="store_true", help="keep the user afterwards")
+        parser.add_argument(
+            "--reuse",
+            action="store_true",
+            help="probe the haystack a --keep run left (same --user) instead of building it again",
+        )
 
     def handle(self, *args, **opts) -> None:
         # It often runs in a database of its own (RECOLLECT_DB_NAME): bring that one up to date.
         call_command("migrate", verbosity=0, interactive=False)
         User = get_user_model()
+        user = User.objects.filter(username=opts["user"]).first() if opts["reuse"] else None
+        if user is not None:
+            self._probe(user, self._kept_sources(user), opts, noise=None, ingest_s=None, upkeep_s=None)
+            return
         User.objects.filter(username=opts["user"]).delete()
         user = User.objects.create_user(opts["user"])
         total_chars = int(2_000_000 * opts["scale"])
@@ -148,6 +157,14 @@ class Command(BaseCommand):
         sources: list[tuple[str, str, str, str]] = []  # (session, fact, probe, message id)
         started = time.perf_counter()
         batch: list[NewMessage] = []
+        last_id: str | None = None  # each turn replies to the one before it, as in chat
+
+        def turn(role: str, content: str, when: dt.datetime) -> NewMessage:
+            nonlocal last_id
+            item = NewMessage(role, content, timestamp=when, parent_id=last_id)
+            last_id = item.id
+            return item
+
         with Progress(len(noise), "ingesting") as bar:
             for i, block in enumerate(noise):
                 if i in depth_at:
@@ -157,25 +174,17 @@ class Command(BaseCommand):
                     clock += dt.timedelta(minutes=6)  # idle gap: a session of its own
                     items = []
                     for fact, _probe in facts:
-                        items.append(
-                            NewMessage(
-                                "user",
-                                f"Please explicitly commit this to memory: {fact}",
-                                timestamp=clock,
-                            )
-                        )
+                        items.append(turn("user", f"Please explicitly commit this to memory: {fact}", clock))
                         clock += dt.timedelta(seconds=20)
-                        items.append(
-                            NewMessage("assistant", "Noted, I will remember that.", timestamp=clock)
-                        )
+                        items.append(turn("assistant", "Noted, I will remember that.", clock))
                         clock += dt.timedelta(seconds=20)
                     stored = store_messages(user, conversation, items)
                     for (fact, probe), msg in zip(facts, stored[::2], strict=True):
                         sources.append((name, fact, probe, msg.pk))
                     clock += dt.timedelta(minutes=6)
-                batch.append(NewMessage("user", block, timestamp=clock))
+                batch.append(turn("user", block, clock))
                 clock += dt.timedelta(seconds=30)
-                batch.append(NewMessage("assistant", "Acknowledged.", timestamp=clock))
+                batch.append(turn("assistant", "Acknowledged.", clock))
                 clock += dt.timedelta(seconds=30)
                 if len(batch) >= 40:
                     store_messages(user, conversation, batch)
@@ -189,6 +198,26 @@ class Command(BaseCommand):
         topics.rebuild(user)
         upkeep_s = time.perf_counter() - started
 
+        self._probe(user, sources, opts, noise=noise, ingest_s=ingest_s, upkeep_s=upkeep_s)
+
+    def _kept_sources(self, user) -> list[tuple[str, str, str, str]]:
+        """The fact turns of a kept haystack, found by their text."""
+        from memory.models import Message
+
+        sources = []
+        for name, _depth, facts in SESSIONS:
+            for fact, probe in facts:
+                message = (
+                    Message.objects.owned_by(user)
+                    .filter(content=f"Please explicitly commit this to memory: {fact}")
+                    .first()
+                )
+                if message is None:
+                    raise CommandError(f"{user.username} holds no kept haystack: run once with --keep")
+                sources.append((name, fact, probe, message.pk))
+        return sources
+
+    def _probe(self, user, sources, opts, *, noise, ingest_s, upkeep_s) -> None:
         probe_conv = Conversation.objects.create(owner=user, title="probes")
         per_session: dict[str, list[tuple[bool, bool]]] = {}
         plan_ms = []
@@ -208,14 +237,17 @@ class Command(BaseCommand):
         passed_top = sum(1 for v in per_session.values() if sum(not t for _, t in v) <= 1)
         plan_ms.sort()
         self.stdout.write("")
-        self.stdout.write(
-            f"noise: {sum(map(len, noise)):,} characters in {len(noise)} blocks "
-            f"(scale {opts['scale']}); strategy for probes: {plan.strategy}"
-        )
-        self.stdout.write(
-            f"ingestion: {ingest_s:.1f} s (store + chunk + embed); "
-            f"background upkeep (entities + topic tree): {upkeep_s:.1f} s"
-        )
+        if noise is None:
+            self.stdout.write(f"kept haystack of {user.username}; strategy for probes: {plan.strategy}")
+        else:
+            self.stdout.write(
+                f"noise: {sum(map(len, noise)):,} characters in {len(noise)} blocks "
+                f"(scale {opts['scale']}); strategy for probes: {plan.strategy}"
+            )
+            self.stdout.write(
+                f"ingestion: {ingest_s:.1f} s (store + chunk + embed); "
+                f"background upkeep (entities + topic tree): {upkeep_s:.1f} s"
+            )
         self.stdout.write(
             f"fact recall in prepare_context plan: {plan_hits}/{facts} "
             f"({plan_hits / facts:.0%}); sessions passing {passed_plan}/5"
@@ -227,5 +259,6 @@ class Command(BaseCommand):
         self.stdout.write(
             f"prepare_context p50 {plan_ms[len(plan_ms) // 2]:.0f} ms, max {plan_ms[-1]:.0f} ms"
         )
+        probe_conv.delete()
         if not opts["keep"]:
             user.delete()

@@ -48,7 +48,15 @@ SCRATCH_DB = "recollect_eval_scratch"
 # Ranking constants a run may try (--set); the context ones act when a history is imported.
 TUNABLES: dict[str, tuple[Any, Callable[[str], Any]]] = {
     **dict.fromkeys(
-        ("KEYWORD_WEIGHT", "VECTOR_WEIGHT", "PERIOD_BOOST", "REPLY_SHARE", "BM25_K1", "BM25_B"),
+        (
+            "KEYWORD_WEIGHT",
+            "VECTOR_WEIGHT",
+            "PERIOD_BOOST",
+            "REPLY_SHARE",
+            "NEIGHBOR_SHARE",
+            "BM25_K1",
+            "BM25_B",
+        ),
         (search_module, float),
     ),
     "CONTEXT_PARENT_CHARS": (store_module, int),
