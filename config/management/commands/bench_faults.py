@@ -215,11 +215,12 @@ def fault_worker_killed_mid_task(owner, conversation, llm) -> FaultResult:
     import datetime as dt
 
     import psycopg
+    from django.utils import timezone
     from django_tasks import TaskResultStatus
     from django_tasks_db.models import DBTaskResult
 
     from memory import tasks
-    from memory.models import Message, Topic, TopicMembership, UpkeepRun
+    from memory.models import Message, TaskLease, Topic, TopicMembership, UpkeepRun
 
     result = FaultResult("task worker killed mid-task")
     sent = [f"workerfault note {i} about gardening and tomatoes" for i in range(3)]
@@ -251,6 +252,9 @@ def fault_worker_killed_mid_task(owner, conversation, llm) -> FaultResult:
                 worker.kill()
         blocker.rollback()
     stuck = DBTaskResult.objects.get(pk=task.id).status
+    # The killed worker's lease would run out by itself after TASK_LEASE_SECONDS; end it now
+    # instead of waiting (a live worker's lease is renewed and never ends like this).
+    TaskLease.objects.filter(task_id=task.id).update(expires_at=timezone.now())
     requeued = tasks.requeue_abandoned(older_than=dt.timedelta(0))
     # A new worker runs the task again (first: top priority), however long the rest of the
     # queue is (a real database may have a backlog).
