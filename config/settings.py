@@ -164,6 +164,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "chat.context_processors.llm_status",
+                "config.serving.message_limits",
             ],
             "builtins": ["template_partials.templatetags.partials"],
         },
@@ -325,6 +326,8 @@ CHAT_RATE_LIMIT_PER_MINUTE = env_int("CHAT_RATE_LIMIT_PER_MINUTE", 30, minimum=1
 # as an interrupted reply (on this host, a dead writer is noticed at once).
 REPLY_DRAFT_SAVE_SECONDS = env_float("REPLY_DRAFT_SAVE_SECONDS", 1.0, low=0.05)
 REPLY_DRAFT_ORPHAN_SECONDS = env_float("REPLY_DRAFT_ORPHAN_SECONDS", 300.0, low=5.0)
+# daphne's websocket message limit is derived from this (config/serving.py), and the chat page
+# checks it before sending.
 MAX_MESSAGE_CHARS = env_int("MAX_MESSAGE_CHARS", 8_000_000, minimum=1)
 # Passages beyond this many in one message are embedded by background work, not inline.
 EMBED_INLINE_MAX_PASSAGES = env_int("EMBED_INLINE_MAX_PASSAGES", 64, minimum=1)

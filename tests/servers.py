@@ -51,8 +51,9 @@ class ServerProcess:
         ARTIFACTS.mkdir(exist_ok=True)
         log = open(self.log_path, "a")  # noqa: SIM115 - kept open for the server's life
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port),
-             "config.asgi:application"],
+            # config.serving: daphne with the websocket limits `make run` gets, taken from this
+            # server's own settings (extra_env may change MAX_MESSAGE_CHARS).
+            [sys.executable, "-m", "config.serving", "-b", "127.0.0.1", "-p", str(self.port)],
             cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
         )
         log.close()

@@ -18,6 +18,9 @@
   const queued = [];
   let held = null; // events that arrive while the thread is being caught up
   let dropped = false; // the socket has closed since the page was loaded
+  // The composer's message from its send until the server says it is stored: only then is the
+  // composer cleared, so a refused message or a dropped connection loses nothing.
+  let pending = null; // {clientId, content, frame}
 
   function connect() {
     const scheme = location.protocol === "https:" ? "wss://" : "ws://";
@@ -32,6 +35,20 @@
     socket.addEventListener("close", (ev) => {
       root.dataset.connected = "false";
       dropped = true;
+      // 1009: a frame too big for whatever answers (a proxy's limit, or a page older than the
+      // server's); daphne itself drops the connection (1006), which the next check covers.
+      if (ev.code === 1009) {
+        showError("That message is too big for the server, so it was not sent. Its text is still where you typed it.");
+      }
+      // A message still waiting to be sent goes when the socket opens again; one that was
+      // sent but not confirmed may never have arrived, and its text is still in the composer.
+      if (pending && !queued.includes(pending.frame)) {
+        pending = null;
+        if (!streaming) setBusy(false);
+        if (ev.code !== 1009) {
+          showError("The connection closed before your message was stored. It is still in the box below: send it again once reconnected.");
+        }
+      }
       if (ev.code === 4401 || ev.code === 4404) { status.textContent = "not available"; return; }
       status.textContent = "reconnecting…";
       setTimeout(connect, Math.min(10000, 500 * 2 ** retry++));
@@ -71,6 +88,38 @@
     const text = JSON.stringify(frame);
     if (socket && socket.readyState === WebSocket.OPEN) socket.send(text);
     else queued.push(text);
+    return text;
+  }
+
+  // Characters as the server counts them (Unicode code points): a surrogate pair is one.
+  function charCount(text) {
+    let pairs = 0;
+    for (let i = 0; i < text.length - 1; i++) {
+      const c = text.charCodeAt(i);
+      if (c >= 0xd800 && c <= 0xdbff) {
+        const d = text.charCodeAt(i + 1);
+        if (d >= 0xdc00 && d <= 0xdfff) { pairs++; i++; }
+      }
+    }
+    return text.length - pairs;
+  }
+
+  // Why the server would refuse `text` for its length (MAX_MESSAGE_CHARS), or "".
+  function tooLong(text) {
+    const limit = Number(root.dataset.maxMessageChars);
+    if (!limit || text.length <= limit) return "";
+    const count = charCount(text);
+    if (count <= limit) return "";
+    return "This message is " + count.toLocaleString("en-US") + " characters long; the limit is "
+      + limit.toLocaleString("en-US") + ". Shorten it or send it in parts.";
+  }
+
+  // The server has stored the message sent as `clientId`: the composer can let go of it
+  // (unless the person has typed on since).
+  function stored(clientId) {
+    if (!pending || clientId !== pending.clientId) return;
+    if (input.value === pending.content) input.value = "";
+    pending = null;
   }
 
   function showError(message) {
@@ -123,6 +172,7 @@
   function handle(ev) {
     switch (ev.type) {
       case "message": {
+        stored(ev.client_id);
         const existing = rowOf(ev.message_id);
         const el = fromHTML(ev.html);
         if (existing) existing.replaceWith(el);
@@ -132,6 +182,7 @@
         break;
       }
       case "reply_started": {
+        stored(ev.client_id); // also says so, should the message event have been lost
         streaming = ev.message_id;
         setBusy(true);
         const li = document.createElement("li");
@@ -221,6 +272,7 @@
       }
       case "error":
         showError(ev.message);
+        if (ev.frame === "send") pending = null; // refused: its text stays in the composer
         if (ev.frame === "send" || ev.frame === "regenerate") {
           if (!streaming || ev.code !== "busy") setBusy(Boolean(streaming));
         }
@@ -230,12 +282,16 @@
 
   form.addEventListener("submit", (e) => {
     e.preventDefault();
+    if (pending) return; // the last one is on its way
     const content = input.value;
     if (!content.trim()) { showError("Type a message first."); return; }
+    const refusal = tooLong(content);
+    if (refusal) { showError(refusal); return; }
     showError("");
     setBusy(true);
-    send({ type: "send", content: content, parent_id: lastId() });
-    input.value = "";
+    const clientId = Date.now().toString(36) + Math.random().toString(36).slice(2);
+    const frame = send({ type: "send", content: content, parent_id: lastId(), client_id: clientId });
+    pending = { clientId: clientId, content: content, frame: frame };
   });
   input.addEventListener("keydown", (e) => {
     if (e.key === "Enter" && !e.shiftKey && !e.isComposing) {
@@ -264,6 +320,8 @@
       branch.type = "button"; branch.textContent = "Save as new version & answer";
       branch.addEventListener("click", () => {
         if (!area.value.trim()) return;
+        const refusal = tooLong(area.value);
+        if (refusal) { showError(refusal); return; }
         setBusy(true);
         send({ type: "send", content: area.value, parent_id: row.dataset.parent || null });
       });
@@ -276,6 +334,8 @@
     editor.append(area, buttons);
     editor.addEventListener("submit", (e) => {
       e.preventDefault();
+      const refusal = tooLong(area.value);
+      if (refusal) { showError(refusal); return; }
       send({ type: "edit", message_id: row.dataset.id, content: area.value });
     });
     row.querySelector(".content").after(editor);

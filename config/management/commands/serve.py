@@ -10,6 +10,8 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 from django.utils.crypto import get_random_string
 
+from config.serving import daphne_args
+
 logger = logging.getLogger(__name__)
 
 
@@ -48,5 +50,5 @@ class Command(BaseCommand):
             self.stdout.write(f"stored {len(recovered)} reply(s) a stopped server left half-written")
         self.stdout.write(f"serving on http://{opts['host']}:{opts['port']}/ (Ctrl+C to stop)")
         CommandLineInterface().run(
-            ["-b", opts["host"], "-p", str(opts["port"]), "--proxy-headers", "config.asgi:application"]
+            daphne_args("-b", opts["host"], "-p", str(opts["port"]), "--proxy-headers")
         )
