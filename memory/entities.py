@@ -86,8 +86,8 @@ though do does did don't is are was were be been being have has had not let's pl
 february march april may june july august september october november december user assistant
 system yeah yep yup nope wow whoa congrats congratulations bye goodbye oh ah aw aww awesome cool
 omg lol haha hmm sorry glad last next mon tue tues wed weds thu thur thurs fri sat feb mar apr
-jun jul aug sep sept oct nov dec absolutely definitely totally really lately go btw woohoo yay hooray even it's that's
-there's here's what's we're you're they're he's she's
+jun jul aug sep sept oct nov dec absolutely definitely totally really lately go btw woohoo yay
+hooray even it's that's there's here's what's we're you're they're he's she's
 """
 _NOT_NAMES = set(_NOT_NAMES_TEXT.split())
 _TITLE = r"(?:Dr|Mr|Mrs|Ms|Prof|Sir|Dame|St)\.?\s+"
