@@ -54,7 +54,7 @@ def live_daphne(django_db_setup, django_db_blocker, browser_llm):
     ARTIFACTS.mkdir(exist_ok=True)
     log = open(ARTIFACTS / "daphne-browser.log", "w")  # noqa: SIM115 - open for the server's life
     proc = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "config.asgi:application"],
+        [sys.executable, "-m", "config.serving", "-b", "127.0.0.1", "-p", str(port)],
         cwd=ROOT,
         env=env,
         stdout=log,

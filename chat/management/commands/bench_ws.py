@@ -42,11 +42,11 @@ from memory.models import Conversation, Message
 BENCH_PREFIX = "bench_ws_"
 _PROFILED_DAPHNE = """
 import cProfile, sys, time
-from daphne.cli import CommandLineInterface
+from config.serving import main
 out = sys.argv.pop(1)
 profile = cProfile.Profile(time.thread_time)
 try:
-    profile.runcall(CommandLineInterface.entrypoint)
+    profile.runcall(main, sys.argv[1:])
 finally:
     profile.dump_stats(out)
 """
@@ -347,9 +347,12 @@ class Command(BaseCommand):
             )
         # The profile counts CPU time of the event-loop thread, not wall time: on a busy machine
         # wall time would charge every preemption to whatever call was running.
-        profiler = ["-c", _PROFILED_DAPHNE, str(Path(profile).resolve())] if profile else ["-m", "daphne"]
+        # Both take daphne's command line (its websocket limits) from config.serving.
+        launcher = (
+            ["-c", _PROFILED_DAPHNE, str(Path(profile).resolve())] if profile else ["-m", "config.serving"]
+        )
         proc = subprocess.Popen(
-            [sys.executable, *profiler, "-b", "127.0.0.1", "-p", str(port), "config.asgi:application"],
+            [sys.executable, *launcher, "-b", "127.0.0.1", "-p", str(port)],
             cwd=settings.BASE_DIR,
             env=env,
             stdout=subprocess.DEVNULL,
