@@ -29,6 +29,11 @@ Server events (sent to every socket on the conversation):
   error            {code, message, frame}  codes: bad_frame, unknown_type, invalid, not_found,
                    busy, rate_limited, server_error. The connection stays open.
 
+Limits, per user and held in the database (so across tabs and server processes): every send,
+regenerate, edit, delete, restore and forget counts against CHAT_RATE_LIMIT_PER_MINUTE
+(`rate_limited` past it), and at most CHAT_MAX_CONCURRENT_TURNS turns run at once (`busy`
+past it; one socket runs one turn at a time).
+
 The tab that started a turn gets its events directly; other tabs get them through the
 conversation's Channels group (with the in-process layer, tokens go through the group only
 when another tab is there; with Redis, always: a tab on another server may not be known yet).
@@ -41,7 +46,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
 import json
 import logging
 from typing import Any
@@ -49,9 +53,9 @@ from typing import Any
 from channels.generic.websocket import AsyncWebsocketConsumer
 from channels.layers import InMemoryChannelLayer
 from django.conf import settings
-from django.utils import timezone
 
 from chat import drafts, turn
+from chat.models import ChatAllowance, LimitReached, RunningTurn
 from chat.rendering import message_html
 from memory import store
 from memory.errors import MemoryStoreError, NotFound
@@ -84,15 +88,6 @@ def _message_in(
     if message.conversation_id != conversation.pk:
         raise NotFound("message", message_id)
     return message
-
-
-def _turns_in_last_minute(user) -> int:
-    since = timezone.now() - dt.timedelta(minutes=1)
-    recent = Message.objects.owned_by(user).filter(timestamp__gte=since, is_chunk=False)
-    return (
-        recent.filter(role="user").count()
-        + recent.filter(role="assistant", metadata__regenerated=True).count()
-    )
 
 
 def _edit(user, conversation, message_id, content) -> tuple[str, str]:
@@ -145,6 +140,16 @@ def merge_tokens(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
         else:
             merged.append(event)
     return merged
+
+
+async def _keep_renewed(slot: str) -> None:
+    """Renew a running turn's slot until cancelled, so it does not lapse while the turn runs."""
+    while True:
+        await asyncio.sleep(settings.CHAT_TURN_HOLD_SECONDS / 3)
+        try:
+            await db(RunningTurn.renew)(slot)
+        except Exception:
+            logger.warning("could not renew turn slot %s", slot)
 
 
 class ChatConsumer(AsyncWebsocketConsumer):
@@ -210,7 +215,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
             if frame_type not in CLIENT_FRAMES:
                 raise FrameError("unknown_type", f"unknown frame type {str(frame_type)[:40]!r}")
             await getattr(self, f"frame_{frame_type}")(frame)
-        except FrameError as exc:
+        except (FrameError, LimitReached) as exc:
             await self._send_error(exc.code, exc.message, frame_type)
         except NotFound as exc:
             await self._send_error("not_found", str(exc), frame_type)
@@ -247,54 +252,86 @@ class ChatConsumer(AsyncWebsocketConsumer):
         content = frame.get("content")
         if not isinstance(content, str):
             raise FrameError("invalid", "content must be text")
+        await self._count_action()
         message_id, html = await db(_edit)(self.user, self.conversation, frame.get("message_id"), content)
         await self._broadcast({"type": "chat.message_updated", "message_id": message_id, "html": html})
 
     async def frame_delete(self, frame: dict) -> None:
+        await self._count_action()
         message_id, html = await db(_set_deleted)(self.user, self.conversation, frame.get("message_id"), True)
         await self._broadcast({"type": "chat.message_deleted", "message_id": message_id, "html": html})
 
     async def frame_restore(self, frame: dict) -> None:
+        await self._count_action()
         message_id, html = await db(_set_deleted)(
             self.user, self.conversation, frame.get("message_id"), False
         )
         await self._broadcast({"type": "chat.message_restored", "message_id": message_id, "html": html})
 
     async def frame_forget(self, frame: dict) -> None:
+        await self._count_action()
         message_id = await db(_forget)(self.user, self.conversation, frame.get("message_id"))
         await self._broadcast({"type": "chat.message_forgotten", "message_id": message_id})
+
+    async def _count_action(self) -> None:
+        """Count a change to memory against the user's rate limit (raises LimitReached)."""
+        await db(turn.durable(ChatAllowance.count_action, atomic=False))(self.user)
 
     # --- turns -----------------------------------------------------------------------------------
 
     async def _start_turn(self, frame: dict, **kwargs: Any) -> None:
         if self.busy:
             raise FrameError("busy", "A reply is still being written; stop it or wait for it to finish.")
-        if await db(_turns_in_last_minute)(self.user) >= settings.CHAT_RATE_LIMIT_PER_MINUTE:
-            raise FrameError(
-                "rate_limited",
-                f"You can send {settings.CHAT_RATE_LIMIT_PER_MINUTE} messages a minute; wait a moment.",
-            )
+        # Counted, and one of the user's turn slots taken, in one locked transaction: of two
+        # tabs racing for the last slot, one gets it and the other is told "busy".
+        held = await db(turn.durable(ChatAllowance.start_turn, atomic=False))(self.user)
         client_id = frame.get("client_id") if isinstance(frame.get("client_id"), str) else None
         self.stop_event = asyncio.Event()
         self.busy = True
         self.turn_task = asyncio.ensure_future(
-            self._run_turn(client_id=client_id[:100] if client_id else None, **kwargs)
+            self._run_turn(held.pk, client_id=client_id[:100] if client_id else None, **kwargs)
         )
 
-    async def _run_turn(self, **kwargs: Any) -> None:
+    async def _run_turn(self, slot: str, **kwargs: Any) -> None:
+        released = False
+
+        async def release() -> None:
+            nonlocal released
+            if released:
+                return
+            released = True
+            renewing.cancel()
+            try:
+                # Shielded: cancelling the turn must not skip giving its slot back.
+                await asyncio.shield(db(turn.durable(RunningTurn.release, atomic=False))(slot))
+            except Exception:
+                logger.warning("could not release turn slot %s; it lapses on its own", slot)
+
+        async def emit(event: dict[str, Any]) -> None:
+            # The slot is free before any tab learns the reply is done and sends the next message.
+            if event["type"] == "chat.reply_done":
+                await release()
+            await self._broadcast(event)
+
+        renewing = asyncio.ensure_future(_keep_renewed(slot))
+        error: tuple[str, str] | None = None
         try:
-            await turn.run_turn(
-                self.user, self.conversation, emit=self._broadcast, stop=self.stop_event, **kwargs
-            )
+            await turn.run_turn(self.user, self.conversation, emit=emit, stop=self.stop_event, **kwargs)
         except NotFound as exc:
-            await self._send_error("not_found", str(exc), "send")
+            error = ("not_found", str(exc))
         except MemoryStoreError as exc:
-            await self._send_error("invalid", str(exc), "send")
+            error = ("invalid", str(exc))
         except Exception:
             logger.exception("chat turn crashed")
-            await self._send_error("server_error", "The reply could not be produced.", "send")
+            error = ("server_error", "The reply could not be produced.")
         finally:
-            self.busy = False
+            await release()
+            # A later turn of this socket may already be running (it started at reply_done).
+            if self.turn_task is None or self.turn_task is asyncio.current_task():
+                self.busy = False
+        # Told only now, so a tab that answers the error at once finds its slot free.
+        if error is not None:
+            await self._send_error(*error, "send")
 
     async def _broadcast(self, event: dict[str, Any]) -> None:
         """Send an event to this socket at once, and to the conversation's other sockets.

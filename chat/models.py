@@ -1,13 +1,17 @@
-"""What the chat keeps besides memory: which branch of a conversation is on screen, and the
-replies being written."""
+"""What the chat keeps besides memory: which branch of a conversation is on screen, the
+replies being written, and each user's allowance (rate limit and turns running at once)."""
 
 from __future__ import annotations
 
+import datetime as dt
+import math
+
 from django.conf import settings
-from django.db import models
+from django.contrib.postgres.fields import ArrayField
+from django.db import models, transaction
 from django.utils import timezone
 
-from memory.models import ContextSnapshot, Conversation, Message
+from memory.models import ContextSnapshot, Conversation, Message, new_ulid
 
 
 class BranchSelection(models.Model):
@@ -54,3 +58,134 @@ class ReplyDraft(models.Model):
 
     def __str__(self) -> str:
         return f"draft {self.id} ({len(self.text)} characters)"
+
+
+class LimitReached(Exception):
+    """An action a user's allowance refuses: `code` is "rate_limited" or "busy"."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class ChatAllowance(models.Model):
+    """What a user may still do: the actions counted against CHAT_RATE_LIMIT_PER_MINUTE (every
+    turn started, and every edit, delete, restore and forget) and, through RunningTurn, the turns
+    running now (at most CHAT_MAX_CONCURRENT_TURNS, across tabs and server processes).
+
+    The row is locked (SELECT ... FOR UPDATE) while an action is counted or a turn takes a slot,
+    so two tabs or two server processes racing for the last one are served one after the other:
+    one gets it, the other is refused.
+    """
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, primary_key=True, on_delete=models.CASCADE, related_name="+"
+    )
+    # When the counted actions of the last minute happened (older ones are dropped on the way).
+    recent_actions = ArrayField(models.DateTimeField(), default=list, blank=True)
+
+    def __str__(self) -> str:
+        return f"allowance of {self.user_id}"
+
+    @classmethod
+    def count_action(cls, user) -> None:
+        """Count one action that changes memory, or raise LimitReached("rate_limited")."""
+        with transaction.atomic():
+            allowance = cls._locked(user)
+            allowance._count(timezone.now())
+
+    @classmethod
+    def start_turn(cls, user) -> RunningTurn:
+        """Count a turn and take one of the user's turn slots (release it with
+        `RunningTurn.release`), or raise LimitReached ("busy" or "rate_limited")."""
+        with transaction.atomic():
+            allowance = cls._locked(user)
+            now = timezone.now()
+            running = [t for t in RunningTurn.objects.filter(user=user) if not t.is_stale(now)]
+            RunningTurn.objects.filter(user=user).exclude(pk__in=[t.pk for t in running]).delete()
+            cap = settings.CHAT_MAX_CONCURRENT_TURNS
+            if len(running) >= cap:
+                already = "A reply is" if cap == 1 else f"{cap} replies are"
+                raise LimitReached(
+                    "busy",
+                    f"{already} already being written for you (in this or another tab); "
+                    "wait for it to finish or stop it.",
+                )
+            allowance._count(now)
+            held = RunningTurn.objects.create(user=user, process=_process(), started_at=now, renewed_at=now)
+            _live_turns.add(held.pk)
+            return held
+
+    @classmethod
+    def _locked(cls, user) -> ChatAllowance:
+        """The user's allowance, locked until the transaction ends (created on first use)."""
+        allowance = cls.objects.select_for_update().filter(user=user).first()
+        if allowance is None:
+            # ON CONFLICT DO NOTHING: a racing first use waits for the other insert, then locks.
+            cls.objects.bulk_create([cls(user=user)], ignore_conflicts=True)
+            allowance = cls.objects.select_for_update().get(user=user)
+        return allowance
+
+    def _count(self, now) -> None:
+        limit = settings.CHAT_RATE_LIMIT_PER_MINUTE
+        window = dt.timedelta(minutes=1)
+        recent = sorted(t for t in self.recent_actions if t > now - window)
+        if len(recent) >= limit:
+            wait = math.ceil((recent[-limit] + window - now).total_seconds())
+            raise LimitReached(
+                "rate_limited",
+                f"That is the limit of {limit} messages and changes a minute (sends, regenerations, "
+                f"edits, deletions); try again in {max(wait, 1)} s.",
+            )
+        self.recent_actions = [*recent, now]
+        self.save(update_fields=["recent_actions"])
+
+
+def _process() -> str:
+    from chat.drafts import PROCESS
+
+    return PROCESS
+
+
+_live_turns: set[str] = set()  # slots this process holds for turns it is running
+
+
+class RunningTurn(models.Model):
+    """A turn being answered for a user: it holds one of their CHAT_MAX_CONCURRENT_TURNS slots
+    from before its message is stored until its reply is done.
+
+    The turn gives its slot back however it ends. A slot whose server died cannot be given back,
+    so it lapses: at once when that process ran on this host (its pid is gone, or this process
+    holds no such turn), else CHAT_TURN_HOLD_SECONDS after it was last renewed (a running turn
+    renews it every third of that).
+    """
+
+    id = models.CharField(primary_key=True, max_length=26, default=new_ulid)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    # Which server process runs it: "host:pid:process start time" (as ReplyDraft.process).
+    process = models.CharField(max_length=300)
+    started_at = models.DateTimeField(default=timezone.now)
+    renewed_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"turn slot {self.id} of {self.user_id}"
+
+    def is_stale(self, now) -> bool:
+        from chat.drafts import _is_dead
+
+        if self.renewed_at < now - dt.timedelta(seconds=settings.CHAT_TURN_HOLD_SECONDS):
+            return True
+        if self.process == _process():
+            return self.pk not in _live_turns
+        return _is_dead(self.process)
+
+    @classmethod
+    def renew(cls, pk: str) -> None:
+        cls.objects.filter(pk=pk).update(renewed_at=timezone.now())
+
+    @classmethod
+    def release(cls, pk: str) -> None:
+        # Forgotten here first: should the delete fail, the slot already counts as stale.
+        _live_turns.discard(pk)
+        cls.objects.filter(pk=pk).delete()

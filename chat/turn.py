@@ -6,6 +6,8 @@
 3. The model is called with the plan's index, the recent messages of the active branch, the new
    message and the memory tools. Tokens stream out as they arrive; each tool call is executed
    against memory and shown. After MAX_TOOL_ROUNDS rounds of tools the model must answer.
+   Calls past MAX_TOOL_CALLS_PER_ROUND / _PER_TURN, or once the turn's tool results have come to
+   MAX_TOOL_RESULT_CHARS_PER_TURN characters, are answered with an error instead of being run.
    With no model configured, offline recall answers from memory search instead.
 4. The assistant message is stored with the user message as its parent, with its tool calls
    (a stopped or failed stream keeps its partial text and says so).
@@ -107,11 +109,15 @@ class ToolOutcome:
     started_at: Any
     duration_ms: int
 
-    def for_model(self) -> str:
+    def for_model(self, budget: int = TOOL_RESULT_MAX_CHARS) -> str:
+        """The result as the model reads it: at most TOOL_RESULT_MAX_CHARS characters, or what is
+        left of the turn's tool-result budget when that is less."""
         payload = self.result if self.ok else {"error": self.error}
         text = json.dumps(payload, ensure_ascii=False, default=str)
-        if len(text) > TOOL_RESULT_MAX_CHARS:
+        if len(text) > TOOL_RESULT_MAX_CHARS and budget >= TOOL_RESULT_MAX_CHARS:
             text = text[:TOOL_RESULT_MAX_CHARS] + f"… [cut at {TOOL_RESULT_MAX_CHARS} characters]"
+        elif len(text) > budget:
+            text = text[:budget] + f"… [cut at {budget} characters: this turn's tool-result budget is spent]"
         return text
 
 
@@ -123,6 +129,7 @@ class Reply:
     error: str = ""
     mode: str = "llm"  # llm | offline_recall
     tool_outcomes: list[ToolOutcome] = field(default_factory=list)
+    tool_result_chars: int = 0  # of tool results sent to the model (MAX_TOOL_RESULT_CHARS_PER_TURN)
     usage: dict[str, int] = field(default_factory=dict)
     rounds: int = 0
     started: float = field(default_factory=time.perf_counter)
@@ -250,9 +257,9 @@ async def run_turn(
                 for index, call in enumerate(end.tool_calls):
                     if stop.is_set():
                         break  # Stop is honoured between calls, not only while text streams
-                    over_turn = len(reply.tool_outcomes) >= settings.MAX_TOOL_CALLS_PER_TURN
-                    if index >= settings.MAX_TOOL_CALLS_PER_ROUND or over_turn:
-                        outcome = _skipped_tool(call, index)
+                    refusal = _refusal(index, reply)
+                    if refusal:
+                        outcome = _skipped_tool(call, refusal)
                         reply.tool_outcomes.append(outcome)
                         messages.append(
                             {"role": "tool", "tool_call_id": call.id, "content": outcome.for_model()}
@@ -270,7 +277,10 @@ async def run_turn(
                     )
                     outcome = await db(durable(_execute_tool))(owner, conversation, call, user_message.pk)
                     reply.tool_outcomes.append(outcome)
-                    messages.append({"role": "tool", "tool_call_id": call.id, "content": outcome.for_model()})
+                    budget = settings.MAX_TOOL_RESULT_CHARS_PER_TURN - reply.tool_result_chars
+                    content = outcome.for_model(budget)
+                    reply.tool_result_chars += len(content)
+                    messages.append({"role": "tool", "tool_call_id": call.id, "content": content})
                     await emit(
                         {
                             "type": "chat.tool_finished",
@@ -469,12 +479,23 @@ def _execute_tool(
     )
 
 
-def _skipped_tool(call: llm.RequestedToolCall, index: int) -> ToolOutcome:
-    """A call past the per-round or per-turn cap: not run, and the model is told why."""
+def _refusal(index: int, reply: Reply) -> str:
+    """Why the call at `index` of this round is not run (empty: it is run)."""
     if index >= settings.MAX_TOOL_CALLS_PER_ROUND:
-        error = f"not run: at most {settings.MAX_TOOL_CALLS_PER_ROUND} tool calls per round"
-    else:
-        error = f"not run: at most {settings.MAX_TOOL_CALLS_PER_TURN} tool calls per turn"
+        return f"not run: at most {settings.MAX_TOOL_CALLS_PER_ROUND} tool calls per round"
+    if len(reply.tool_outcomes) >= settings.MAX_TOOL_CALLS_PER_TURN:
+        return f"not run: at most {settings.MAX_TOOL_CALLS_PER_TURN} tool calls per turn"
+    if reply.tool_result_chars >= settings.MAX_TOOL_RESULT_CHARS_PER_TURN:
+        return (
+            f"not run: this turn's tool results already came to "
+            f"{settings.MAX_TOOL_RESULT_CHARS_PER_TURN:,} characters (its tool-result budget is "
+            "spent); answer with what you have"
+        )
+    return ""
+
+
+def _skipped_tool(call: llm.RequestedToolCall, error: str) -> ToolOutcome:
+    """A call refused by a cap (see `_refusal`): not run, and the model is told why."""
     return ToolOutcome(
         call_id=call.id, name=call.name or "(no name)", arguments_text=call.arguments_text, ok=False,
         result=None, error=error, summary=error, started_at=timezone.now(), duration_ms=0,

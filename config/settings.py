@@ -318,9 +318,18 @@ MAX_TOOL_ROUNDS = env_int("MAX_TOOL_ROUNDS", 5, minimum=1)
 # with an error instead of being run, so a model cannot make a turn do unbounded work.
 MAX_TOOL_CALLS_PER_ROUND = env_int("MAX_TOOL_CALLS_PER_ROUND", 8, minimum=1)
 MAX_TOOL_CALLS_PER_TURN = env_int("MAX_TOOL_CALLS_PER_TURN", 20, minimum=1)
+# Characters of tool results one turn sends the model (each result is also cut at 24,000): once
+# spent, further calls are answered with an error instead of being run, and the model answers.
+MAX_TOOL_RESULT_CHARS_PER_TURN = env_int("MAX_TOOL_RESULT_CHARS_PER_TURN", 96_000, minimum=1000)
 # Threads of the pool that runs chat turns' database and memory work (turns run in parallel).
 CHAT_DB_THREADS = env_int("CHAT_DB_THREADS", 24, minimum=1)
+# Per user, counted in the database (so across tabs and server processes): actions a minute
+# (every turn started, and every edit, delete, restore and forget), and turns running at once.
 CHAT_RATE_LIMIT_PER_MINUTE = env_int("CHAT_RATE_LIMIT_PER_MINUTE", 30, minimum=1)
+CHAT_MAX_CONCURRENT_TURNS = env_int("CHAT_MAX_CONCURRENT_TURNS", 2, minimum=1)
+# A running turn renews its slot every third of this; the slot of a server that died without
+# giving it back lapses this long after its last renewal (at once when that server ran here).
+CHAT_TURN_HOLD_SECONDS = env_int("CHAT_TURN_HOLD_SECONDS", 120, minimum=10)
 # A reply being written is saved this often, so a server that dies mid-stream loses at most
 # this much of it; a draft another host has not saved for REPLY_DRAFT_ORPHAN_SECONDS is stored
 # as an interrupted reply (on this host, a dead writer is noticed at once).
