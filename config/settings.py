@@ -335,6 +335,9 @@ CHAT_TURN_HOLD_SECONDS = env_int("CHAT_TURN_HOLD_SECONDS", 120, minimum=10)
 # as an interrupted reply (on this host, a dead writer is noticed at once).
 REPLY_DRAFT_SAVE_SECONDS = env_float("REPLY_DRAFT_SAVE_SECONDS", 1.0, low=0.05)
 REPLY_DRAFT_ORPHAN_SECONDS = env_float("REPLY_DRAFT_ORPHAN_SECONDS", 300.0, low=5.0)
+# A running background task's lease: its worker renews it every third of this; a task whose
+# lease ran out lost its worker and is queued again (memory.tasks.requeue_abandoned).
+TASK_LEASE_SECONDS = env_float("TASK_LEASE_SECONDS", 120.0, low=1.0)
 # daphne's websocket message limit is derived from this (config/serving.py), and the chat page
 # checks it before sending.
 MAX_MESSAGE_CHARS = env_int("MAX_MESSAGE_CHARS", 8_000_000, minimum=1)
