@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import difflib
+import functools
 import json
 import re
 from typing import Any
@@ -28,6 +29,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
 
+from chat.models import ChatAllowance, LimitReached
 from explorer import charts
 from explorer.counting import Tally, bounded_count, capped_page
 from explorer.filters import (
@@ -830,7 +832,7 @@ def _similar_messages(user, message: Message, limit: int = 5) -> list[dict[str, 
     )
     if vector is None:
         return None
-    from memory.search import vector_literal
+    from memory.search import HALFVEC, vector_literal
 
     vec = vector_literal(vector[0])
     try:
@@ -841,7 +843,7 @@ def _similar_messages(user, message: Message, limit: int = 5) -> list[dict[str, 
             cursor.execute(
                 "SELECT p.logical_message_id, 1 - (p.embedding <=> %s::vector) FROM memory_passage p "
                 "WHERE p.owner_id = %s AND NOT p.deleted AND p.embedding_model = %s "
-                "AND p.logical_message_id <> %s ORDER BY p.embedding <=> %s::vector LIMIT %s",
+                f"AND p.logical_message_id <> %s ORDER BY {HALFVEC} LIMIT %s",
                 [vec, user.pk, vector[1], message.pk, vec, limit * 6],
             )
             rows = cursor.fetchall()
@@ -909,8 +911,30 @@ def message_detail(request: HttpRequest, message_id: str) -> HttpResponse:
     return _render(request, "explorer/message.html", "chunk-list", context)
 
 
+def counted(view):
+    """A change to memory made here counts against the same per-user limit as the chat's
+    (CHAT_RATE_LIMIT_PER_MINUTE): past it the change is refused with 429 and nothing is done."""
+
+    @functools.wraps(view)
+    def wrapper(request: HttpRequest, message_id: str, *args, **kwargs) -> HttpResponse:
+        if request.method == "POST":
+            try:
+                ChatAllowance.count_action(request.user)
+            except LimitReached as exc:
+                if request.htmx:
+                    return HttpResponse(exc.message, status=429)
+                flash.error(request, exc.message)
+                response = redirect("explorer:message", message_id=message_id)
+                response.status_code = 303
+                return response
+        return view(request, message_id, *args, **kwargs)
+
+    return wrapper
+
+
 @login_required
 @require_POST
+@counted
 def message_edit(request: HttpRequest, message_id: str) -> HttpResponse:
     """Correct a message's text: same id, the old text kept in the edit history, re-chunked and
     re-embedded by memory.store; topic upkeep then places it again in the background."""
@@ -976,18 +1000,21 @@ def _change_state(request: HttpRequest, message_id: str, *, delete: bool) -> Htt
 
 @login_required
 @require_POST
+@counted
 def message_delete(request: HttpRequest, message_id: str) -> HttpResponse:
     return _change_state(request, message_id, delete=True)
 
 
 @login_required
 @require_POST
+@counted
 def message_restore(request: HttpRequest, message_id: str) -> HttpResponse:
     return _change_state(request, message_id, delete=False)
 
 
 @login_required
 @require_http_methods(["GET", "POST"])
+@counted
 def message_forget(request: HttpRequest, message_id: str) -> HttpResponse:
     """Forgetting is permanent, so it asks first and needs the confirmation box ticked."""
     message = _get_message_for_user(request.user, message_id)

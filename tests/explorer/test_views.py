@@ -160,6 +160,24 @@ def test_a_deleted_message_can_be_restored_and_deleted_again(owner_client, mem):
     assert mem.gone.deleted
 
 
+def test_changes_made_in_the_explorer_count_against_the_chats_rate_limit(owner_client, mem, settings):
+    settings.CHAT_RATE_LIMIT_PER_MINUTE = 2
+    htmx = {"HX-Request": "true"}
+    assert owner_client.post(reverse("explorer:restore", args=[mem.gone.pk]), headers=htmx).status_code == 200
+    assert owner_client.post(reverse("explorer:delete", args=[mem.gone.pk]), headers=htmx).status_code == 200
+    refused = owner_client.post(reverse("explorer:restore", args=[mem.gone.pk]), headers=htmx)
+    assert refused.status_code == 429 and "a minute" in refused.content.decode()
+    mem.gone.refresh_from_db()
+    assert mem.gone.deleted, "a refused change changes nothing"
+    edit = owner_client.post(reverse("explorer:edit", args=[mem.gone.pk]), {"content": "new words"})
+    assert edit.status_code == 303
+    mem.gone.refresh_from_db()
+    assert "new words" not in mem.gone.content
+    forget = owner_client.post(reverse("explorer:forget", args=[mem.gone.pk]), {"confirm": "forget"})
+    assert forget.status_code == 303 and Message.objects.filter(pk=mem.gone.pk).exists()
+    assert owner_client.get(reverse("explorer:forget", args=[mem.gone.pk])).status_code == 200, "asking is free"
+
+
 def test_the_owner_corrects_a_messages_text_and_upkeep_is_queued(
     owner_client, mem, monkeypatch, django_capture_on_commit_callbacks
 ):
