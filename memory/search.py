@@ -136,6 +136,14 @@ class SearchFilters:
         return "".join(f" AND {c}" for c in clauses), params
 
 
+# The passage graph's order (its HNSW index is over half-precision copies of the vectors, see
+# Passage.Meta); similarities are still computed from the full vectors, and rows re-sorted by them.
+HALFVEC = (
+    f"p.embedding::halfvec({settings.EMBEDDING_DIMENSIONS}) <=> "
+    f"%s::vector::halfvec({settings.EMBEDDING_DIMENSIONS})"
+)
+
+
 def vector_literal(vector) -> str:
     return "[" + ",".join(f"{float(x):.7g}" for x in vector) + "]"
 
@@ -218,7 +226,7 @@ def _vector_candidates(owner, query, filters, k, results, query_vector=None) -> 
         "SELECT p.message_id, p.tool_call_id, p.logical_message_id, p.text, "
         "1 - (p.embedding <=> %s::vector) AS similarity, p.timestamp "
         + searchable
-        + " ORDER BY p.embedding <=> %s::vector LIMIT %s"
+        + f" ORDER BY {HALFVEC} LIMIT %s"
     )
     vec = vector_literal(vector)
     try:
@@ -257,9 +265,7 @@ def _vector_candidates(owner, query, filters, k, results, query_vector=None) -> 
                 # graph is mostly rows the filters drop, and a filtered graph walk visits many
                 # of them. Scanning the rows that pass is cheaper, and exact. `+ 0` keeps the
                 # planner off the HNSW index.
-                sql = sql.replace(
-                    "ORDER BY p.embedding <=> %s::vector", "ORDER BY (p.embedding <=> %s::vector) + 0"
-                )
+                sql = sql.replace(f"ORDER BY {HALFVEC}", "ORDER BY (p.embedding <=> %s::vector) + 0")
             else:
                 # Many vectors: the graph walk. The planner underrates the rows the owner's
                 # partial btree index yields (embedding_model and `embedding IS NOT NULL` are

@@ -27,6 +27,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
+from memory.models import PASSAGE_HNSW, passage_hnsw_sql
 from memory.progress import Progress
 from memory.tokens import count_tokens
 
@@ -48,8 +49,10 @@ PROBES = [
 BULK_TITLE = "synthetic history"
 # Indexes that are far cheaper to build once than to maintain per row during a bulk load.
 BULK_INDEXES = {
-    "passage_embedding_hnsw": "USING hnsw (embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64)",
-    "passage_search_gin": "USING gin (search_vector)",
+    PASSAGE_HNSW: passage_hnsw_sql(settings.EMBEDDING_DIMENSIONS),
+    "passage_search_gin": (
+        "CREATE INDEX IF NOT EXISTS passage_search_gin ON memory_passage USING gin (search_vector)"
+    ),
 }
 
 
@@ -169,7 +172,7 @@ class Command(BaseCommand):
                 for name, how in BULK_INDEXES.items():
                     t0 = time.perf_counter()
                     self.stderr.write(f"building {name} over {size:,} passages …")
-                    cursor.execute(f"CREATE INDEX IF NOT EXISTS {name} ON memory_passage {how}")
+                    cursor.execute(how)
                     self.stderr.write(f"  {name}: {time.perf_counter() - t0:.1f}s")
         _vacuum()
         from memory.topics import update_period_summaries

@@ -8,7 +8,7 @@ from django.db import connection, transaction
 from django.db.models import Q
 
 from memory.embeddings import get_embedder
-from memory.models import Passage, Topic
+from memory.models import PASSAGE_HNSW, Passage, Topic, passage_hnsw_sql
 from memory.progress import Progress
 from memory.store import embed_pending
 
@@ -26,15 +26,12 @@ def column_dimensions(table: str, column: str) -> int | None:
 def resize_vector_columns(dimensions: int) -> None:
     """Switching to a model of another size: drop old vectors, resize the columns."""
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("DROP INDEX IF EXISTS passage_embedding_hnsw")
+        cursor.execute(f"DROP INDEX IF EXISTS {PASSAGE_HNSW}")
         cursor.execute("UPDATE memory_passage SET embedding = NULL, embedding_model = ''")
         cursor.execute(f"ALTER TABLE memory_passage ALTER COLUMN embedding TYPE vector({dimensions})")
         cursor.execute("UPDATE memory_topic SET centroid = NULL")
         cursor.execute(f"ALTER TABLE memory_topic ALTER COLUMN centroid TYPE vector({dimensions})")
-        cursor.execute(
-            "CREATE INDEX passage_embedding_hnsw ON memory_passage "
-            "USING hnsw (embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64)"
-        )
+        cursor.execute(passage_hnsw_sql(dimensions))
 
 
 class Command(BaseCommand):
