@@ -4,7 +4,13 @@ show_summaries / stats, seed 003's memory_graph_query), in the OpenAI tools form
 `execute_tool` never raises and never reads another user's rows: arguments are parsed and
 validated against the tool's own JSON schema first (missing, extra or mistyped arguments are
 reported by name), every read goes through `owned_by(owner)` and visible-only querysets, and
-results are bounded (limits capped, long contents cut with a hint how to page on).
+results are bounded (limits capped, long texts cut with a hint how to page on).
+
+Any character stays readable through the tools alone (issue 13 §1): every text a tool returns
+(a message's content, a tool call's result) comes with `offset`, `total_chars` and `next_offset`
+(null once the end is in hand), and get_message_by_id / get_tool_call read on from any
+character `offset` in pages that fit MAX_RESULT_CHARS. In the list tools `offset` keeps
+counting items (messages, chunks, matches); in a text it counts characters.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import math
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -39,8 +46,10 @@ from memory.tokens import count_tokens
 
 logger = logging.getLogger(__name__)
 
-MAX_CONTENT_CHARS = 6000  # per message in a tool result; page on with get_message_with_chunks
+MAX_CONTENT_CHARS = 6000  # per text in a list or search result; page on with get_message_by_id
 MAX_RESULT_CHARS = 24000  # a whole tool result; past it, fewer items and a next_offset
+# One page of a text read by id: a whole 4,000-token chunk (~16k characters) at once.
+PAGE_CHARS = 16000
 FIND_TIMEOUT_MS = 1500
 MAX_PATTERN_CHARS = 300
 
@@ -274,6 +283,7 @@ def _validate(t: Tool, args: dict[str, Any]) -> dict[str, Any]:
             if (
                 isinstance(value, bool)
                 or not isinstance(value, (int, float))
+                or (isinstance(value, float) and not math.isfinite(value))
                 or int(value) != value
             ):
                 raise ToolError(f"{key} must be an integer")
@@ -324,11 +334,60 @@ def _bound(result: Any) -> Any:
 # --- shapes (seed 000 §5.2) ---------------------------------------------------------------------
 
 
-def message_dict(m: Message, *, max_chars: int = MAX_CONTENT_CHARS) -> dict[str, Any]:
-    content = m.content
-    out = {
+def _json_len(value: Any) -> int:
+    return len(json.dumps(value, ensure_ascii=False, default=str))
+
+
+def _page_text(text: str, offset: int, budget: int) -> str:
+    """The longest piece of `text` from `offset` whose JSON string takes at most `budget`
+    characters (quotes, newlines and control characters grow when escaped)."""
+    hi = max(0, min(budget, len(text) - offset))
+    if _json_len(text[offset : offset + hi]) <= budget:
+        return text[offset : offset + hi]
+    lo = 0
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if _json_len(text[offset : offset + mid]) <= budget:
+            lo = mid
+        else:
+            hi = mid - 1
+    return text[offset : offset + lo]
+
+
+def _check_offset(offset: int, total: int, what: str) -> None:
+    if offset and offset >= total:
+        raise ToolError(
+            f"offset {offset} is past the end of {what}: it has {total} characters, "
+            f"so offsets run from 0 to {max(0, total - 1)}"
+        )
+
+
+def _text_page(
+    out: dict[str, Any], key: str, text: str, offset: int, budget: int, read_on: str
+) -> dict[str, Any]:
+    """Put the page of `text` at `offset` under `key` with where it sits in the whole text."""
+    piece = _page_text(text, offset, budget) if offset < len(text) else ""
+    end = offset + len(piece)
+    out[key] = piece
+    out["offset"] = offset
+    out["total_chars"] = len(text)
+    out["next_offset"] = end if end < len(text) else None
+    out["remaining_chars"] = len(text) - end
+    if end < len(text):
+        out["truncated"] = True
+        out["note"] = (
+            f"characters {offset}-{end} of {len(text)} shown; read on with {read_on}, "
+            f"offset={end}"
+        )
+    return out
+
+
+def message_dict(m: Message, *, max_chars: int = MAX_CONTENT_CHARS, offset: int = 0) -> dict[str, Any]:
+    """A message for the model: its content from character `offset`, at most `max_chars`
+    JSON characters of it, with total_chars and next_offset (null when the rest is shown)."""
+    out: dict[str, Any] = {
         "id": m.pk,
-        "content": content[:max_chars],
+        "content": "",
         "role": m.role,
         "timestamp": m.timestamp.isoformat(),
         "parentId": m.parent_id,
@@ -340,21 +399,20 @@ def message_dict(m: Message, *, max_chars: int = MAX_CONTENT_CHARS) -> dict[str,
         out["chunkParentId"] = m.chunk_parent_id
     if m.edited:
         out["edited"] = True
-    if len(content) > max_chars:
-        out["truncated"] = True
-        out["note"] = (
-            f"content cut at {max_chars} of {len(content)} characters; "
-            "read the rest with get_message_with_chunks"
-        )
-    return out
+    return _text_page(
+        out, "content", m.content, offset, max_chars, f"get_message_by_id(id={m.pk!r})"
+    )
 
 
-def tool_call_dict(c: ToolCall) -> dict[str, Any]:
-    out = {
+def tool_call_dict(
+    c: ToolCall, *, max_chars: int = MAX_CONTENT_CHARS, offset: int = 0
+) -> dict[str, Any]:
+    """A stored tool call: its result from character `offset` (as message_dict pages content)."""
+    out: dict[str, Any] = {
         "id": c.pk,
         "toolName": c.tool_name,
         "arguments": c.arguments[:2000],
-        "result": c.result[:MAX_CONTENT_CHARS],
+        "result": "",
         "timestamp": c.timestamp.isoformat(),
         "messageId": c.message_id,
         "isChunk": c.is_chunk,
@@ -363,9 +421,12 @@ def tool_call_dict(c: ToolCall) -> dict[str, Any]:
     if c.is_chunk:
         out["chunkIndex"] = c.chunk_index
         out["chunkParentId"] = c.chunk_parent_id
-    if len(c.result) > MAX_CONTENT_CHARS:
-        out["truncated"] = True
-    return out
+    return _text_page(out, "result", c.result, offset, max_chars, f"get_tool_call(id={c.pk!r})")
+
+
+def _room(shell: Any, slack: int = 300) -> int:
+    """JSON characters left for text in a result whose other parts take `shell`'s size."""
+    return max(0, min(PAGE_CHARS, MAX_RESULT_CHARS - _json_len(shell) - slack))
 
 
 def _topic_dict(t: Topic, *, children: int | None = None) -> dict[str, Any]:
@@ -495,6 +556,12 @@ OFFSET = {
     "description": "skip this many (paging)",
 }
 ID = {"type": "string", "maxLength": 64}
+# A position in a text; no maximum: a capped offset would silently show the wrong page.
+CHAR_OFFSET = {
+    "type": "integer",
+    "minimum": 0,
+    "description": "character to start reading at: 0, or the next_offset of the page before",
+}
 
 
 def _page(qs, limit: int, offset: int) -> tuple[list, int | None]:
@@ -508,35 +575,66 @@ def _page(qs, limit: int, offset: int) -> tuple[list, int | None]:
 
 @tool(
     "get_message_by_id",
-    "Read one message of memory in full by its id (from the memory index or a search).",
-    {"id": {**ID, "description": "message id"}},
+    "Read one message of memory by its id (from the memory index or a search), page by page: "
+    "the result gives total_chars and next_offset; call again with offset=next_offset until "
+    "next_offset is null. A chunk id reads that chunk.",
+    {"id": {**ID, "description": "message id"}, "offset": CHAR_OFFSET},
     required=["id"],
     keywords=("message", "read", "full", "id"),
     core=True,
 )
-def get_message_by_id(owner, *, id: str, conversation=None):
+def get_message_by_id(owner, *, id: str, offset: int = 0, conversation=None):
     m = _message(owner, id)
-    return message_dict(m), f"read message {m.pk}"
+    _check_offset(offset, len(m.content), f"message {m.pk}")
+    item = message_dict(m, offset=offset, max_chars=_room(message_dict(m, max_chars=0)))
+    shown = len(item["content"])
+    return item, f"read message {m.pk}" + (
+        f" characters {offset}-{offset + shown} of {len(m.content)}"
+        if shown < len(m.content)
+        else ""
+    )
 
 
 @tool(
     "get_messages_by_ids",
-    "Read several messages in full by their ids.",
-    {"ids": {"type": "array", "items": {"type": "string"}, "maxItems": 20}},
+    "Read several messages by their ids, each from character offset (default 0); each says "
+    "total_chars and next_offset: read on in one with get_message_by_id(id, offset).",
+    {
+        "ids": {"type": "array", "items": {"type": "string"}, "maxItems": 20},
+        "offset": CHAR_OFFSET,
+    },
     required=["ids"],
     keywords=("messages", "read", "ids"),
 )
-def get_messages_by_ids(owner, *, ids: list[str], conversation=None):
+def get_messages_by_ids(owner, *, ids: list[str], offset: int = 0, conversation=None):
     found = {m.pk: m for m in Message.objects.visible_to(owner).filter(pk__in=ids)}
     missing = [i for i in ids if i not in found]
     if not found:
         raise NotFound("message", ", ".join(ids[:5]))
-    per = max(500, MAX_CONTENT_CHARS // max(1, len(found)))
-    result = {
-        "messages": [
-            message_dict(found[i], max_chars=per) for i in dict.fromkeys(ids) if i in found
-        ]
-    }
+    order = [found[i] for i in dict.fromkeys(ids) if i in found]
+    if offset and all(offset >= len(m.content) for m in order):
+        longest = max(len(m.content) for m in order)
+        raise ToolError(
+            f"offset {offset} is past the end of every message asked for "
+            f"(the longest has {longest} characters)"
+        )
+    shell = {"messages": [message_dict(m, max_chars=0) for m in order], "not_found": missing}
+    per = _room(shell, slack=300 + 60 * len(order)) // len(order)
+    items = []
+    for m in order:
+        if offset >= len(m.content) > 0:
+            item = message_dict(m, max_chars=0)
+            item.update(
+                offset=offset,
+                next_offset=None,
+                remaining_chars=0,
+                note=f"offset {offset} is past its end ({len(m.content)} characters)",
+            )
+            item.pop("truncated", None)
+        else:
+            item = message_dict(m, max_chars=per, offset=offset)
+        items.append(item)
+    result: dict[str, Any] = {"messages": items}
     if missing:
         result["not_found"] = missing
     return result, f"read {len(found)} messages" + (
@@ -546,11 +644,13 @@ def get_messages_by_ids(owner, *, ids: list[str], conversation=None):
 
 @tool(
     "get_message_with_chunks",
-    "Read a long message chunk by chunk (a chunk id leads to its whole message).",
+    "Read a long message chunk by chunk (a chunk id leads to its whole message). offset and "
+    "next_offset count chunks here; a chunk too long for one result says its own next_offset: "
+    "read on in it with get_message_by_id(chunk id, offset).",
     {
         "id": ID,
-        "offset": {**OFFSET, "description": "first chunk"},
-        "limit": {**LIMIT, "maximum": 5, "description": "chunks (1-5)"},
+        "offset": {**OFFSET, "description": "first chunk (0 = the first)"},
+        "limit": {**LIMIT, "maximum": 5, "description": "chunks (1-5), fewer if they are long"},
     },
     required=["id"],
     keywords=("chunk", "chunks", "long", "rest"),
@@ -559,24 +659,41 @@ def get_message_with_chunks(owner, *, id: str, offset: int = 0, limit: int = 3, 
     m = _message(owner, id)
     if m.is_chunk:
         m = _message(owner, m.chunk_parent_id)
-    chunks = list(m.chunks.filter(deleted=False).order_by("chunk_index")[offset : offset + limit])
-    total = m.chunks.count()
-    head = message_dict(m, max_chars=0 if total else MAX_CONTENT_CHARS)
-    if total:
-        head["content"] = ""
-        head.pop("note", None)
-        head["truncated"] = False
-    result = {
-        "message": head,
-        "chunk_count": total,
-        "offset": offset,
-        "chunks": [message_dict(c) for c in chunks],
-    }
-    if offset + limit < total:
-        result["next_offset"] = offset + limit
-    return result, f"read message {m.pk}" + (
-        f" chunks {offset}-{offset + len(chunks) - 1} of {total}" if total else ""
-    )
+    live = m.chunks.filter(deleted=False).order_by("chunk_index")
+    total = live.count()
+    if not total:
+        if offset:
+            raise ToolError(
+                f"message {m.pk} has no chunks ({len(m.content)} characters): read it with "
+                "get_message_by_id, whose offset counts characters"
+            )
+        head = message_dict(m, max_chars=_room({"message": message_dict(m, max_chars=0)}))
+        result = {"message": head, "chunk_count": 0, "offset": 0, "chunks": [], "next_offset": None}
+        return result, f"read message {m.pk}"
+    if offset >= total:
+        raise ToolError(
+            f"offset {offset} is past the last chunk: message {m.pk} has {total} chunks, "
+            f"so offsets run from 0 to {total - 1}"
+        )
+    head = message_dict(m, max_chars=0)
+    for key in ("truncated", "note", "next_offset", "offset", "remaining_chars"):
+        head.pop(key, None)
+    head["note"] = f"its {len(m.content)} characters are in {total} chunks, below"
+    result = {"message": head, "chunk_count": total, "offset": offset, "chunks": []}
+    room = _room(result, slack=400)
+    for c in live[offset : offset + limit]:
+        shell = _json_len(message_dict(c, max_chars=0)) + 60
+        item = message_dict(c, max_chars=max(0, room - shell))
+        # The first chunk is always shown (a page of it if need be); later ones only whole.
+        if result["chunks"] and item["next_offset"] is not None:
+            break
+        result["chunks"].append(item)
+        room -= _json_len(item) + 2
+        if item["next_offset"] is not None or room <= 0:
+            break
+    shown = len(result["chunks"])
+    result["next_offset"] = offset + shown if offset + shown < total else None
+    return result, f"read message {m.pk} chunks {offset}-{offset + shown - 1} of {total}"
 
 
 def _search(owner, query, limit, *, conversation_id=None, role=None, start=None, end=None):
@@ -814,16 +931,19 @@ def get_conversation_thread(owner, *, message_id: str, depth: int = 5, conversat
 
 @tool(
     "get_tool_call",
-    "Read one stored tool call (arguments and result) by id.",
-    {"id": ID},
+    "Read one stored tool call (arguments and result) by id; a long result pages: call again "
+    "with offset=next_offset until next_offset is null.",
+    {"id": ID, "offset": CHAR_OFFSET},
     required=["id"],
     keywords=("tool", "call", "result"),
 )
-def get_tool_call(owner, *, id: str, conversation=None):
+def get_tool_call(owner, *, id: str, offset: int = 0, conversation=None):
     c = ToolCall.objects.owned_by(owner).visible().filter(pk=id).first()
     if c is None:
         raise NotFound("tool call", id)
-    return tool_call_dict(c), f"read tool call {c.pk} ({c.tool_name})"
+    _check_offset(offset, len(c.result), f"the result of tool call {c.pk}")
+    item = tool_call_dict(c, offset=offset, max_chars=_room(tool_call_dict(c, max_chars=0)))
+    return item, f"read tool call {c.pk} ({c.tool_name})"
 
 
 @tool(
