@@ -48,8 +48,9 @@ logger = logging.getLogger(__name__)
 
 MAX_CONTENT_CHARS = 6000  # per text in a list or search result; page on with get_message_by_id
 MAX_RESULT_CHARS = 24000  # a whole tool result; past it, fewer items and a next_offset
-# One page of a text read by id: a whole 4,000-token chunk (~16k characters) at once.
-PAGE_CHARS = 16000
+# One page of a text read by id: a whole 4,000-token chunk (16-20k characters) at once, with
+# room in MAX_RESULT_CHARS for the rest of the result and JSON escapes.
+PAGE_CHARS = 20000
 FIND_TIMEOUT_MS = 1500
 MAX_PATTERN_CHARS = 300
 
@@ -376,8 +377,8 @@ def _text_page(
     if end < len(text):
         out["truncated"] = True
         out["note"] = (
-            f"characters {offset}-{end} of {len(text)} shown; read on with {read_on}, "
-            f"offset={end}"
+            f"characters {offset}-{end} of {len(text)} shown; read on with "
+            f"{read_on}(id={out['id']!r}, offset={end})"
         )
     return out
 
@@ -399,9 +400,7 @@ def message_dict(m: Message, *, max_chars: int = MAX_CONTENT_CHARS, offset: int 
         out["chunkParentId"] = m.chunk_parent_id
     if m.edited:
         out["edited"] = True
-    return _text_page(
-        out, "content", m.content, offset, max_chars, f"get_message_by_id(id={m.pk!r})"
-    )
+    return _text_page(out, "content", m.content, offset, max_chars, "get_message_by_id")
 
 
 def tool_call_dict(
@@ -421,7 +420,7 @@ def tool_call_dict(
     if c.is_chunk:
         out["chunkIndex"] = c.chunk_index
         out["chunkParentId"] = c.chunk_parent_id
-    return _text_page(out, "result", c.result, offset, max_chars, f"get_tool_call(id={c.pk!r})")
+    return _text_page(out, "result", c.result, offset, max_chars, "get_tool_call")
 
 
 def _room(shell: Any, slack: int = 300) -> int:

@@ -55,7 +55,7 @@ def test_a_long_unchunked_message_reads_back_exactly_page_by_page(owner, convers
     assert not m.chunks.exists()
     read, pages = read_all(owner, "get_message_by_id", "content", id=m.pk)
     assert read == text
-    assert len(pages) > 3 and pages[0]["total_chars"] == 50_000
+    assert len(pages) > 2 and pages[0]["total_chars"] == 50_000
     assert pages[-1]["next_offset"] is None and pages[-1]["remaining_chars"] == 0
     assert "offset=" in pages[0]["note"]
 
@@ -110,7 +110,7 @@ def test_a_long_tool_result_reads_back_exactly(owner, conversation):
     reply = store_message(owner, conversation, "assistant", "I fetched it", embed=False)
     call = store_tool_call(owner, reply, "fetch", {"url": "https://example.org"}, text, embed=False)
     read, pages = read_all(owner, "get_tool_call", "result", id=call.pk)
-    assert read == text and pages[0]["total_chars"] == len(text) and len(pages) > 3
+    assert read == text and pages[0]["total_chars"] == len(text) and len(pages) > 2
 
     # Found through its message, then read on from where the list left off.
     listed = execute_tool(owner, "get_tool_calls_by_message", {"message_id": reply.pk})
