@@ -11,8 +11,12 @@ measured by `manage.py eval_recall` on real multi-session conversations
 - keyword scores are BM25 (term saturation, length normalisation), not ts_rank_cd;
 - the two ranked lists are fused by z-scores over their candidates, not by reciprocal rank: a
   list that is sure of its first hit says so;
-- a turn whose reply matches gets a share of the reply's score (the question before an answer);
+- a turn whose reply matches gets a share of the reply's score (the question before an answer),
+  and turns two replies apart share some of each other's (a subject named, then its fact);
 - a period the question names (a day, a month, a year) lifts what was said then.
+
+The two lists are read at once when the caller holds no transaction: the vector search on a
+connection of its own, in a worker thread, while this thread reads the keyword candidates.
 
 Search runs over passages (windows that fit the embedder), then groups them by the unit a
 person would open: a message, a chunk of a long message, or a tool call. Deleted content is
@@ -29,6 +33,7 @@ import math
 import re
 import time
 from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -189,23 +194,66 @@ def search(
     exclude = {str(m) for m in exclude_message_ids if m} | _EXCLUDED.get()
     k = (candidates or max(100, limit * 5)) + len(exclude)
 
-    # Keyword candidates first: a query vector still being embedded (query_vector may be a
-    # callable that waits for it) is ready by the time the vector search needs it.
+    # Both lists at once where the caller's transaction does not hide rows from another
+    # connection; else keyword candidates first, so a query vector still being embedded
+    # (query_vector may be a callable that waits for it) is ready when the vector search needs it.
+    parallel = PARALLEL_SEARCH and not connection.in_atomic_block
+    vector_job = (
+        _SEARCH_THREADS.submit(
+            _vector_in_thread,
+            connection.settings_dict["NAME"],
+            owner,
+            query,
+            filters,
+            k,
+            results,
+            query_vector,
+        )
+        if parallel
+        else None
+    )
     started = time.perf_counter()
     keyword_rows = _keyword_candidates(owner, query, filters, k, results)
     results.timings_ms["keyword"] = round((time.perf_counter() - started) * 1000, 2)
-    started = time.perf_counter()
-    if callable(query_vector):
-        query_vector = query_vector()
-        results.timings_ms["embed_wait"] = round((time.perf_counter() - started) * 1000, 2)
-    vector_rows = _vector_candidates(owner, query, filters, k, results, query_vector)
-    results.timings_ms["vector"] = round((time.perf_counter() - started) * 1000, 2)
+    if vector_job is not None:
+        vector_rows = vector_job.result()
+        results.timings_ms["vector_after_keyword"] = round((time.perf_counter() - started) * 1000, 2)
+    else:
+        vector_rows = _timed_vector_candidates(owner, query, filters, k, results, query_vector)
     if exclude:
         vector_rows = [r for r in vector_rows if r[2] not in exclude]
         keyword_rows = [r for r in keyword_rows if r[2] not in exclude]
 
     results.hits = _fuse(owner, vector_rows, keyword_rows, limit, boosts=QueryBoosts.of(query))
     return results
+
+
+# Vector searches run here while the calling thread reads keyword candidates (each thread has
+# its own database connection, kept like a server thread's: CONN_MAX_AGE).
+PARALLEL_SEARCH = True
+_SEARCH_THREADS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="vector-search")
+
+
+def _timed_vector_candidates(owner, query, filters, k, results, query_vector) -> list[tuple]:
+    started = time.perf_counter()
+    if callable(query_vector):
+        query_vector = query_vector()
+        results.timings_ms["embed_wait"] = round((time.perf_counter() - started) * 1000, 2)
+    rows = _vector_candidates(owner, query, filters, k, results, query_vector)
+    results.timings_ms["vector"] = round((time.perf_counter() - started) * 1000, 2)
+    return rows
+
+
+def _vector_in_thread(database: str, owner, query, filters, k, results, query_vector) -> list[tuple]:
+    """The vector search on this worker thread's connection, to the caller's database."""
+    from django.db import close_old_connections
+
+    close_old_connections()  # expired or broken: reconnect
+    # Opened before the caller moved to another database (a scratch or test database, whose
+    # name every thread's connection settings share): reconnect to it.
+    if connection.connection is not None and connection.connection.info.dbname != database:
+        connection.close()
+    return _timed_vector_candidates(owner, query, filters, k, results, query_vector)
 
 
 def _vector_candidates(owner, query, filters, k, results, query_vector=None) -> list[tuple]:
@@ -496,9 +544,7 @@ _MONTH_NAMES = [
 _MONTHS = "|".join(_MONTH_NAMES)
 _ISO_DATE = re.compile(r"\b(\d{4})-(\d{2})-(\d{2})\b")
 # "1 February, 2023", "on the 3rd of June 2023", "February 1, 2023", "Oct 13 2023" (full names).
-_DAY_MONTH_YEAR = re.compile(
-    rf"\b(\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?({_MONTHS}),?\s+(\d{{4}})\b", re.I
-)
+_DAY_MONTH_YEAR = re.compile(rf"\b(\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?({_MONTHS}),?\s+(\d{{4}})\b", re.I)
 _MONTH_DAY_YEAR = re.compile(rf"\b({_MONTHS})\s+(\d{{1,2}})(?:st|nd|rd|th)?,?\s+(\d{{4}})\b", re.I)
 _IN_MONTH = re.compile(
     rf"\b(?:in|during|from|since|of)\s+(?:early\s+|late\s+|mid-?)?({_MONTHS})\b(?:,?\s+(\d{{4}}))?", re.I

@@ -40,3 +40,33 @@ def test_filters_by_role_and_conversation(owner, conversation, settings):
     assert hits and all(h.role == "assistant" for h in hits)
     hits = search(owner, "pelicans", filters=SearchFilters(conversation_id=other.pk)).hits
     assert hits and all(h.conversation == other.pk for h in hits)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_outside_a_transaction_the_vector_search_runs_beside_the_keyword_search(
+    owner, conversation, monkeypatch
+):
+    """The vector list is read on a worker thread's own connection while this thread reads the
+    keyword list; the ranking is the same as reading them one after the other."""
+    import threading
+
+    from memory import search as search_module
+    from tests.memory.conftest import EVERYDAY_TEXTS
+
+    add_turns(owner, conversation, EVERYDAY_TEXTS)
+    threads = []
+    real = search_module._vector_candidates
+
+    def spy(*args, **kwargs):
+        threads.append(threading.current_thread().name)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(search_module, "_vector_candidates", spy)
+    assert not connection.in_atomic_block
+    together = search_module.search(owner, "when does the train to Lisbon leave?")
+    monkeypatch.setattr(search_module, "PARALLEL_SEARCH", False)
+    in_turn = search_module.search(owner, "when does the train to Lisbon leave?")
+    assert threads[0].startswith("vector-search") and threads[1] == threading.current_thread().name
+    assert [h.message_id for h in together.hits] == [h.message_id for h in in_turn.hits]
+    assert "Lisbon" in together.hits[0].passage_text
+    assert together.timings_ms["vector"] > 0 and "vector_after_keyword" in together.timings_ms
