@@ -53,6 +53,9 @@ VECTOR_WEIGHT = 1.0
 PERIOD_BOOST = 1.0
 REPLY_SHARE = 0.2
 NEIGHBOR_SHARE = 0.4
+# How many of the best messages have their turns two replies away join the candidates (see
+# _neighbours_of_best): the best one. More seeds cost recall on the dev split (5: -1 point).
+NEIGHBOR_SEEDS = 1
 # BM25's term-frequency saturation and length normalisation.
 BM25_K1 = 1.2
 BM25_B = 0.4
@@ -224,7 +227,9 @@ def search(
         vector_rows = [r for r in vector_rows if r[2] not in exclude]
         keyword_rows = [r for r in keyword_rows if r[2] not in exclude]
 
-    results.hits = _fuse(owner, vector_rows, keyword_rows, limit, boosts=QueryBoosts.of(query))
+    results.hits = _fuse(
+        owner, vector_rows, keyword_rows, limit, boosts=QueryBoosts.of(query), expand=(filters, exclude)
+    )
     return results
 
 
@@ -646,10 +651,13 @@ def _standardised(values: dict[Any, float]) -> tuple[dict[Any, float], float]:
     return z, min(z.values())
 
 
-def _fuse(owner, vector_rows, keyword_rows, limit, boosts: QueryBoosts | None = None) -> list[SearchHit]:
+def _fuse(
+    owner, vector_rows, keyword_rows, limit, boosts: QueryBoosts | None = None, expand=None
+) -> list[SearchHit]:
     """Fuse per unit (message, chunk or tool call): each list's best score per unit, as z-scores
-    over that list's candidates, weighted and summed; then the period boost, then a share of
-    the score of a unit's reply when both are candidates."""
+    over that list's candidates, weighted and summed; then the period boost; then the turns two
+    replies away from the best ones join the candidates (`expand`: the search's filters and
+    excluded ids), and scores are shared between nearby turns."""
     info: dict[tuple[str, str], dict[str, Any]] = {}
 
     def unit_key(row) -> tuple[str, str]:
@@ -682,6 +690,11 @@ def _fuse(owner, vector_rows, keyword_rows, limit, boosts: QueryBoosts | None = 
         )
         if boosts is not None:
             scores[key] += boosts.bonus(entry.get("timestamp"))
+    if expand is not None:
+        floor = VECTOR_WEIGHT * floor_vector + KEYWORD_WEIGHT * floor_keyword
+        for key, entry in _neighbours_of_best(owner, scores, *expand).items():
+            info[key] = entry
+            scores[key] = floor + (boosts.bonus(entry.get("timestamp")) if boosts is not None else 0.0)
     _share_reply_scores(owner, scores)
     ranked = sorted(scores.items(), key=lambda kv: -kv[1])[:limit]
     message_ids = [key[1] for key, _ in ranked if key[0] == "message"]
@@ -769,6 +782,41 @@ def _fuse(owner, vector_rows, keyword_rows, limit, boosts: QueryBoosts | None = 
         for h in missing:
             h.conversation = conv.get(h.message_id, "")
     return hits
+
+
+def _neighbours_of_best(owner, scores, filters: SearchFilters, exclude: set[str]) -> dict:
+    """The turns two replies before or after the NEIGHBOR_SEEDS best messages that neither list
+    returned (their first passage each, within the filters): a fact stated a turn after its
+    subject can share no word and little meaning with a question about that subject."""
+    seeds = [
+        key[1]
+        for key, score in sorted(scores.items(), key=lambda kv: -kv[1])
+        if key[0] == "message" and score > 0
+    ][:NEIGHBOR_SEEDS]
+    if not (seeds and NEIGHBOR_SHARE):
+        return {}
+    where, params = filters.sql()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "WITH seeds AS (SELECT id, parent_id FROM memory_message WHERE owner_id = %s AND id = ANY(%s)), "
+            "near AS ("
+            " SELECT g.id FROM memory_message c JOIN memory_message g ON g.parent_id = c.id"
+            " WHERE c.parent_id IN (SELECT id FROM seeds) AND c.owner_id = %s AND g.owner_id = %s"
+            " UNION SELECT m.parent_id FROM memory_message m"
+            " WHERE m.id IN (SELECT parent_id FROM seeds) AND m.owner_id = %s AND m.parent_id IS NOT NULL) "
+            "SELECT DISTINCT ON (p.logical_message_id) "
+            "p.message_id, p.logical_message_id, p.text, p.timestamp "
+            "FROM memory_passage p WHERE p.owner_id = %s AND NOT p.deleted AND p.kind = 'message' "
+            "AND p.logical_message_id IN (SELECT id FROM near)" + where + " "
+            "ORDER BY p.logical_message_id, p.id LIMIT 100",
+            [owner.pk, seeds, owner.pk, owner.pk, owner.pk, owner.pk, *params],
+        )
+        rows = cursor.fetchall()
+    return {
+        ("message", message_id): {"logical": logical, "text": text, "timestamp": timestamp}
+        for message_id, logical, text, timestamp in rows
+        if ("message", message_id) not in scores and logical not in exclude
+    }
 
 
 def _share_reply_scores(owner, scores: dict[tuple[str, str], float]) -> None:

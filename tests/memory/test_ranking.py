@@ -223,3 +223,44 @@ def test_a_turn_gets_a_share_of_the_score_of_the_turn_two_replies_away(owner, co
     assert shared[retreat.pk] == pytest.approx(base[retreat.pk] + 0.5 * base[fact.pk])
     # The last turn is four replies after the retreat turn: it gets the fact's share only.
     assert shared[far.pk] == pytest.approx(base[far.pk] + 0.5 * base[fact.pk])
+
+
+def test_the_turn_two_replies_after_the_best_hit_joins_the_candidates(owner, conversation, monkeypatch):
+    """Among many closer matches neither list returns "Whispering Pines is in Estes Park" for
+    "Which town is the retreat lodge in?"; as the turn two replies after the best hit it joins
+    the candidates, unless it was deleted, excluded or left out by the search's filters."""
+    from memory import search as search_module
+    from memory import store
+    from memory.models import Conversation
+    from memory.store import NewMessage, store_messages
+
+    other = Conversation.objects.create(owner=owner, title="lodges")
+    add_turns(owner, other, [f"The lodge number {i} is in the old town." for i in range(30)])
+    texts = [
+        "The company retreat will be at Whispering Pines lodge.",
+        "Noted, I will remember that.",
+        "Whispering Pines is in Estes Park, Colorado.",
+        "Noted, I will remember that.",
+    ]
+    start = timezone.now() - dt.timedelta(days=1)
+    items, parent = [], None
+    for i, text in enumerate(texts):
+        item = NewMessage("user" if i % 2 == 0 else "assistant", text,
+                          timestamp=start + dt.timedelta(minutes=i), parent_id=parent)
+        items.append(item)
+        parent = item.id
+    retreat, _, fact, _ = store_messages(owner, conversation, items)
+    query = "Which town is the retreat lodge in?"
+
+    def found(**kwargs) -> list[str]:
+        # Ten candidates from each list: the fact is in neither; every candidate is a hit.
+        return [h.message_id for h in search(owner, query, candidates=10, limit=100, **kwargs).hits]
+
+    monkeypatch.setattr(search_module, "NEIGHBOR_SEEDS", 0)
+    assert retreat.pk in found() and fact.pk not in found()
+    monkeypatch.setattr(search_module, "NEIGHBOR_SEEDS", 5)
+    assert fact.pk in found()
+    assert fact.pk not in found(filters=SearchFilters(conversation_id=other.pk))
+    assert fact.pk not in found(exclude_message_ids=[fact.pk])
+    store.delete_message(owner, fact.pk)
+    assert fact.pk not in found()

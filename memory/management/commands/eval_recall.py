@@ -59,6 +59,7 @@ TUNABLES: dict[str, tuple[Any, Callable[[str], Any]]] = {
         ),
         (search_module, float),
     ),
+    "NEIGHBOR_SEEDS": (search_module, int),
     "CONTEXT_PARENT_CHARS": (store_module, int),
     "CONTEXT_SPEAKER": (store_module, lambda v: v.lower() in ("1", "true", "yes")),
 }
