@@ -31,6 +31,7 @@ import datetime as dt
 import logging
 import math
 import re
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -237,6 +238,22 @@ def search(
 # its own database connection, kept like a server thread's: CONN_MAX_AGE).
 PARALLEL_SEARCH = True
 _SEARCH_THREADS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="vector-search")
+
+
+def release_connections() -> None:
+    """Close the vector-search threads' database connections: before a database they may hold
+    open (a scratch database) is dropped. One closing job per thread, held at a barrier so
+    each runs on a thread of its own."""
+    workers = _SEARCH_THREADS._max_workers
+    barrier = threading.Barrier(workers)
+
+    def close() -> None:
+        with contextlib.suppress(threading.BrokenBarrierError):
+            barrier.wait(timeout=30)
+        connection.close()
+
+    for job in [_SEARCH_THREADS.submit(close) for _ in range(workers)]:
+        job.result()
 
 
 def _timed_vector_candidates(owner, query, filters, k, results, query_vector) -> list[tuple]:

@@ -199,6 +199,8 @@ def scratch_database(name: str, *, keep: bool) -> Iterator[None]:
         yield
     finally:
         # destroy_test_db drops whatever the connection points at: only ever the scratch one.
+        # The search's worker threads hold connections to it too.
+        search_module.release_connections()
         if connection.settings_dict["NAME"] == name:
             connection.creation.destroy_test_db(old_name, verbosity=0, keepdb=keep)
         test_settings["NAME"] = old_test_name
