@@ -263,8 +263,19 @@ STATIC_ROOT = Path(env_str("STATIC_ROOT", str(DATA_DIR / "static"))).resolve()
 INDEX_SNIPPET_LENGTH = env_int("INDEX_SNIPPET_LENGTH", 100, minimum=10)
 INDEX_MAX_TOKENS = env_int("INDEX_MAX_TOKENS", 10000, minimum=200)
 INDEX_RECENT_WINDOW = env_int("INDEX_RECENT_WINDOW", 10, minimum=0)
-INDEX_CLUSTERING_THRESHOLD = env_float("INDEX_CLUSTERING_THRESHOLD", 0.85, low=0.0, high=1.0)
+# Cosine similarity for a new message to join a topic; unset: the embedder's own (e5 squeezes
+# cosines into 0.8-0.95 and joins at 0.89, MiniLM at 0.35: memory.embeddings.Embedder.topic_join).
+INDEX_CLUSTERING_THRESHOLD = (
+    env_float("INDEX_CLUSTERING_THRESHOLD", 0.0, low=0.0, high=1.0)
+    if os.environ.get("INDEX_CLUSTERING_THRESHOLD", "").strip()
+    else None
+)
+# Topics with fewer messages are not shown as clusters in the index.
 INDEX_MIN_CLUSTER_SIZE = env_int("INDEX_MIN_CLUSTER_SIZE", 3, minimum=1)
+# auto: by history size (INDEX_FULL_MAX / INDEX_SNIPPET_MAX / INDEX_CLUSTER_MAX); else always this one.
+INDEX_STRATEGY = env_choice(
+    "INDEX_STRATEGY", "auto", {"auto", "full", "snippets", "clusters", "hierarchical"}
+)
 INDEX_CHUNK_THRESHOLD = env_int("INDEX_CHUNK_THRESHOLD", 4000, minimum=100)
 INDEX_CHUNK_OVERLAP = env_int("INDEX_CHUNK_OVERLAP", 200, minimum=0)
 INDEX_INCLUDE_TOOL_CALLS = env_bool("INDEX_INCLUDE_TOOL_CALLS", True)

@@ -159,6 +159,12 @@ def history_size(owner, *, cap: int | None = None) -> int:
 
 
 def choose_strategy(size: int) -> tuple[str, str]:
+    if settings.INDEX_STRATEGY != "auto":
+        return settings.INDEX_STRATEGY, (
+            f"INDEX_STRATEGY={settings.INDEX_STRATEGY} ({size:,} messages in memory)"
+            if size <= settings.INDEX_CLUSTER_MAX
+            else f"INDEX_STRATEGY={settings.INDEX_STRATEGY}"
+        )
     full, snippets, clusters = (
         settings.INDEX_FULL_MAX,
         settings.INDEX_SNIPPET_MAX,
@@ -529,8 +535,11 @@ def _snippets(owner, plan, writer, hits, left_out, included, deadline, query_vec
 
 
 def _relevant_topics(owner, query_vector, hits: list[SearchHit], limit: int) -> list[Topic]:
-    """Leaf topics nearest the query, plus the topics holding the best hits."""
-    leaves = Topic.objects.owned_by(owner).filter(children__isnull=True)
+    """Leaf topics nearest the query, plus the topics holding the best hits (of at least
+    INDEX_MIN_CLUSTER_SIZE messages: smaller ones are not shown as clusters)."""
+    leaves = Topic.objects.owned_by(owner).filter(
+        children__isnull=True, message_count__gte=settings.INDEX_MIN_CLUSTER_SIZE
+    )
     found: list[Topic] = []
     hit_ids = [h.message_id for h in hits[:10]]
     if hit_ids:

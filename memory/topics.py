@@ -39,7 +39,8 @@ def _thresholds() -> tuple[float, float, float]:
     from memory.embeddings import get_embedder
 
     e = get_embedder()
-    return e.topic_join, e.topic_cut, e.topic_merge
+    join = settings.INDEX_CLUSTERING_THRESHOLD
+    return (e.topic_join if join is None else join), e.topic_cut, e.topic_merge
 MIN_LEAF = 3
 
 _STOP_TEXT = """

@@ -154,3 +154,31 @@ def test_the_plan_never_exceeds_its_budget(owner, texts, budget, full_max, query
     assert count_tokens(plan.text) == plan.tokens_by_zone["memory"]
     assert count_tokens(plan.instructions) == plan.tokens_by_zone["system"]
     assert sum(m.token_count + 4 for m in plan.recent) == plan.tokens_by_zone["history"]
+
+
+@pytest.mark.django_db
+def test_index_strategy_overrides_the_choice_by_history_size(owner, conversation, settings):
+    add_turns(owner, conversation, ["the heron nests by the lake", "the bike needs a chain"])
+    assert prepare_context(owner, conversation, "heron").strategy == "full"
+    settings.INDEX_STRATEGY = "hierarchical"
+    plan = prepare_context(owner, conversation, "heron")
+    assert plan.strategy == "hierarchical" and "INDEX_STRATEGY=hierarchical" in plan.reason
+
+
+@pytest.mark.django_db
+def test_topics_smaller_than_index_min_cluster_size_are_not_shown_as_clusters(owner, conversation, settings):
+    from memory import topics
+
+    add_turns(owner, conversation, [
+        "we planted tomatoes and basil in the garden",
+        "the garden tomatoes need water every morning",
+        "basil in the garden is flowering early",
+        "the garden soil needs compost before spring",
+    ])
+    topics.rebuild(owner)
+    settings.INDEX_STRATEGY = "clusters"
+    biggest = max(t.message_count for t in topics.leaves_qs(owner))
+    settings.INDEX_MIN_CLUSTER_SIZE = biggest
+    assert "Cluster:" in prepare_context(owner, conversation, "garden tomatoes").text
+    settings.INDEX_MIN_CLUSTER_SIZE = biggest + 1
+    assert "Cluster:" not in prepare_context(owner, conversation, "garden tomatoes").text

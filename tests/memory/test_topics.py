@@ -146,3 +146,24 @@ def test_a_new_message_never_joins_an_old_leaf(owner, conversation):
         siblings = [t for t in ordered if t.parent_id == parent]
         starts = [t.period_start for t in siblings]
         assert starts == sorted(starts)
+
+
+def test_index_clustering_threshold_sets_how_close_a_message_must_be_to_join_a_topic(
+    owner, conversation, settings
+):
+    start = timezone.now() - dt.timedelta(days=2)
+    add_turns(owner, conversation, GARDEN, start=start)
+    topics.rebuild(owner)
+    leaves = Topic.objects.owned_by(owner).filter(children__isnull=True).count()
+
+    def place(text: str, hours: int) -> None:
+        later = add_turns(owner, conversation, [text], start=start + dt.timedelta(hours=hours))
+        run_upkeep(owner, [later[0].pk])
+
+    assert leaves == 1
+    settings.INDEX_CLUSTERING_THRESHOLD = 0.0  # anything joins the nearest leaf
+    place("the invoice for the roof repair is overdue", 30)
+    assert Topic.objects.owned_by(owner).filter(children__isnull=True).count() == 1
+    settings.INDEX_CLUSTERING_THRESHOLD = 1.0  # nothing is that close: a leaf of its own
+    place("tomatoes and basil in the garden again", 60)
+    assert Topic.objects.owned_by(owner).filter(children__isnull=True).count() == 2
