@@ -73,7 +73,8 @@ def test_an_owner_without_topics_is_not_searched_for_topics(owner, conversation,
 
 
 @pytest.mark.django_db
-def test_an_owner_with_topics_still_gets_relevant_clusters(owner, conversation, hierarchical):
+def test_an_owner_with_topics_still_gets_relevant_clusters(owner, conversation, hierarchical, settings):
+    settings.INDEX_MIN_CLUSTER_SIZE = 2  # the topic below holds two messages
     messages = add_turns(owner, conversation, TEXTS)
     vector = get_embedder().embed_one("trains to Lisbon and Porto")
     topic = Topic.objects.create(
