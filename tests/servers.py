@@ -4,6 +4,8 @@ commands (bench_faults) use it too."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import signal
 import socket
@@ -97,3 +99,26 @@ def session_cookie(user) -> str:
     client = Client()
     client.force_login(user)
     return f"sessionid={client.cookies['sessionid'].value}"
+
+
+async def open_socket(server: ServerProcess, cookie: str, conversation_id: str):
+    """A signed-in websocket to a conversation on `server`. max_size=None: the server echoes a
+    long message back as its rendered HTML."""
+    from websockets.asyncio.client import connect as ws_connect
+
+    return await ws_connect(
+        f"{server.ws_url}/ws/chat/{conversation_id}/",
+        additional_headers={"Cookie": cookie, "Origin": server.url},
+        open_timeout=30, max_size=None,
+    )
+
+
+async def events_until(ws, event_type: str, timeout: float = 120) -> list[dict]:
+    """The events a socket receives up to and including the first of `event_type`."""
+    events: list[dict] = []
+    async with asyncio.timeout(timeout):
+        while True:
+            event = json.loads(await ws.recv())
+            events.append(event)
+            if event["type"] == event_type:
+                return events

@@ -17,14 +17,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from django.conf import settings
-from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed
 
 from config.serving import websocket_max_frame_bytes, websocket_max_message_bytes
 from memory.models import Message
 from tests import llm_server
 from tests.browser import CHROMIUM, CHROMIUM_ARGS, MISSING
-from tests.servers import ARTIFACTS, ServerProcess, session_cookie
+from tests.servers import ARTIFACTS, ServerProcess, events_until, open_socket, session_cookie
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -76,25 +75,6 @@ def default_server(servers) -> ServerProcess:
 @pytest.fixture
 def small_server(servers) -> ServerProcess:
     return servers["small"]
-
-
-async def open_socket(server: ServerProcess, cookie: str, conversation_id: str):
-    # max_size=None: the server echoes a long message back as its rendered HTML.
-    return await ws_connect(
-        f"{server.ws_url}/ws/chat/{conversation_id}/",
-        additional_headers={"Cookie": cookie, "Origin": server.url},
-        open_timeout=30, max_size=None,
-    )
-
-
-async def events_until(ws, event_type: str, timeout: float = 120) -> list[dict]:
-    events: list[dict] = []
-    async with asyncio.timeout(timeout):
-        while True:
-            event = json.loads(await ws.recv())
-            events.append(event)
-            if event["type"] == event_type:
-                return events
 
 
 def long_text(chars: int) -> str:

@@ -10,10 +10,10 @@ import asyncio
 import json
 
 import pytest
-from websockets.asyncio.client import connect as ws_connect
 
 from memory.models import Conversation, Message
 from tests.scale.conftest import ServerProcess, database_name, session_cookie
+from tests.servers import events_until, open_socket
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -34,24 +34,6 @@ def server_pair(django_db_setup, django_db_blocker, redis_server, module_llm):
     finally:
         for server in servers:
             server.stop()
-
-
-async def open_socket(server: ServerProcess, cookie: str, conversation_id: str):
-    return await ws_connect(
-        f"{server.ws_url}/ws/chat/{conversation_id}/",
-        additional_headers={"Cookie": cookie, "Origin": server.url},
-        open_timeout=30, max_size=None,
-    )
-
-
-async def events_until(ws, event_type: str, timeout: float = 120) -> list[dict]:
-    events: list[dict] = []
-    async with asyncio.timeout(timeout):
-        while True:
-            event = json.loads(await ws.recv())
-            events.append(event)
-            if event["type"] == event_type:
-                return events
 
 
 async def test_a_message_sent_through_one_server_reaches_a_client_on_the_other(
