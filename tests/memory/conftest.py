@@ -15,8 +15,9 @@ def immediate_tasks(settings):
     settings.TASKS = {"default": {"BACKEND": "django_tasks.backends.immediate.ImmediateBackend"}}
 
 
-def add_turns(owner, conversation, texts, *, start=None, gap_minutes=1, embed=True):
-    """Store alternating user/assistant messages `gap_minutes` apart; returns them."""
+def add_turns(owner, conversation, texts, *, start=None, gap_minutes=1, embed=True, linked=False):
+    """Store alternating user/assistant messages `gap_minutes` apart; returns them. linked: each
+    replies to the one before it, as in a chat."""
     start = start or timezone.now() - dt.timedelta(days=1)
     items = [
         NewMessage(
@@ -26,6 +27,9 @@ def add_turns(owner, conversation, texts, *, start=None, gap_minutes=1, embed=Tr
         )
         for i, text in enumerate(texts)
     ]
+    if linked:
+        for before, item in zip(items, items[1:], strict=False):
+            item.parent_id = before.id
     return store_messages(owner, conversation, items, embed=embed)
 
 

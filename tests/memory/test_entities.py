@@ -49,7 +49,10 @@ def test_greetings_times_possessives_and_quotes_are_not_part_of_names():
     for wrong in ("Yeah Mel", "Wow Mel", "Congrats Caroline", "Bye Caroline", "Last Friday",
                   "Friday", "Tues", "Oliver's", "Embracing Identity'"):
         assert wrong not in names
-    more = "Absolutely Jon, go for it. Knowing I'm here helps. It's Shia Labeouf! DOING IT now. Here's the plan."
+    more = (
+        "Absolutely Jon, go for it. Knowing I'm here helps. It's Shia Labeouf! DOING IT now. "
+        "Here's the plan."
+    )
     names = {f.name for f in extract(more) if f.kind == "name"}
     assert {"Jon", "Shia Labeouf"} <= names
     assert not names & {"Absolutely Jon", "Knowing I'm", "It's Shia Labeouf", "DOING IT", "DOING", "Here"}

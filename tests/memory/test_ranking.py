@@ -194,7 +194,6 @@ def test_a_turn_gets_a_share_of_the_score_of_the_turn_two_replies_away(owner, co
     """A fact is often stated a turn after the one that names its subject: turns two replies
     apart share NEIGHBOR_SHARE of each other's score (both ways), and no further."""
     from memory import search as search_module
-    from memory.store import NewMessage, store_messages
 
     texts = [
         "The company retreat will be at Whispering Pines lodge.",
@@ -203,14 +202,7 @@ def test_a_turn_gets_a_share_of_the_score_of_the_turn_two_replies_away(owner, co
         "Noted, I will remember that.",
         "The lodge in town has a sauna and a retreat room.",
     ]
-    start = timezone.now() - dt.timedelta(days=1)
-    items, parent = [], None
-    for i, text in enumerate(texts):
-        item = NewMessage("user" if i % 2 == 0 else "assistant", text,
-                          timestamp=start + dt.timedelta(minutes=i), parent_id=parent)
-        items.append(item)
-        parent = item.id
-    retreat, _, fact, _, far = store_messages(owner, conversation, items)
+    retreat, _, fact, _, far = add_turns(owner, conversation, texts, linked=True)
     monkeypatch.setattr(search_module, "REPLY_SHARE", 0.0)
 
     def scores(share: float) -> dict[str, float]:
@@ -232,7 +224,6 @@ def test_the_turn_two_replies_after_the_best_hit_joins_the_candidates(owner, con
     from memory import search as search_module
     from memory import store
     from memory.models import Conversation
-    from memory.store import NewMessage, store_messages
 
     other = Conversation.objects.create(owner=owner, title="lodges")
     add_turns(owner, other, [f"The lodge number {i} is in the old town." for i in range(30)])
@@ -242,14 +233,7 @@ def test_the_turn_two_replies_after_the_best_hit_joins_the_candidates(owner, con
         "Whispering Pines is in Estes Park, Colorado.",
         "Noted, I will remember that.",
     ]
-    start = timezone.now() - dt.timedelta(days=1)
-    items, parent = [], None
-    for i, text in enumerate(texts):
-        item = NewMessage("user" if i % 2 == 0 else "assistant", text,
-                          timestamp=start + dt.timedelta(minutes=i), parent_id=parent)
-        items.append(item)
-        parent = item.id
-    retreat, _, fact, _ = store_messages(owner, conversation, items)
+    retreat, _, fact, _ = add_turns(owner, conversation, texts, linked=True)
     query = "Which town is the retreat lodge in?"
 
     def found(**kwargs) -> list[str]:
