@@ -712,7 +712,7 @@ def _fuse(
         for key, entry in _neighbours_of_best(owner, scores, *expand).items():
             info[key] = entry
             scores[key] = floor + (boosts.bonus(entry.get("timestamp")) if boosts is not None else 0.0)
-    _share_reply_scores(owner, scores)
+    _share_neighbour_scores(owner, scores)
     ranked = sorted(scores.items(), key=lambda kv: -kv[1])[:limit]
     message_ids = [key[1] for key, _ in ranked if key[0] == "message"]
     call_ids = [key[1] for key, _ in ranked if key[0] == "tool_call"]
@@ -836,7 +836,7 @@ def _neighbours_of_best(owner, scores, filters: SearchFilters, exclude: set[str]
     }
 
 
-def _share_reply_scores(owner, scores: dict[tuple[str, str], float]) -> None:
+def _share_neighbour_scores(owner, scores: dict[tuple[str, str], float]) -> None:
     """Scores flow between nearby turns when both are candidates. A message gets REPLY_SHARE of
     the score of its reply (the reply carries the message's end as context, and a question
     before a matching answer is often where the subject was named); turns two replies apart
