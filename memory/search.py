@@ -237,22 +237,22 @@ def search(
 # Vector searches run here while the calling thread reads keyword candidates (each thread has
 # its own database connection, kept like a server thread's: CONN_MAX_AGE).
 PARALLEL_SEARCH = True
-_SEARCH_THREADS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="vector-search")
+SEARCH_THREADS = 4
+_SEARCH_THREADS = ThreadPoolExecutor(max_workers=SEARCH_THREADS, thread_name_prefix="vector-search")
 
 
 def release_connections() -> None:
     """Close the vector-search threads' database connections: before a database they may hold
     open (a scratch database) is dropped. One closing job per thread, held at a barrier so
     each runs on a thread of its own."""
-    workers = _SEARCH_THREADS._max_workers
-    barrier = threading.Barrier(workers)
+    barrier = threading.Barrier(SEARCH_THREADS)
 
     def close() -> None:
         with contextlib.suppress(threading.BrokenBarrierError):
             barrier.wait(timeout=30)
         connection.close()
 
-    for job in [_SEARCH_THREADS.submit(close) for _ in range(workers)]:
+    for job in [_SEARCH_THREADS.submit(close) for _ in range(SEARCH_THREADS)]:
         job.result()
 
 
