@@ -300,28 +300,17 @@ def _vector_candidates(owner, query, filters, k, results, query_vector=None) -> 
     )
     vec = vector_literal(vector)
     try:
-        with transaction.atomic(), connection.cursor() as cursor:
-            # One round trip for the three settings and the number of the owner's vectors
-            # (counted up to EXACT_SEARCH_MAX + 1 from the partial index alone; deleted ones
-            # included, so it is an upper bound). Filtered HNSW scans keep going until enough
-            # rows pass the filters (iterative scan).
+        with connection.cursor() as cursor:
+            # One round trip for the number of the owner's vectors (counted up to
+            # EXACT_SEARCH_MAX + 1 from the partial index alone; deleted ones included, so it is
+            # an upper bound) and whether vectors of another model are stored.
             cursor.execute(
-                "SELECT set_config('statement_timeout', %s, true), "
-                "set_config('hnsw.iterative_scan', 'relaxed_order', true), "
-                "set_config('hnsw.ef_search', %s, true), "
-                "(SELECT count(*) FROM (SELECT 1 FROM memory_passage WHERE owner_id = %s "
-                "AND embedding_model = %s AND embedding IS NOT NULL LIMIT %s) s)",
-                [
-                    str(int(settings.VECTOR_SEARCH_TIMEOUT_MS)),
-                    # A walk that keeps twice the candidates it returns: its first k stay close to
-                    # an exact scan's (at k = 500 the graph walk costs about the same either way).
-                    str(max(40, min(2 * k, 1000))),
-                    owner.pk,
-                    embedder.name,
-                    EXACT_SEARCH_MAX + 1,
-                ],
+                "SELECT (SELECT count(*) FROM (SELECT 1 FROM memory_passage WHERE owner_id = %s "
+                "AND embedding_model = %s AND embedding IS NOT NULL LIMIT %s) s), "
+                + _OTHER_MODEL,
+                [owner.pk, embedder.name, EXACT_SEARCH_MAX + 1, *[owner.pk, embedder.name] * 2],
             )
-            vectors = cursor.fetchone()[3]
+            vectors, other_model = cursor.fetchone()
             if vectors > EXACT_SEARCH_MAX and where:
                 # What the filters leave (a conversation, a role, a period): read from the
                 # rows, not their vectors, so still cheap next to reading the vectors.
@@ -330,21 +319,30 @@ def _vector_candidates(owner, query, filters, k, results, query_vector=None) -> 
                     [owner.pk, embedder.name, *params, EXACT_SEARCH_MAX + 1],
                 )
                 vectors = cursor.fetchone()[0]
-            if vectors <= EXACT_SEARCH_MAX:
-                # Few vectors pass the filters (a small memory, or a narrow filter): the HNSW
-                # graph is mostly rows the filters drop, and a filtered graph walk visits many
-                # of them. Scanning the rows that pass is cheaper, and exact. `+ 0` keeps the
-                # planner off the HNSW index.
-                sql = sql.replace(f"ORDER BY {HALFVEC}", "ORDER BY (p.embedding <=> %s::vector) + 0")
-            else:
-                # Many vectors: the graph walk. The planner underrates the rows the owner's
-                # partial btree index yields (embedding_model and `embedding IS NOT NULL` are
-                # one condition to us, two independent ones to it) and would otherwise pick an
-                # exact scan that reads every vector out of TOAST; with sorting off, the only
-                # way to the ORDER BY is the HNSW index.
-                cursor.execute("SELECT set_config('enable_sort', 'off', true)")
-            cursor.execute(sql, [vec, owner.pk, embedder.name, *params, vec, k])
-            rows = cursor.fetchall()
+        if vectors <= EXACT_SEARCH_MAX:
+            # Few vectors pass the filters (a small memory, or a narrow filter): the HNSW
+            # graph is mostly rows the filters drop, and a filtered graph walk visits many
+            # of them. Scanning the rows that pass is cheaper, and exact. `+ 0` keeps the
+            # planner off the HNSW index.
+            sql = sql.replace(f"ORDER BY {HALFVEC}", "ORDER BY (p.embedding <=> %s::vector) + 0")
+        # Many vectors: the graph walk. The planner underrates the rows the owner's partial
+        # btree index yields (embedding_model and `embedding IS NOT NULL` are one condition to
+        # us, two independent ones to it) and would otherwise pick an exact scan that reads
+        # every vector out of TOAST; with sorting off, the only way to the ORDER BY is the
+        # HNSW index. Filtered HNSW scans keep going until enough rows pass the filters
+        # (iterative scan).
+        rows = with_local_settings(
+            {
+                "statement_timeout": str(int(settings.VECTOR_SEARCH_TIMEOUT_MS)),
+                "hnsw.iterative_scan": "relaxed_order",
+                # A walk that keeps twice the candidates it returns: its first k stay close to
+                # an exact scan's (at k = 500 the graph walk costs about the same either way).
+                "hnsw.ef_search": str(max(40, min(2 * k, 1000))),
+                "enable_sort": "on" if vectors <= EXACT_SEARCH_MAX else "off",
+            },
+            sql,
+            [vec, owner.pk, embedder.name, *params, vec, k],
+        )
     except OperationalError as exc:  # statement_timeout (QueryCanceled) and friends
         logger.warning("vector search fell back: %s", exc)
         results.fallbacks.append(
@@ -355,25 +353,38 @@ def _vector_candidates(owner, query, filters, k, results, query_vector=None) -> 
             }
         )
         return []
-    _note_model_mismatch(owner, embedder.name, results)
+    _note_model_mismatch(other_model, embedder.name, results)
     # pgvector's relaxed_order may return slightly out of order: sort by similarity.
     rows.sort(key=lambda r: -r[4])
     return rows
 
 
-def _note_model_mismatch(owner, model_name: str, results: SearchResults) -> None:
-    # Two range probes on (owner, embedding_model) instead of `<>`, so each is one index
-    # descent however large the memory (a `<>` filter would walk every row of the owner).
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "(SELECT embedding_model FROM memory_passage WHERE owner_id = %s "
-            "AND embedding_model > '' AND embedding_model < %s LIMIT 1) UNION ALL "
-            "(SELECT embedding_model FROM memory_passage WHERE owner_id = %s "
-            "AND embedding_model > %s LIMIT 1) LIMIT 1",
-            [owner.pk, model_name, owner.pk, model_name],
-        )
-        row = cursor.fetchone()
-    other = row[0] if row else None
+# Two range probes on (owner, embedding_model) instead of `<>`, so each is one index descent
+# however large the memory (a `<>` filter would walk every row of the owner).
+_OTHER_MODEL = (
+    "((SELECT embedding_model FROM memory_passage WHERE owner_id = %s "
+    "AND embedding_model > '' AND embedding_model < %s LIMIT 1) UNION ALL "
+    "(SELECT embedding_model FROM memory_passage WHERE owner_id = %s "
+    "AND embedding_model > %s LIMIT 1) LIMIT 1)"
+)
+
+
+def with_local_settings(values: dict[str, str], sql: str, params: list[Any]) -> list[tuple]:
+    """The rows of `sql` run with `values` as transaction-local settings, in one round trip:
+    outside a transaction the two statements of one message are Postgres' implicit
+    transaction, so the settings end with it; inside one, a savepoint keeps a failed query
+    (a statement timeout) from aborting the caller's transaction."""
+    names = list(values)
+    settings_sql = "SELECT " + ", ".join("set_config(%s, %s, true)" for _ in names)
+    settings_params = [v for name in names for v in (name, values[name])]
+    scope = transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext()
+    with scope, connection.cursor() as cursor:
+        cursor.execute(f"{settings_sql}; {sql}", [*settings_params, *params])
+        cursor.nextset()
+        return cursor.fetchall()
+
+
+def _note_model_mismatch(other, model_name: str, results: SearchResults) -> None:
     if other:
         results.fallbacks.append(
             {
@@ -494,16 +505,14 @@ def _keyword_candidates(owner, query, filters, k, results) -> list[tuple]:
     )
     part_params = [param for _, branch_params in parts for param in branch_params]
     try:
-        with transaction.atomic(), connection.cursor() as cursor:
-            # Every way to the rows goes through an index (GIN for the terms, the owner's timestamp
-            # index for the newest); a sequential scan reads every owner's passages, and the
-            # planner picks one when a word was common once (its estimate is table-wide).
-            cursor.execute(
-                "SELECT set_config('statement_timeout', %s, true), set_config('enable_seqscan', 'off', true)",
-                [str(int(settings.VECTOR_SEARCH_TIMEOUT_MS))],
-            )
-            cursor.execute(sql, [*part_params, k])
-            return cursor.fetchall()
+        # Every way to the rows goes through an index (GIN for the terms, the owner's timestamp
+        # index for the newest); a sequential scan reads every owner's passages, and the
+        # planner picks one when a word was common once (its estimate is table-wide).
+        return with_local_settings(
+            {"statement_timeout": str(int(settings.VECTOR_SEARCH_TIMEOUT_MS)), "enable_seqscan": "off"},
+            sql,
+            [*part_params, k],
+        )
     except OperationalError as exc:
         results.fallbacks.append({"kind": "keyword_timeout", "detail": str(exc)[:200]})
         return []
