@@ -55,7 +55,7 @@ PERIOD_BOOST = 1.0
 REPLY_SHARE = 0.2
 NEIGHBOR_SHARE = 0.4
 # How many of the best messages have their turns two replies away join the candidates (see
-# _neighbours_of_best): the best one. More seeds cost recall on the dev split (5: -1 point).
+# _neighbours_and_chains): the best one. More seeds cost recall on the dev split (5: -1 point).
 NEIGHBOR_SEEDS = 1
 # BM25's term-frequency saturation and length normalisation.
 BM25_K1 = 1.2
@@ -716,12 +716,12 @@ def _fuse(
         )
         if boosts is not None:
             scores[key] += boosts.bonus(entry.get("timestamp"))
-    if expand is not None:
-        floor = VECTOR_WEIGHT * floor_vector + KEYWORD_WEIGHT * floor_keyword
-        for key, entry in _neighbours_of_best(owner, scores, *expand).items():
-            info[key] = entry
-            scores[key] = floor + (boosts.bonus(entry.get("timestamp")) if boosts is not None else 0.0)
-    _share_neighbour_scores(owner, scores)
+    neighbours, chains = _neighbours_and_chains(owner, scores, expand)
+    floor = VECTOR_WEIGHT * floor_vector + KEYWORD_WEIGHT * floor_keyword
+    for key, entry in neighbours.items():
+        info[key] = entry
+        scores[key] = floor + (boosts.bonus(entry.get("timestamp")) if boosts is not None else 0.0)
+    _share_neighbour_scores(scores, chains)
     ranked = sorted(scores.items(), key=lambda kv: -kv[1])[:limit]
     message_ids = [key[1] for key, _ in ranked if key[0] == "message"]
     call_ids = [key[1] for key, _ in ranked if key[0] == "tool_call"]
@@ -810,63 +810,79 @@ def _fuse(
     return hits
 
 
-def _neighbours_of_best(owner, scores, filters: SearchFilters, exclude: set[str]) -> dict:
-    """The turns two replies before or after the NEIGHBOR_SEEDS best messages that neither list
-    returned (their first passage each, within the filters): a fact stated a turn after its
-    subject can share no word and little meaning with a question about that subject."""
+def _neighbours_and_chains(owner, scores, expand) -> tuple[dict, list[tuple]]:
+    """One round trip for what the scores share: the turns two replies before or after the
+    NEIGHBOR_SEEDS best messages that neither list returned (their first passage each, within
+    the filters; `expand` is the search's (filters, excluded ids), None for no neighbours), and
+    each candidate's parent and grandparent. A fact stated a turn after its subject can share no
+    word and little meaning with a question about that subject."""
+    messages = [key[1] for key in scores if key[0] == "message"]
     seeds = [
         key[1]
         for key, score in sorted(scores.items(), key=lambda kv: -kv[1])
         if key[0] == "message" and score > 0
     ][:NEIGHBOR_SEEDS]
-    if not (seeds and NEIGHBOR_SHARE):
-        return {}
-    where, params = filters.sql()
-    with connection.cursor() as cursor:
-        cursor.execute(
+    near_sql, near_params, exclude = "", [], set()
+    if expand is not None and seeds and NEIGHBOR_SHARE:
+        filters, exclude = expand
+        where, params = filters.sql()
+        near_sql = (
             "WITH seeds AS (SELECT id, parent_id FROM memory_message WHERE owner_id = %s AND id = ANY(%s)), "
             "near AS ("
             " SELECT g.id FROM memory_message c JOIN memory_message g ON g.parent_id = c.id"
             " WHERE c.parent_id IN (SELECT id FROM seeds) AND c.owner_id = %s AND g.owner_id = %s"
             " UNION SELECT m.parent_id FROM memory_message m"
-            " WHERE m.id IN (SELECT parent_id FROM seeds) AND m.owner_id = %s AND m.parent_id IS NOT NULL) "
-            "SELECT DISTINCT ON (p.logical_message_id) "
+            " WHERE m.id IN (SELECT parent_id FROM seeds) AND m.owner_id = %s AND m.parent_id IS NOT NULL), "
+            "nearp AS (SELECT DISTINCT ON (p.logical_message_id) "
             "p.message_id, p.logical_message_id, p.text, p.timestamp "
             "FROM memory_passage p WHERE p.owner_id = %s AND NOT p.deleted AND p.kind = 'message' "
             "AND p.logical_message_id IN (SELECT id FROM near)" + where + " "
-            "ORDER BY p.logical_message_id, p.id LIMIT 100",
-            [owner.pk, seeds, owner.pk, owner.pk, owner.pk, owner.pk, *params],
+            "ORDER BY p.logical_message_id, p.id LIMIT 100) "
         )
-        rows = cursor.fetchall()
-    return {
+        near_params = [owner.pk, seeds, *[owner.pk] * 4, *params]
+    if not ((REPLY_SHARE or NEIGHBOR_SHARE) and (near_sql or len(messages) >= 2)):
+        return {}, []
+    chains_sql = (
+        "SELECT m.id, m.parent_id, p.parent_id FROM memory_message m "
+        "JOIN memory_message p ON p.id = m.parent_id "
+        "WHERE m.owner_id = %s AND p.owner_id = %s AND m.parent_id IS NOT NULL AND (m.id = ANY(%s)"
+        + (" OR m.id IN (SELECT message_id FROM nearp))" if near_sql else ")")
+    )
+    chains_params = [owner.pk, owner.pk, messages]
+    with connection.cursor() as cursor:
+        if near_sql:
+            cursor.execute(
+                f"{near_sql} SELECT * FROM nearp; {near_sql} {chains_sql}",
+                [*near_params, *near_params, *chains_params],
+            )
+            near_rows = cursor.fetchall()
+            cursor.nextset()
+        else:
+            cursor.execute(chains_sql, chains_params)
+            near_rows = []
+        chains = cursor.fetchall()
+    neighbours = {
         ("message", message_id): {"logical": logical, "text": text, "timestamp": timestamp}
-        for message_id, logical, text, timestamp in rows
+        for message_id, logical, text, timestamp in near_rows
         if ("message", message_id) not in scores and logical not in exclude
     }
+    return neighbours, chains
 
 
-def _share_neighbour_scores(owner, scores: dict[tuple[str, str], float]) -> None:
-    """Scores flow between nearby turns when both are candidates. A message gets REPLY_SHARE of
-    the score of its reply (the reply carries the message's end as context, and a question
-    before a matching answer is often where the subject was named); turns two replies apart
-    get NEIGHBOR_SHARE of each other's (a fact is often stated a turn after the one that named
-    its subject: "The retreat is at Whispering Pines." ... "Whispering Pines is in Estes Park.")."""
-    messages = [key[1] for key in scores if key[0] == "message"]
-    if not (REPLY_SHARE or NEIGHBOR_SHARE) or len(messages) < 2:
-        return
-    rows = (
-        Message.objects.owned_by(owner)
-        .filter(pk__in=messages, parent_id__isnull=False)
-        .values_list("pk", "parent_id", "parent__parent_id")
-        .order_by()
-    )
+def _share_neighbour_scores(scores: dict[tuple[str, str], float], chains: list[tuple]) -> None:
+    """Scores flow between nearby turns when both are candidates (`chains`: each candidate's
+    id, parent and grandparent). A message gets REPLY_SHARE of the score of its reply (the reply
+    carries the message's end as context, and a question before a matching answer is often
+    where the subject was named); turns two replies apart get NEIGHBOR_SHARE of each other's
+    (a fact is often stated a turn after the one that named its subject: "The retreat is at
+    Whispering Pines." ... "Whispering Pines is in Estes Park.")."""
     base = dict(scores)
 
     def share(to: str, source: str, fraction: float) -> None:
         if fraction and ("message", source) in base and ("message", to) in base:
             scores[("message", to)] += fraction * base[("message", source)]
 
-    for reply, parent, grandparent in rows:
+    for reply, parent, grandparent in chains:
         share(parent, reply, REPLY_SHARE)
         if grandparent:
             share(grandparent, reply, NEIGHBOR_SHARE)
