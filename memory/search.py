@@ -433,27 +433,36 @@ RECENT_WINDOW = 1000
 RARE_CAP = 5000
 
 
+def _query_words(query: str) -> str:
+    return " ".join(w for w in query_terms(query) if w not in QUERY_STOP_WORDS)
+
+
+# The lexemes of the words in the first parameter: stemmed, Postgres' English stop words
+# dropped, at most 24, in code-point order.
+_LEXEMES = (
+    "SELECT lex FROM (SELECT DISTINCT unnest(tsvector_to_array(to_tsvector('english', %s))) AS lex) d "
+    "WHERE lex ~ '^[a-z0-9_]+$' ORDER BY lex COLLATE \"C\" LIMIT 24"
+)
+
+
 def query_lexemes(query: str) -> list[str]:
     """The query's English lexemes (stemmed, stop words and question phrasing dropped)."""
-    words = [w for w in query_terms(query) if w not in QUERY_STOP_WORDS]
+    words = _query_words(query)
     if not words:
         return []
     with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT DISTINCT unnest(tsvector_to_array(to_tsvector('english', %s)))",
-            [" ".join(words)],
-        )
-        return sorted(r[0] for r in cursor.fetchall() if re.fullmatch(r"[a-z0-9_]+", r[0]))[:24]
+        cursor.execute(_LEXEMES, [words])
+        return [r[0] for r in cursor.fetchall()]
 
 
 def _keyword_candidates(owner, query, filters, k, results) -> list[tuple]:
-    lexemes = query_lexemes(query)
-    if not lexemes:
+    words = _query_words(query)
+    if not words:
         return []
     where, params = filters.sql()
     # OR of the terms (a natural question rarely has every word in the answer), each term
     # scored by Okapi BM25 with its IDF among this owner's passages.
-    weights, complete, shares, avgdl = _term_stats(owner, lexemes)
+    weights, complete, shares, avgdl = _term_stats(owner, words, lexemes_of_words=True)
     if not weights:
         return []
     rare = [t for t in weights if complete or shares[t] <= RARE_SHARE]
@@ -529,27 +538,33 @@ def _term_weights(owner, lexemes: list[str]) -> tuple[dict[str, float], bool, di
     return weights, complete, shares
 
 
-def _term_stats(owner, lexemes: list[str]) -> tuple[dict[str, float], bool, dict[str, float], float]:
-    """_term_weights, plus the sample's mean passage length in distinct lexemes (BM25's avgdl)."""
+def _term_stats(
+    owner, lexemes: list[str] | str, *, lexemes_of_words: bool = False
+) -> tuple[dict[str, float], bool, dict[str, float], float]:
+    """_term_weights, plus the sample's mean passage length in distinct lexemes (BM25's avgdl).
+    lexemes_of_words: `lexemes` is the query's words, turned into lexemes in the same query."""
     if not lexemes:
         return {}, True, {}, 1.0
-    counts = ", ".join(
-        ["count(*) FILTER (WHERE s.search_vector @@ to_tsquery('english', %s))"] * len(lexemes)
-    )
+    lx = _LEXEMES if lexemes_of_words else "SELECT unnest(%s::text[]) AS lex"
     with connection.cursor() as cursor:
+        # One row per lexeme, each with the sample's size and mean length; the sample is read
+        # once (a CTE used twice is computed once).
         cursor.execute(
-            f"SELECT count(*), avg(length(s.search_vector)), {counts} FROM (SELECT search_vector "
-            "FROM memory_passage WHERE owner_id = %s AND NOT deleted ORDER BY timestamp DESC LIMIT %s) s",
-            [*(f"'{lex}'" for lex in lexemes), owner.pk, DF_SAMPLE],
+            f"WITH lx AS ({lx}), s AS (SELECT search_vector FROM memory_passage "
+            "WHERE owner_id = %s AND NOT deleted ORDER BY timestamp DESC LIMIT %s), "
+            "total AS (SELECT count(*) AS n, avg(length(search_vector)) AS avgdl FROM s) "
+            "SELECT lx.lex, total.n, total.avgdl, (SELECT count(*) FROM s WHERE s.search_vector "
+            "@@ to_tsquery('english', quote_literal(lx.lex))) FROM lx, total",
+            [lexemes, owner.pk, DF_SAMPLE],
         )
-        row = cursor.fetchone()
-    n = int(row[0])
+        rows = cursor.fetchall()
+    n = int(rows[0][1]) if rows else 0
     if n == 0:
         return {}, True, {}, 1.0
-    avgdl = max(1.0, float(row[1] or 1.0))
+    avgdl = max(1.0, float(rows[0][2] or 1.0))
     complete = n < DF_SAMPLE
     weights, shares = {}, {}
-    for lex, df in zip(lexemes, row[2:], strict=True):
+    for lex, _, _, df in sorted(rows, key=lambda r: r[0]):
         df = int(df)
         if complete and df == 0:
             continue  # exact: the term is nowhere in this owner's memory
