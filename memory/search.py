@@ -42,6 +42,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.db.utils import OperationalError
 
+from memory import graph
 from memory.embeddings import get_embedder
 from memory.models import Message, ToolCall
 
@@ -645,10 +646,11 @@ class QueryBoosts:
     without it)."""
 
     period: tuple[dt.datetime, dt.datetime] | None = None
+    text: str = ""  # for the graph boost (memory.graph), which weighs entities by rarity
 
     @classmethod
     def of(cls, query: str) -> QueryBoosts:
-        return cls(period=query_period(query))
+        return cls(period=query_period(query), text=query)
 
     def bonus(self, timestamp: dt.datetime | None) -> float:
         if self.period and timestamp is not None and self.period[0] <= timestamp < self.period[1]:
@@ -707,6 +709,8 @@ def _fuse(
         )
         if boosts is not None:
             scores[key] += boosts.bonus(entry.get("timestamp"))
+    if boosts is not None and boosts.text:
+        graph.boost_scores(owner, boosts.text, scores, info)  # seed 003 B3; GRAPH_SEARCH turns it off
     if expand is not None:
         floor = VECTOR_WEIGHT * floor_vector + KEYWORD_WEIGHT * floor_keyword
         for key, entry in _neighbours_of_best(owner, scores, *expand).items():
