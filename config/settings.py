@@ -289,6 +289,16 @@ TOPIC_MAX_CHILDREN = env_int("TOPIC_MAX_CHILDREN", 8, minimum=2)
 BATCH_EMBEDDING_SIZE = env_int("BATCH_EMBEDDING_SIZE", 100, minimum=1)
 CACHE_EMBEDDINGS = env_bool("CACHE_EMBEDDINGS", True)
 VECTOR_SEARCH_TIMEOUT_MS = env_int("VECTOR_SEARCH_TIMEOUT_MS", 5000, minimum=1)
+# Seed 003's graph-aware search (memory.graph): candidates that mention the entities a query
+# names, or their neighbours within GRAPH_SEARCH_HOPS, gain up to GRAPH_SEARCH_WEIGHT (in the
+# fused z-score units of memory.search). An entity named in GRAPH_MAX_SHARE of the owner's
+# messages or more counts for nothing. Edges not reinforced for GRAPH_EDGE_HALF_LIFE_DAYS lose
+# half their weight (graph upkeep).
+GRAPH_SEARCH = env_bool("GRAPH_SEARCH", True)
+GRAPH_SEARCH_WEIGHT = env_float("GRAPH_SEARCH_WEIGHT", 0.15, low=0.0, high=10.0)
+GRAPH_SEARCH_HOPS = env_int("GRAPH_SEARCH_HOPS", 1, minimum=0)
+GRAPH_MAX_SHARE = env_float("GRAPH_MAX_SHARE", 0.05, low=0.0, high=1.0)
+GRAPH_EDGE_HALF_LIFE_DAYS = env_int("GRAPH_EDGE_HALF_LIFE_DAYS", 90, minimum=1)
 INDEX_BUILD_TIMEOUT_MS = env_int("INDEX_BUILD_TIMEOUT_MS", 3000, minimum=1)
 
 # --- Embeddings --------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from django.db import connection, transaction
 from django.db.models import Count, Exists, Max, Min, OuterRef
@@ -107,7 +108,33 @@ class Found:
 
 
 def normalize(name: str) -> str:
-    return " ".join(name.lower().replace(",", "").split())[:300]
+    """The key an entity is stored under: case, commas, spacing, a possessive and a title do not
+    count ("Melanie", "melanie", "Melanie's" are one entity; so are "Dr. Elena Rostova" and
+    "Elena Rostova")."""
+    flat = " ".join(name.lower().replace(",", "").replace("’", "'").split())
+    return _TITLE_KEY.sub("", _POSSESSIVE.sub("", flat))[:300] or flat[:300]
+
+
+_POSSESSIVE = re.compile(r"(?<=\w)'s?$")
+# "Dr. Elena Rostova" is Elena Rostova (a title before a name of two words or more).
+_TITLE_KEY = re.compile(r"^(?:dr|mr|mrs|ms|prof)\.?\s+(?=\S+\s+\S)")
+# Plural endings of common nouns, most specific first ("parties" -> "party", "boxes" -> "box").
+_PLURALS = (("ies", "y"), ("sses", "ss"), ("ches", "ch"), ("shes", "sh"), ("xes", "x"), ("s", ""))
+
+
+def singular_forms(normalized: str, kind: str | None = None) -> list[str]:
+    """What `normalized` would be if its last word were a plural: candidates only. A plural
+    joins its singular only when memory holds both ("tulips" into "tulip"), so a word that
+    merely ends in s ("paris") never loses its s on its own; and a one-word name is a name
+    ("Lucas" is not two Lucas), so only names of several words ("Pride Parades") and other
+    kinds (`tulips`) have plurals. `kind` None is read as a name."""
+    head, _, last = normalized.rpartition(" ")
+    if (kind in (None, "name") and not head) or len(last) < 4 or not last.isalpha():
+        return []
+    if last.endswith(("ss", "us", "is")):
+        return []
+    prefix = f"{head} " if head else ""
+    return [prefix + last[: -len(end)] + repl for end, repl in _PLURALS if last.endswith(end)]
 
 
 # Ids Recollect generates (ULIDs: 26 characters of Crockford's base32, as quoted in replies and
@@ -117,6 +144,11 @@ _RECOLLECT_ID = re.compile(r"\b[0-9A-HJKMNP-TV-Z]{26}\b")
 
 def extract(text: str) -> list[Found]:
     """Entities in `text`, most frequent first, at most MAX_ENTITIES_PER_MESSAGE."""
+    return [f for f, _ in extract_counted(text)]
+
+
+def extract_counted(text: str) -> list[tuple[Found, int]]:
+    """extract(), with how often each entity occurs in `text`."""
     text = text[:20000]  # a 1 MB paste does not need every entity found on the hot path
     text = _RECOLLECT_ID.sub(lambda m: " " * len(m.group(0)), text)
     counts: Counter[Found] = Counter()
@@ -169,7 +201,7 @@ def extract(text: str) -> list[Found]:
         if len(words) == 1 and (at_sentence_start or len(name) < 3):
             continue  # one capitalised word at a sentence start is just a sentence start
         counts[Found(name[:300], "name")] += 1
-    return [f for f, _ in counts.most_common(MAX_ENTITIES_PER_MESSAGE)]
+    return counts.most_common(MAX_ENTITIES_PER_MESSAGE)
 
 
 def key_entities(texts: Iterable[str], limit: int = 12) -> list[str]:
@@ -188,63 +220,160 @@ def key_entities(texts: Iterable[str], limit: int = 12) -> list[str]:
 
 def index_messages(owner, messages: Sequence[Message]) -> int:
     """Extract and store the entities of `messages` (logical, visible); replaces their old
-    mentions, so an edited message is re-indexed by calling this again. Returns mentions stored."""
+    mentions and edges, so an edited message is re-indexed by calling this again. Returns
+    mentions stored."""
     messages = [m for m in messages if not m.is_chunk and m.owner_id == owner.pk]
     if not messages:
         return 0
-    found = {m.pk: extract(m.content) for m in messages}
+    found = {m.pk: extract_counted(m.content) for m in messages}
+    when = {m.pk: m.timestamp for m in messages}
     with transaction.atomic():
-        EntityMention.objects.filter(owner_id=owner.pk, message_id__in=list(found)).delete()
-        wanted = {(f.normalized, f.kind): f.name for fs in found.values() for f in fs}
+        touched = remove_mentions(owner, list(found), refresh=False)
+        wanted: dict[tuple[str, str], str] = {}
+        for fs in found.values():
+            for f, _ in fs:
+                wanted.setdefault((f.normalized, f.kind), f.name)
         if not wanted:
+            refresh_counts(owner, touched)
             return 0
-        Entity.objects.bulk_create(
-            [
-                Entity(owner_id=owner.pk, name=name, normalized=n, kind=k)
-                for (n, k), name in wanted.items()
-            ],
-            ignore_conflicts=True,
-            batch_size=500,
-        )
-        ids = {
-            (e.normalized, e.kind): e.pk
-            for e in Entity.objects.owned_by(owner).filter(normalized__in={n for n, _ in wanted})
-        }
+        ids = _entity_ids(owner, wanted)
         mentions = []
-        pairs: Counter[tuple[int, int]] = Counter()
         for message_id, fs in found.items():
-            entity_ids = []
-            for f in fs:
+            counts: dict[int, int] = {}
+            for f, n in fs:
                 eid = ids.get((f.normalized, f.kind))
-                if eid is not None and eid not in entity_ids:
-                    entity_ids.append(eid)
-                    mentions.append(
-                        EntityMention(owner_id=owner.pk, entity_id=eid, message_id=message_id)
-                    )
-            top = sorted(entity_ids[:MAX_EDGE_ENTITIES])
-            for i, a in enumerate(top):
-                for b in top[i + 1 :]:
-                    pairs[(a, b)] += 1
+                if eid is not None:
+                    counts[eid] = counts.get(eid, 0) + n
+            mentions += [
+                EntityMention(owner_id=owner.pk, entity_id=eid, message_id=message_id, count=n)
+                for eid, n in counts.items()
+            ]
         EntityMention.objects.bulk_create(mentions, ignore_conflicts=True, batch_size=1000)
-        _add_edges(owner, pairs)
-        refresh_counts(owner, {m.entity_id for m in mentions})
+        _add_edges(owner, _pairs((m.message_id, m.entity_id, m.count) for m in mentions), when)
+        refresh_counts(owner, touched | {m.entity_id for m in mentions})
     return len(mentions)
 
 
-def _add_edges(owner, pairs: Counter[tuple[int, int]]) -> None:
-    if not pairs:
+def _entity_ids(owner, wanted: dict[tuple[str, str], str]) -> dict[tuple[str, str], int]:
+    """The entity id of each (normalized, kind), made where missing. A plural finds its singular
+    when memory holds it ("tulips" joins "tulip"; graph upkeep merges the other way round)."""
+    keys = {n for n, _ in wanted}
+    singulars = {(n, k): singular_forms(n, k) for n, k in wanted}
+    lookup = keys | {s for forms in singulars.values() for s in forms}
+    known = {
+        (e.normalized, e.kind): e.pk
+        for e in Entity.objects.owned_by(owner).filter(normalized__in=lookup).only("normalized", "kind")
+    }
+    ids: dict[tuple[str, str], int] = {}
+    missing = []
+    for key, name in wanted.items():
+        n, kind = key
+        eid = known.get(key)
+        if eid is None:
+            # A plural whose singular memory already holds joins it at once.
+            eid = next((known[(s, kind)] for s in singulars[key] if (s, kind) in known), None)
+        if eid is not None:
+            ids[key] = eid
+        elif not any((s, kind) in wanted for s in singulars[key]):
+            missing.append(Entity(owner_id=owner.pk, name=name, normalized=n, kind=kind))
+    if missing:
+        Entity.objects.bulk_create(missing, ignore_conflicts=True, batch_size=500)
+        made = {(e.normalized, e.kind) for e in missing}
+        for e in Entity.objects.owned_by(owner).filter(normalized__in={n for n, _ in made}):
+            if (e.normalized, e.kind) in made:
+                ids[(e.normalized, e.kind)] = e.pk
+    for n, kind in wanted:  # plurals whose singular came in the same batch
+        if (n, kind) not in ids:
+            ids[(n, kind)] = next(
+                (ids[(s, kind)] for s in singulars[(n, kind)] if (s, kind) in ids),
+                None,
+            )
+    return {key: eid for key, eid in ids.items() if eid is not None}
+
+
+def _pairs(mentions: Iterable[tuple[str, int, int]]) -> dict[str, list[tuple[int, int]]]:
+    """The entity pairs each message links: among its MAX_EDGE_ENTITIES most named entities
+    (by count, then id), so what a message added can be taken away again from its mention
+    rows alone."""
+    by_message: dict[str, list[tuple[int, int]]] = {}
+    for message_id, entity_id, count in mentions:
+        by_message.setdefault(message_id, []).append((-count, entity_id))
+    pairs = {}
+    for message_id, ranked in by_message.items():
+        top = sorted(eid for _, eid in sorted(ranked)[:MAX_EDGE_ENTITIES])
+        pairs[message_id] = [(a, b) for i, a in enumerate(top) for b in top[i + 1 :]]
+    return pairs
+
+
+def _add_edges(owner, pairs: dict[str, list[tuple[int, int]]], when: dict) -> None:
+    """Add each message's pairs to the edges: weight counts the message, decay moves back
+    towards 1 by its share, last_seen follows the newest message."""
+    weights: Counter[tuple[int, int]] = Counter()
+    seen: dict[tuple[int, int], Any] = {}
+    for message_id, ps in pairs.items():
+        for pair in ps:
+            weights[pair] += 1
+            t = when.get(message_id)
+            if t is not None and (seen.get(pair) is None or t > seen[pair]):
+                seen[pair] = t
+    if not weights:
         return
-    rows = [(owner.pk, a, b, w) for (a, b), w in pairs.items()]
+    rows = [(owner.pk, a, b, w, seen.get((a, b))) for (a, b), w in weights.items()]
     with connection.cursor() as cursor:
         for start in range(0, len(rows), 1000):
             batch = rows[start : start + 1000]
             cursor.execute(
-                "INSERT INTO memory_entityedge (owner_id, source_id, target_id, weight) VALUES "
-                + ",".join(["(%s,%s,%s,%s)"] * len(batch))
-                + " ON CONFLICT (source_id, target_id) DO UPDATE "
-                "SET weight = memory_entityedge.weight + EXCLUDED.weight",
+                "INSERT INTO memory_entityedge (owner_id, source_id, target_id, weight, decay, last_seen) "
+                "VALUES " + ",".join(["(%s,%s,%s,%s,1.0,%s)"] * len(batch))
+                + " ON CONFLICT (source_id, target_id) DO UPDATE SET "
+                "decay = (memory_entityedge.weight * memory_entityedge.decay + EXCLUDED.weight)"
+                " / (memory_entityedge.weight + EXCLUDED.weight), "
+                "weight = memory_entityedge.weight + EXCLUDED.weight, "
+                "last_seen = greatest(memory_entityedge.last_seen, EXCLUDED.last_seen)",
                 [x for row in batch for x in row],
             )
+
+
+def remove_mentions(owner, message_ids: Sequence[str], *, refresh: bool = True) -> set[int]:
+    """Take these messages out of the graph: their mentions go, and so does their share of
+    every edge (an edge no message supports any more goes with it). Called when a message is
+    deleted, forgotten or re-indexed; entities no visible message names any more are pruned.
+    Returns the ids of the entities they mentioned."""
+    message_ids = [str(m) for m in message_ids]
+    if not message_ids:
+        return set()
+    rows = list(
+        EntityMention.objects.filter(owner_id=owner.pk, message_id__in=message_ids).values_list(
+            "message_id", "entity_id", "count"
+        )
+    )
+    if not rows:
+        return set()
+    weights: Counter[tuple[int, int]] = Counter()
+    for ps in _pairs(rows).values():
+        weights.update(ps)
+    with transaction.atomic():
+        if weights:
+            items = list(weights.items())
+            with connection.cursor() as cursor:
+                for start in range(0, len(items), 1000):
+                    batch = items[start : start + 1000]
+                    cursor.execute(
+                        "UPDATE memory_entityedge e SET weight = e.weight - d.w FROM (VALUES "
+                        + ",".join(["(%s::bigint,%s::bigint,%s::int)"] * len(batch))
+                        + ") AS d(s, t, w) WHERE e.source_id = d.s AND e.target_id = d.t "
+                        "AND e.owner_id = %s",
+                        [*(x for (a, b), w in batch for x in (a, b, w)), owner.pk],
+                    )
+            EntityEdge.objects.filter(owner_id=owner.pk, weight__lte=0).filter(
+                source_id__in={a for a, _ in weights}
+            ).delete()
+        EntityMention.objects.filter(owner_id=owner.pk, message_id__in=message_ids).delete()
+        touched = {eid for _, eid, _ in rows}
+        if refresh:
+            refresh_counts(owner, touched)
+            prune_orphans(owner, touched)
+    return touched
 
 
 def refresh_counts(owner, entity_ids: Iterable[int]) -> None:
@@ -288,10 +417,15 @@ def rebuild(owner, *, progress=None, batch: int = 500) -> int:
     return done
 
 
-def forget_orphans(owner) -> int:
-    """Drop entities no visible message mentions any more (after forgetting, whose mentions
-    are gone with the message, so their entities cannot be found through them)."""
+def prune_orphans(owner, entity_ids: Iterable[int] | None = None) -> int:
+    """Drop entities no visible message mentions any more (all of the owner's, or of these),
+    with their edges: the name of something said only in deleted text is gone from the graph."""
     orphans = Entity.objects.owned_by(owner).exclude(
         Exists(EntityMention.objects.filter(entity=OuterRef("pk"), message__deleted=False))
     )
+    if entity_ids is not None:
+        orphans = orphans.filter(pk__in=list(entity_ids))
     return orphans.delete()[0]
+
+
+forget_orphans = prune_orphans

@@ -398,6 +398,8 @@ class Entity(models.Model):
     mention_count = models.IntegerField(default=0)
     first_seen = models.DateTimeField(null=True, blank=True)
     last_seen = models.DateTimeField(null=True, blank=True)
+    # Other spellings merged into this entity by graph upkeep ("Melanie's", "tulips").
+    aliases = models.JSONField(default=list, blank=True, db_default=[])
 
     objects = OwnedQuerySet.as_manager()
 
@@ -427,18 +429,36 @@ class EntityMention(models.Model):
 
 
 class EntityEdge(models.Model):
-    """Co-occurrence of two entities in one message; `source` has the smaller id."""
+    """Co-occurrence of two entities in messages; `source` has the smaller id.
+
+    `weight` counts the visible messages that name both (a deleted or forgotten message takes
+    its share away). `decay` (0..1) is how much of that still counts: graph upkeep lowers it for
+    pairs no message has named together for a while (memory.graph.decay_edges), and a new
+    message naming both lifts it back. What search and the graph walk read is weight * decay."""
 
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
     source = models.ForeignKey(Entity, on_delete=models.CASCADE, related_name="edges_out")
     target = models.ForeignKey(Entity, on_delete=models.CASCADE, related_name="edges_in")
     weight = models.IntegerField(default=1)
+    decay = models.FloatField(default=1.0, db_default=1.0)
+    # The newest message naming both, and when decay was last applied.
+    last_seen = models.DateTimeField(null=True, blank=True)
+    decayed_at = models.DateTimeField(null=True, blank=True)
 
     objects = OwnedQuerySet.as_manager()
+
+    @property
+    def strength(self) -> float:
+        return self.weight * self.decay
 
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["source", "target"], name="entity_edge_unique")
+        ]
+        indexes = [
+            # A graph walk takes an entity's strongest edges from either end.
+            models.Index(fields=["source", "-weight"], name="entity_edge_source_w"),
+            models.Index(fields=["target", "-weight"], name="entity_edge_target_w"),
         ]
 
 

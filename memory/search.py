@@ -42,6 +42,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.db.utils import OperationalError
 
+from memory import graph
 from memory.embeddings import get_embedder
 from memory.models import Message, ToolCall
 
@@ -219,7 +220,10 @@ def search(
     started = time.perf_counter()
     keyword_rows = _keyword_candidates(owner, query, filters, k, results)
     results.timings_ms["keyword"] = round((time.perf_counter() - started) * 1000, 2)
+    boosts = QueryBoosts.of(query)
     if vector_job is not None:
+        # The graph's part needs only the query: looked up while the vector search runs.
+        boosts.graph = graph.related_or_none(owner, query)
         vector_rows = vector_job.result()
         results.timings_ms["vector_after_keyword"] = round((time.perf_counter() - started) * 1000, 2)
     else:
@@ -229,7 +233,7 @@ def search(
         keyword_rows = [r for r in keyword_rows if r[2] not in exclude]
 
     results.hits = _fuse(
-        owner, vector_rows, keyword_rows, limit, boosts=QueryBoosts.of(query), expand=(filters, exclude)
+        owner, vector_rows, keyword_rows, limit, boosts=boosts, expand=(filters, exclude)
     )
     return results
 
@@ -669,10 +673,12 @@ class QueryBoosts:
     without it)."""
 
     period: tuple[dt.datetime, dt.datetime] | None = None
+    text: str = ""  # for the graph boost (memory.graph), which weighs entities by rarity
+    graph: dict[int, float] | None = None  # memory.graph.related(owner, text), if looked up already
 
     @classmethod
     def of(cls, query: str) -> QueryBoosts:
-        return cls(period=query_period(query))
+        return cls(period=query_period(query), text=query)
 
     def bonus(self, timestamp: dt.datetime | None) -> float:
         if self.period and timestamp is not None and self.period[0] <= timestamp < self.period[1]:
@@ -731,6 +737,9 @@ def _fuse(
         )
         if boosts is not None:
             scores[key] += boosts.bonus(entry.get("timestamp"))
+    if boosts is not None and boosts.text:
+        # Seed 003 B3; GRAPH_SEARCH turns it off.
+        graph.boost_scores(owner, boosts.text, scores, info, relevance=boosts.graph)
     neighbours, chains = _neighbours_and_chains(owner, scores, expand)
     floor = VECTOR_WEIGHT * floor_vector + KEYWORD_WEIGHT * floor_keyword
     for key, entry in neighbours.items():

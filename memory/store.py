@@ -607,6 +607,12 @@ def _set_deleted(owner, message_id: str, deleted: bool) -> Message:
         message.save(update_fields=["deleted", "deleted_at"])
         message.chunks.update(deleted=deleted, deleted_at=message.deleted_at)
         Passage.objects.filter(logical_message_id=message.pk).update(deleted=deleted)
+        if deleted:
+            # Out of the entity graph now, not at upkeep: no edge it made may lift another
+            # message in search (restoring re-indexes it through upkeep).
+            from memory.entities import remove_mentions
+
+            remove_mentions(owner, [message.pk])
         # A deleted message's words leave its replies' context too (and come back on restore).
         refresh_reply_context(owner, message.pk)
         queue_upkeep_on_commit(owner.pk, [message.pk])
@@ -643,24 +649,15 @@ def forget_message(owner, message_id: str) -> None:
             TopicMembership.objects.filter(message_id=message.pk).values_list("topic_id", flat=True)
         )
         quotes = _quotable(message)
-        from memory.models import Entity, EntityMention
+        # Its mentions and its share of the graph's edges go; names only it mentioned go too.
+        from memory.entities import remove_mentions
 
-        entity_ids = list(
-            EntityMention.objects.filter(message_id=message.pk).values_list("entity_id", flat=True)
-        )
+        remove_mentions(owner, [message.pk])
         Message.objects.filter(parent_id=message.pk, is_chunk=False).update(parent_id=message.parent_id)
         Message.objects.filter(parent_id=message.pk, is_chunk=True).update(parent_id=message.parent_id)
         message.delete()
         refresh_reply_context(owner, None, reply_ids=replies)
         _scrub_quotes(owner, message.pk, quotes)
-        if entity_ids:
-            # Names only it mentioned go now (with their edges); the others are recounted.
-            Entity.objects.owned_by(owner).filter(pk__in=entity_ids).exclude(
-                pk__in=EntityMention.objects.filter(entity_id__in=entity_ids).values("entity_id")
-            ).delete()
-            from memory.entities import refresh_counts
-
-            refresh_counts(owner, entity_ids)
         if topic_ids:
             from memory.topics import refresh
 
@@ -794,6 +791,10 @@ def delete_conversation(owner, conversation_id: str) -> None:
         )
         members = TopicMembership.objects.owned_by(owner).filter(message__conversation=conversation)
         topic_ids = set(members.values_list("topic_id", flat=True))
+        from memory.entities import remove_mentions
+
+        for start in range(0, len(ids), 500):  # their mentions, edges and the names only they held
+            remove_mentions(owner, ids[start : start + 500])
         conversation.delete()
         # A topic that only showed one of them as a sample is re-derived too.
         topic_ids |= {

@@ -67,20 +67,11 @@ def run_upkeep(owner, message_ids: Iterable[str]) -> dict[str, Any]:
     ]
     mentions = entities.index_messages(owner, live)
     if changed:
-        # Deleted (or forgotten) messages: their mentions no longer count.
-        from memory.models import EntityMention
-
-        touched = set(
-            EntityMention.objects.filter(owner_id=owner.pk, message_id__in=changed).values_list(
-                "entity_id", flat=True
-            )
-        )
-        EntityMention.objects.filter(
-            owner_id=owner.pk, message_id__in=[m.pk for m in messages if m.deleted]
-        ).delete()
-        entities.refresh_counts(owner, touched)
+        # Deleted messages left the graph when they were deleted (memory.store); this catches
+        # any that did not (deleted before that was so), and prunes after forgotten ones.
+        entities.remove_mentions(owner, [m.pk for m in messages if m.deleted])
         if len(messages) < len(ids):  # some were forgotten: their mentions went with them
-            entities.forget_orphans(owner)
+            entities.prune_orphans(owner)
     refreshed = topics.refresh(owner, topics.topics_mentioning(owner, changed)) if changed else {}
     # A turn stores its messages without vectors (the model call stays off the turn's path);
     # they get them here, before joining topics by similarity (the embedding cache of the
@@ -114,7 +105,49 @@ def topic_upkeep(owner_id: int, message_ids: list[str]) -> dict[str, Any]:
 
     detail = _record(owner_id, "topic_upkeep", work)
     queue_summaries(owner_id)
+    queue_graph_upkeep(owner_id)
     return detail
+
+
+@task()
+def graph_upkeep(owner_id: int) -> dict[str, Any]:
+    """Seed 003 B4: merge entity aliases, decay edges not reinforced lately, prune orphans."""
+    from memory import graph
+
+    owner = _owner(owner_id)
+
+    def work():
+        with transaction.atomic():
+            return graph.upkeep(owner)
+
+    return _record(owner_id, "graph_upkeep", work)
+
+
+# Graph upkeep reads every entity of the owner: at most once per this long, after topic upkeep.
+GRAPH_UPKEEP_EVERY = dt.timedelta(hours=6)
+
+
+def queue_graph_upkeep(owner_id: int) -> bool:
+    """Queue graph upkeep unless it ran within GRAPH_UPKEEP_EVERY or waits in the queue. Never
+    fails the caller."""
+    try:
+        from django_tasks_db.models import DBTaskResult
+
+        recent = UpkeepRun.objects.filter(
+            owner_id=owner_id, kind="graph_upkeep", started_at__gte=timezone.now() - GRAPH_UPKEEP_EVERY
+        )
+        if recent.exists():
+            return False
+        waiting = DBTaskResult.objects.filter(
+            status=TaskResultStatus.READY, task_path=graph_upkeep.module_path, args_kwargs__args=[owner_id]
+        )
+        if waiting.exists():
+            return False
+        graph_upkeep.enqueue(int(owner_id))
+        return True
+    except Exception:
+        logger.exception("could not queue graph upkeep for owner %s", owner_id)
+        return False
 
 
 @task()

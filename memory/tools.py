@@ -1214,7 +1214,7 @@ def get_conversation_stats(owner, *, conversation_id: str | None = None, convers
     keywords=("entity", "graph", "related", "who", "connected", "relationship"),
 )
 def memory_graph_query(owner, *, entity: str, depth: int = 1, limit: int = 10, conversation=None):
-    from memory.entities import normalize
+    from memory.entities import normalize, singular_forms
 
     if depth < 1 or depth > 3:
         raise ToolError("depth must be between 1 and 3")
@@ -1225,6 +1225,7 @@ def memory_graph_query(owner, *, entity: str, depth: int = 1, limit: int = 10, c
     )
     root = (
         live.filter(normalized=norm).order_by("-mention_count").first()
+        or live.filter(normalized__in=singular_forms(norm)).order_by("-mention_count").first()
         or live.filter(normalized__icontains=norm).order_by("-mention_count").first()
     )
     if root is None:
@@ -1271,6 +1272,7 @@ def memory_graph_query(owner, *, entity: str, depth: int = 1, limit: int = 10, c
             "name": root.name,
             "kind": root.kind,
             "mentions": root.mention_count,
+            "aliases": root.aliases,  # other spellings graph upkeep merged into it
         },
         "nodes": [
             {"id": e.pk, "name": e.name, "kind": e.kind, "mentions": e.mention_count}

@@ -32,10 +32,11 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 from django.db.models import Q
 
+from memory import entities, graph
 from memory import search as search_module
 from memory import store as store_module
 from memory.embeddings import get_embedder
-from memory.models import Message, Passage
+from memory.models import Entity, Message, Passage
 from memory.progress import Progress
 from memory.search import SearchFilters, SearchResults, _keyword_candidates, _vector_candidates, search
 from memory.store import embed_pending
@@ -62,6 +63,11 @@ TUNABLES: dict[str, tuple[Any, Callable[[str], Any]]] = {
     "NEIGHBOR_SEEDS": (search_module, int),
     "CONTEXT_PARENT_CHARS": (store_module, int),
     "CONTEXT_SPEAKER": (store_module, lambda v: v.lower() in ("1", "true", "yes")),
+    # The graph boost (memory.graph) reads settings.
+    "GRAPH_SEARCH": (settings, lambda v: v.lower() in ("1", "true", "yes")),
+    "GRAPH_SEARCH_WEIGHT": (settings, float),
+    "GRAPH_SEARCH_HOPS": (settings, int),
+    "GRAPH_MAX_SHARE": (settings, float),
 }
 # Passages taken from each candidate list on its own: what search() takes for 25 results.
 CANDIDATES = max(50, max(KS) * 5)
@@ -293,6 +299,10 @@ class Command(BaseCommand):
         if pending:
             with Progress(pending, f"embed {dataset.id}") as bar:
                 embed_pending(user, progress=bar.update)
+        # The entity graph, as upkeep builds it after a person's turns (an import queues none).
+        if not Entity.objects.owned_by(user).exists():
+            entities.rebuild(user)
+            graph.upkeep(user)
         return user
 
     def _run_queries(self, datasets: list[Dataset], users: dict):
