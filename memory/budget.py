@@ -216,7 +216,8 @@ def _fit(text: str, tokens: int, *, from_end: bool) -> str:
         return text
     piece = ids[-tokens:] if from_end else ids[:tokens]
     chars = len(encoding().decode_bytes(piece).decode("utf-8", errors="ignore"))
-    out = text[-chars:] if from_end and chars else text[:chars] if not from_end else ""
+    # (text[-0:] would be the whole text.)
+    out = text[len(text) - chars :] if from_end else text[:chars]
     # Text cut at a token boundary can re-tokenise a little longer; trim until it fits.
     while out and count_tokens(out) > tokens:
         cut = max(1, len(out) // 50)
@@ -272,6 +273,7 @@ class Prompt:
         if self.allocation.shrunk:
             return False
         self.allocation = self.allocation.shrink()
+        self.peak = {}  # the report is of what was sent with the zones that held
         return True
 
     def add_round(self, text: str, calls: list[dict[str, Any]], results: list[ToolResultText]) -> None:

@@ -122,6 +122,9 @@ async def test_a_context_length_refusal_is_retried_once_with_half_the_zones(
     for zone in ("index", "recent", "current", "tool_results"):
         assert window["zones"][zone]["allocated"] == full[zone] // 2
     assert window["zones"]["answer"]["allocated"] == full["answer"]
+    # The zones recorded are of the request that was answered, within its halved zones.
+    assert 0 < window["zones"]["current"]["used"] <= window["zones"]["current"]["allocated"]
+    assert window["prompt_tokens"] == second["prompt_tokens"]
     await ws.disconnect()
 
 
