@@ -46,6 +46,23 @@ class LLMError(Exception):
     """The provider failed; `message` is fit to show a person."""
 
 
+class ContextTooLong(LLMError):
+    """The provider refused the request as longer than the model's context window."""
+
+
+def is_context_too_long(exc: BaseException) -> bool:
+    """OpenAI's 400 `context_length_exceeded`, or the same refusal in another server's words
+    (vLLM: "maximum context length", llama.cpp: "exceeds the available context size")."""
+    if not isinstance(exc, openai.APIError) or (
+        isinstance(exc, openai.APIStatusError) and exc.status_code != 400
+    ):
+        return False
+    if getattr(exc, "code", None) == "context_length_exceeded":
+        return True
+    text = str(getattr(exc, "message", "") or exc).lower()
+    return any(s in text for s in ("maximum context length", "context length", "context size"))
+
+
 @dataclass
 class TextDelta:
     text: str
@@ -124,10 +141,13 @@ async def stream_chat(
     tools: list[dict[str, Any]] | None = None,
     *,
     model: str | None = None,
+    max_tokens: int | None = None,
 ) -> AsyncIterator[TextDelta | RoundEnd]:
     """Stream one model response: TextDelta pieces, then exactly one RoundEnd.
 
-    Raises LLMError if the request fails or the stream breaks.
+    max_tokens: the most the reply may take (the answer's share of the context window).
+    Raises ContextTooLong when the provider says the prompt is over the model's window, and
+    LLMError if the request otherwise fails or the stream breaks.
     """
     kwargs: dict[str, Any] = {
         "model": model or settings.CHAT_MODEL,
@@ -135,6 +155,8 @@ async def stream_chat(
         "stream": True,
         "stream_options": {"include_usage": True},
     }
+    if max_tokens:
+        kwargs["max_tokens"] = max_tokens
     if tools:
         kwargs["tools"] = tools
     calls: dict[int, dict[str, str]] = {}
@@ -166,6 +188,11 @@ async def stream_chat(
         finally:
             await stream.close()
     except openai.OpenAIError as exc:
+        if is_context_too_long(exc):
+            raise ContextTooLong(
+                f"The prompt was longer than the model's context window (the provider said: "
+                f"{str(getattr(exc, 'message', exc))[:300]})."
+            ) from exc
         raise LLMError(describe_error(exc)) from exc
     except (OSError, ValueError) as exc:  # a cut connection can surface below the openai layer
         raise LLMError(describe_error(exc)) from exc

@@ -1,11 +1,15 @@
 """One chat turn, top to bottom: `run_turn` is the whole story of what the model is sent.
 
 1. The user message is stored and committed before anything else (a crash later loses nothing).
-2. `prepare_context` builds the plan over the user's whole memory; it is saved as the turn's
-   context snapshot, so the explorer can show exactly what the model saw.
+2. The model's context window (CHAT_CONTEXT_TOKENS) is split into zones (memory/budget.py);
+   `prepare_context` builds the plan over the user's whole memory within its zones; it is saved
+   as the turn's context snapshot, so the explorer can show exactly what the model saw.
 3. The model is called with the plan's index, the recent messages of the active branch, the new
-   message and the memory tools. Tokens stream out as they arrive; each tool call is executed
-   against memory and shown. After MAX_TOOL_ROUNDS rounds of tools the model must answer.
+   message and the memory tools, every part fitted to its zone (a long message goes as head and
+   tail, earlier tool results shrink to summaries), with the answer's zone as max_tokens. Tokens
+   stream out as they arrive; each tool call is executed against memory and shown. After
+   MAX_TOOL_ROUNDS rounds of tools the model must answer. A provider that still finds the
+   prompt too long gets it once more with half the zones; a second refusal fails the turn.
    Calls past MAX_TOOL_CALLS_PER_ROUND / _PER_TURN, or once the turn's tool results have come to
    MAX_TOOL_RESULT_CHARS_PER_TURN characters, are answered with an error instead of being run.
    With no model configured, offline recall answers from memory search instead.
@@ -35,7 +39,7 @@ from django.utils import timezone
 
 from chat import branches, drafts, llm
 from chat.rendering import message_html, tool_label
-from memory import store
+from memory import budget, store
 from memory.models import Conversation, Message, new_ulid
 
 logger = logging.getLogger(__name__)
@@ -89,10 +93,6 @@ def durable(func, *, atomic: bool = True):
     return run
 
 
-SYSTEM_PROMPT = """You are Recollect, a helpful assistant whose memory never runs out.
-Today is {today}. When you rely on an earlier message, cite its id.
-
-{memory}"""
 TOOL_RESULT_MAX_CHARS = 24_000
 UNSET = object()
 
@@ -136,6 +136,8 @@ class Reply:
     timings_ms: dict[str, float] = field(default_factory=dict)
     draft_saved_at: float = field(default_factory=time.monotonic)
     draft_saving: asyncio.Future | None = None
+    prompt: budget.Prompt | None = None  # what the model is sent, zone by zone
+    retried: bool = False  # the prompt was refused as too long once and sent again, halved
 
     def mark(self, name: str, since: float) -> None:
         """Milliseconds from the start of the turn to a step (kept in the reply's metadata)."""
@@ -217,8 +219,9 @@ async def run_turn(
     try:
         # 2. What the model will see, saved as this turn's snapshot. It waits for the message's
         # vector only when it searches, so the embedding also overlaps its first queries.
+        allocation = budget.allocate()
         plan, snapshot = await db(durable(_prepare_context, atomic=False))(
-            owner, conversation, user_message, reply
+            owner, conversation, user_message, reply, allocation
         )
         reply.mark("context", started)
 
@@ -226,7 +229,7 @@ async def run_turn(
         if not llm.is_configured():
             await _offline_recall(owner, user_message, reply, emit, stop)
         else:
-            messages = _messages_for_model(plan, user_message)
+            reply.prompt = prompt = budget.Prompt.for_message(allocation, plan, user_message)
             tools = list(getattr(plan, "tools", None) or [])
             for round_no in range(settings.MAX_TOOL_ROUNDS + 1):
                 if stop.is_set():
@@ -236,24 +239,11 @@ async def run_turn(
                 # The last round offers no tools, so the model has to answer with what it has.
                 offered = tools if round_no < settings.MAX_TOOL_ROUNDS else None
                 text_before = len(reply.text)
-                end = await _stream_round(messages, offered, reply, emit, stop)
+                end = await _stream_round(prompt, offered, reply, emit, stop)
                 # No tools were offered on the last round: tool calls then are not run.
                 if end is None or not end.tool_calls or offered is None:
                     break
-                messages.append(
-                    {
-                        "role": "assistant",
-                        "content": reply.text[text_before:] or None,
-                        "tool_calls": [
-                            {
-                                "id": c.id,
-                                "type": "function",
-                                "function": {"name": c.name, "arguments": c.arguments_text},
-                            }
-                            for c in end.tool_calls
-                        ],
-                    }
-                )
+                results: list[budget.ToolResultText] = []
                 for index, call in enumerate(end.tool_calls):
                     if stop.is_set():
                         break  # Stop is honoured between calls, not only while text streams
@@ -261,9 +251,7 @@ async def run_turn(
                     if refusal:
                         outcome = _skipped_tool(call, refusal)
                         reply.tool_outcomes.append(outcome)
-                        messages.append(
-                            {"role": "tool", "tool_call_id": call.id, "content": outcome.for_model()}
-                        )
+                        results.append(budget.ToolResultText(call.id, outcome.for_model(), refusal))
                         continue
                     await emit(
                         {
@@ -277,10 +265,10 @@ async def run_turn(
                     )
                     outcome = await db(durable(_execute_tool))(owner, conversation, call, user_message.pk)
                     reply.tool_outcomes.append(outcome)
-                    budget = settings.MAX_TOOL_RESULT_CHARS_PER_TURN - reply.tool_result_chars
-                    content = outcome.for_model(budget)
+                    room = settings.MAX_TOOL_RESULT_CHARS_PER_TURN - reply.tool_result_chars
+                    content = outcome.for_model(room)
                     reply.tool_result_chars += len(content)
-                    messages.append({"role": "tool", "tool_call_id": call.id, "content": content})
+                    results.append(budget.ToolResultText(call.id, content, outcome.summary))
                     await emit(
                         {
                             "type": "chat.tool_finished",
@@ -296,6 +284,18 @@ async def run_turn(
                 if stop.is_set():
                     reply.status = "stopped"
                     break
+                prompt.add_round(
+                    reply.text[text_before:],
+                    [
+                        {
+                            "id": c.id,
+                            "type": "function",
+                            "function": {"name": c.name, "arguments": c.arguments_text},
+                        }
+                        for c in end.tool_calls
+                    ],
+                    results,
+                )
     except Exception:
         # A bug or a database hiccup must not lose the reply that arrived so far.
         logger.exception("chat turn failed in conversation %s", conversation.pk)
@@ -375,9 +375,12 @@ def _store_user_message(owner, conversation: Conversation, content: Any, parent_
     return message
 
 
-def _prepare_context(owner, conversation: Conversation, user_message: Message, reply: Reply):
-    """The plan and its snapshot, and the reply's draft (saved as it streams). The plan only
-    reads and needs no transaction; the snapshot and the draft are written in one."""
+def _prepare_context(
+    owner, conversation: Conversation, user_message: Message, reply: Reply, allocation: budget.Allocation
+):
+    """The plan (within its zones of `allocation`) and its snapshot, and the reply's draft (saved
+    as it streams). The plan only reads and needs no transaction; the snapshot and the draft are
+    written in one."""
     from memory.index_builder import prepare_context, save_snapshot
 
     active_ids = branches._ancestor_ids(user_message.pk)
@@ -387,6 +390,7 @@ def _prepare_context(owner, conversation: Conversation, user_message: Message, r
         user_message.content,
         user_message=user_message,
         active_message_ids=active_ids,
+        zones=allocation.index_zones(),
     )
     with transaction.atomic():
         snapshot = save_snapshot(plan, owner, conversation, user_message)
@@ -395,23 +399,33 @@ def _prepare_context(owner, conversation: Conversation, user_message: Message, r
     return plan, snapshot
 
 
-def _messages_for_model(plan, user_message: Message) -> list[dict[str, Any]]:
-    system = SYSTEM_PROMPT.format(today=timezone.now().date().isoformat(), memory=plan.system_prompt())
-    messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
-    for m in plan.recent:
-        if m.pk == user_message.pk or m.deleted or m.role not in {"user", "assistant"}:
-            continue
-        messages.append({"role": m.role, "content": m.content})
-    messages.append({"role": "user", "content": user_message.content})
-    return messages
+async def _stream_round(prompt: budget.Prompt, tools, reply: Reply, emit: Emit, stop: asyncio.Event):
+    """One model response to the prompt as it stands, streamed to the browser. Returns its
+    RoundEnd, or None when the person stopped it or the provider failed (reply.status says
+    which). A prompt refused as too long is sent once more with its zones halved (seed 003 C2:
+    overflow retry); a second refusal fails the turn, keeping what arrived before it."""
+    text_before = len(reply.text)
+    while True:
+        try:
+            return await _stream_once(prompt.messages(tools), tools, prompt.max_tokens, reply, emit, stop)
+        except llm.ContextTooLong as exc:
+            if len(reply.text) == text_before and prompt.shrink():
+                reply.retried = True
+                logger.warning("prompt over the model's context window; retrying with half the zones")
+                continue
+            reply.status = "failed"
+            reply.error = (
+                f"{exc} This turn's prompt did not fit the model's context window "
+                f"({prompt.allocation.window:,} tokens, CHAT_CONTEXT_TOKENS) even when sent again "
+                "with half the memory index, recent turns, message and tool results. What arrived "
+                "before is kept; set CHAT_CONTEXT_TOKENS to the window the model really has."
+            )
+            return None
 
 
-async def _stream_round(messages, tools, reply: Reply, emit: Emit, stop: asyncio.Event):
-    """One model response streamed to the browser. Returns its RoundEnd, or None when the
-    person stopped it or the provider failed (reply.status says which)."""
-
+async def _stream_once(messages, tools, max_tokens: int, reply: Reply, emit: Emit, stop: asyncio.Event):
     async def consume():
-        async for event in llm.stream_chat(messages, tools):
+        async for event in llm.stream_chat(messages, tools, max_tokens=max_tokens):
             if isinstance(event, llm.TextDelta):
                 if not reply.text:
                     reply.mark("first_token", reply.started)
@@ -437,6 +451,8 @@ async def _stream_round(messages, tools, reply: Reply, emit: Emit, stop: asyncio
         return None
     try:
         return streaming.result()
+    except llm.ContextTooLong:
+        raise
     except llm.LLMError as exc:
         reply.status = "failed"
         reply.error = str(exc)
@@ -606,7 +622,15 @@ def _store_reply(owner, conversation: Conversation, user_message: Message, reply
         )
     if snapshot is not None:
         snapshot.message = assistant
-        snapshot.save(update_fields=["message"])
+        fields = ["message"]
+        if reply.prompt is not None:
+            # What the model was sent, zone by zone: allocated and used (the largest request).
+            report = reply.prompt.report(
+                completion_tokens=reply.usage.get("completion_tokens"), retried=reply.retried
+            )
+            snapshot.plan = {**(snapshot.plan or {}), "window": report}
+            fields.append("plan")
+        snapshot.save(update_fields=fields)
     assistant.conversation = conversation
     branches.set_leaf(conversation, assistant)
     drafts.finish(reply.id)

@@ -334,6 +334,15 @@ SUMMARY_MODEL = env_str("SUMMARY_MODEL", CHAT_MODEL)
 SUMMARY_TOPICS_PER_RUN = env_int("SUMMARY_TOPICS_PER_RUN", 20, minimum=1)
 LLM_TIMEOUT_SECONDS = env_float("LLM_TIMEOUT_SECONDS", 60.0, low=1.0)
 LLM_MAX_RETRIES = env_int("LLM_MAX_RETRIES", 3, minimum=0)
+# The model's context window in tokens (issue 13 §2): the prompt's zones are cut from it
+# (memory/budget.py). 0 or unset: looked up from CHAT_MODEL (memory.budget.MODEL_WINDOWS),
+# 8,192 for a model not listed there.
+CHAT_CONTEXT_TOKENS = env_int("CHAT_CONTEXT_TOKENS", 0, minimum=0)
+if 0 < CHAT_CONTEXT_TOKENS < 1024:
+    raise ImproperlyConfigured("CHAT_CONTEXT_TOKENS must be at least 1024 (or 0: from CHAT_MODEL)")
+# The most tokens a reply may take (sent as max_tokens); the answer zone is 10% of the window
+# up to this.
+CHAT_ANSWER_MAX_TOKENS = env_int("CHAT_ANSWER_MAX_TOKENS", 4096, minimum=64)
 MAX_TOOL_ROUNDS = env_int("MAX_TOOL_ROUNDS", 5, minimum=1)
 # Tool calls the model may make in one round and in one turn; calls past either are answered
 # with an error instead of being run, so a model cannot make a turn do unbounded work.

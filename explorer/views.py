@@ -1195,6 +1195,31 @@ def _zones(raw: Any) -> list[tuple[str, int]]:
     return out
 
 
+def _window(raw: Any) -> dict[str, Any] | None:
+    """The model's window as the turn split it (plan["window"], memory/budget.py): each zone's
+    allocated and used tokens. None for snapshots from before it was recorded."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("zones"), dict):
+        return None
+
+    def number(value: Any) -> int:
+        return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0
+
+    zones = [
+        {"name": str(name), "allocated": number(z.get("allocated")), "used": number(z.get("used"))}
+        for name, z in list(raw["zones"].items())[:20]
+        if isinstance(z, dict)
+    ]
+    return {
+        "window": number(raw.get("window")),
+        "zones": zones,
+        "prompt_tokens": number(raw.get("prompt_tokens")),
+        "max_tokens": number(raw.get("max_tokens")),
+        "retried": raw.get("retried") is True,
+        "current_message_cut": raw.get("current_message_cut") is True,
+        "summaries": number(raw.get("results_shown_as_summaries")),
+    }
+
+
 def _hits(raw: Any) -> list[dict[str, Any]]:
     if not isinstance(raw, list):
         return []
@@ -1238,6 +1263,7 @@ def context_detail(request: HttpRequest, snapshot_id: str) -> HttpResponse:
         "snap": snap,
         "bar": charts.stacked_bar(zones, snap.budget),
         "zones": zones,
+        "window": _window(snap.plan.get("window") if isinstance(snap.plan, dict) else None),
         "hits": _hits(snap.hits),
         "fallbacks": [f if isinstance(f, dict) else {"kind": "", "detail": str(f)} for f in fallbacks[:50]],
         "tools_offered": [

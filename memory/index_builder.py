@@ -215,15 +215,23 @@ def prepare_context(
     max_index_tokens: int | None = None,
     active_message_ids: list[str] | None = None,
     recently_used_tools: list[str] | None = None,
+    zones: dict[str, int] | None = None,
 ) -> ContextPlan:
-    """Build the context plan for one turn (see the module docstring)."""
+    """Build the context plan for one turn (see the module docstring).
+
+    zones: the budget of each zone, given by the chat from the model's window
+    (memory.budget.Allocation.index_zones); without it, max_index_tokens is split by ZONE_SHARES."""
     started = time.perf_counter()
     deadline = started + settings.INDEX_BUILD_TIMEOUT_MS / 1000
     query = (query or (user_message.content if user_message else "") or "").strip()
     budget = max(
         0, int(max_index_tokens if max_index_tokens is not None else settings.INDEX_MAX_TOKENS)
     )
-    zones = zone_budgets(budget)
+    if zones is not None:
+        zones = dict.fromkeys(ZONE_SHARES, 0) | {z: max(0, int(v)) for z, v in zones.items()}
+        budget = sum(zones.values())
+    else:
+        zones = zone_budgets(budget)
     marks: dict[str, float] = {}
 
     def mark(name: str, since: float) -> float:

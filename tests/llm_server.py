@@ -21,6 +21,13 @@ A step is a dict:
     {"text": "partial answer", "drop_after": 3}     stream 3 words, then cut the connection
     {"hang": 30}                                    accept, then say nothing for 30 s
     {"words": 50, "delay": 0.02}                    stream `words` numbered words (benchmarks)
+    {"context_length_exceeded": true}               400 context_length_exceeded, whatever the size
+
+With a context window set (`POST /_config {"context_window": 4096}`, or `State.context_window`),
+a request whose prompt plus max_tokens is over it gets OpenAI's 400 `context_length_exceeded`
+before any script is consulted. The prompt is counted roughly as the app counts it (cl100k
+tokens of each message's content and tool calls plus 4 for its framing, the tools' JSON, 3 for
+priming: `count_prompt`), and each request records its count.
 
 `"repeat": true` on a script keeps its last step for every later request. Every request is
 recorded (`GET /_requests`) with the times each token was written (`emitted`), so a benchmark
@@ -44,6 +51,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from memory.tokens import count_tokens
+
 
 @dataclass
 class Script:
@@ -66,12 +75,14 @@ class State:
     requests: list[dict] = field(default_factory=list)
     default_delay: float = 0.0
     keep_requests: int = 10_000
+    context_window: int | None = None  # tokens; None: any prompt is accepted
 
     def reset(self) -> None:
         with self.lock:
             self.scripts.clear()
             self.queue.clear()
             self.requests.clear()
+            self.context_window = None
 
     def add_script(self, match: str | None, steps: list[dict], repeat: bool) -> None:
         with self.lock:
@@ -104,6 +115,34 @@ def _text_of(content: Any) -> str:
     if isinstance(content, list):  # content parts
         return " ".join(p.get("text", "") for p in content if isinstance(p, dict))
     return ""
+
+
+def count_prompt(body: dict) -> int:
+    """A request's prompt in cl100k tokens, counted as OpenAI documents for its chat models."""
+    total = 3
+    for m in body.get("messages") or []:
+        total += 4 + count_tokens(_text_of(m.get("content")))
+        if m.get("tool_calls"):
+            total += count_tokens(json.dumps(m["tool_calls"], ensure_ascii=False))
+    for tool in body.get("tools") or []:
+        total += count_tokens(json.dumps(tool, ensure_ascii=False))
+    return total
+
+
+def context_length_error(window: int | None, prompt: int, completion: int) -> dict:
+    """OpenAI's error body for a prompt over the model's window."""
+    return {
+        "error": {
+            "message": (
+                f"This model's maximum context length is {window or 4096} tokens. However, you "
+                f"requested {prompt + completion} tokens ({prompt} in the messages, {completion} "
+                "in the completion). Please reduce the length of the messages or completion."
+            ),
+            "type": "invalid_request_error",
+            "param": "messages",
+            "code": "context_length_exceeded",
+        }
+    }
 
 
 def default_step(messages: list[dict]) -> dict:
@@ -177,6 +216,12 @@ class Handler(BaseHTTPRequestHandler):
         if path == "/_scripts":
             self.state.add_script(body.get("match"), list(body.get("steps") or []), bool(body.get("repeat")))
             self._send_json(200, {"ok": True})
+        elif path == "/_config":
+            with self.state.lock:
+                if "context_window" in body:
+                    window = body["context_window"]
+                    self.state.context_window = int(window) if window else None
+            self._send_json(200, {"ok": True})
         elif path == "/_reset":
             self.state.reset()
             self._send_json(200, {"ok": True})
@@ -213,7 +258,13 @@ class Handler(BaseHTTPRequestHandler):
         messages = body.get("messages") or []
         last_user = next((m for m in reversed(messages) if m.get("role") == "user"), {})
         last_user_text = _text_of(last_user.get("content"))
-        step = self.state.pick_step(last_user_text) or default_step(messages)
+        tokens = count_prompt(body)
+        completion = int(body.get("max_tokens") or 0)
+        window = self.state.context_window
+        if window is not None and tokens + completion > window:
+            step = {"context_length_exceeded": True, "over_window": True}
+        else:
+            step = self.state.pick_step(last_user_text) or default_step(messages)
         entry = {
             "id": uuid.uuid4().hex,
             "arrived": arrived,
@@ -224,9 +275,16 @@ class Handler(BaseHTTPRequestHandler):
             "last_user": last_user_text,
             "step": step,
             "emitted": [],
-            "status": step.get("status", 200),
+            "status": 400 if step.get("context_length_exceeded") else step.get("status", 200),
+            "prompt_tokens": tokens,
+            "max_tokens": body.get("max_tokens"),
+            "context_window": window,
         }
         self.state.record(entry)
+
+        if step.get("context_length_exceeded"):
+            self._send_json(400, context_length_error(window, tokens, completion))
+            return
 
         if "status" in step:
             status = int(step["status"])

@@ -51,6 +51,9 @@ def scripted_llm(llm_server_instance, settings):
     settings.OPENAI_BASE_URL = llm_server_instance.base_url
     settings.OPENAI_API_KEY = "test-key"
     settings.CHAT_MODEL = "test-llm"
+    # A large model's window unless a test gives it another (tests/chat/test_window.py does):
+    # "test-llm" is in no table, and the default window would cut the larger tool results.
+    settings.CHAT_CONTEXT_TOKENS = 128_000
     settings.LLM_TIMEOUT_SECONDS = 10.0
     chat_llm._client.cache_clear()
     yield ScriptedLLM(llm_server_instance)

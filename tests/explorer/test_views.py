@@ -278,6 +278,29 @@ def test_context_inspector_lists_turns_and_shows_what_the_model_saw(owner_client
     assert response["Location"] == reverse("explorer:context", args=[mem.snapshot.pk])
 
 
+def test_the_context_page_shows_the_windows_zones_allocated_and_used(owner_client, mem):
+    url = reverse("explorer:context", args=[mem.snapshot.pk])
+    assert "context window" not in html(owner_client.get(url))  # none recorded: no section
+    mem.snapshot.plan = {
+        "strategy": "full",
+        "window": {
+            "window": 4096,
+            "zones": {"index": {"allocated": 1024, "used": 377}, "current": {"allocated": 492, "used": 488}},
+            "prompt_tokens": 3210,
+            "max_tokens": 410,
+            "retried": True,
+            "current_message_cut": True,
+        },
+    }
+    mem.snapshot.save(update_fields=["plan"])
+    page = html(owner_client.get(url))
+    assert "The model's context window: 4,096 tokens" in page
+    assert "sent 3,210 tokens and left 410 for the answer" in page
+    assert "<td>index</td><td>1,024</td><td>377</td>" in page
+    assert "<td>current</td><td>492</td><td>488</td>" in page
+    assert "refused the prompt as too long once" in page and "its head and end were sent" in page
+
+
 def test_search_finds_messages_and_links_to_them(owner_client, mem):
     page = html(owner_client.get(reverse("explorer:search") + "?q=Postgres+password"))
     assert reverse("explorer:message", args=[mem.question.pk]) in page

@@ -129,6 +129,26 @@ def test_bench_scale_skips_a_size_smaller_than_the_history_it_holds(capsys):
     assert loaded.count() == 60
 
 
+@pytest.mark.django_db(transaction=True)
+def test_bench_scale_prints_what_the_model_is_sent_against_the_whole_history(capsys, settings):
+    settings.CHAT_CONTEXT_TOKENS = 4096
+    call_command("bench_scale", sizes="200", database="", turns=2, user="bench_window")
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if "sent to the model per turn" in x)
+    assert "window 4,096" in line
+    numbers = {
+        name: float(line.split(f"{name} ")[1].split()[0].replace(",", ""))
+        for name in ("index", "recent turns", "current message", "tool results")
+    }
+    assert numbers["index"] > 0 and numbers["current message"] > 0 and numbers["tool results"] > 0
+    sent = float(line.split(") = ")[1].split()[0])
+    answer = float(line.split("answer ")[1].split(";")[0].replace(",", ""))
+    assert sent + answer <= 4096
+    history = float(line.split("full history ")[1].split(":")[0].replace(",", ""))
+    ratio = float(line.split(": ")[-1].split("x")[0].replace(",", ""))
+    assert history > sent and ratio == pytest.approx(history / sent, abs=0.06)
+
+
 @pytest.mark.django_db
 def test_the_tools_recently_used_are_this_conversations_and_read_with_a_bound(owner, conversation):
     from memory.index_builder import _recent_tool_names

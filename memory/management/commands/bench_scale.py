@@ -4,9 +4,13 @@ Bulk history is written straight into Postgres with SYNTHETIC vectors (random ve
 labelled as such in the output) and synthetic text from a fixed vocabulary, because embedding
 a million messages would take days here. Each measured turn is real and does what a chat turn
 does before the model is called: embed the message (the configured model, started first and
-overlapping the store), store it, prepare_context (hybrid search, plan), save the snapshot. The
-message's passage gets its vector afterwards, as background work does in the chat; that write
-(an HNSW insert) is timed and printed on its own.
+overlapping the store), store it, prepare_context (hybrid search, plan) within the zones of the
+model's window, save the snapshot. The message's passage gets its vector afterwards, as
+background work does in the chat; that write (an HNSW insert) is timed and printed on its own.
+
+Each size also prints what the model is sent per turn, zone by zone, as the chat builds it
+(memory/budget.py: the same allocation and Prompt, with one search_and_retrieve round of tool
+results as a model would call it), against the tokens of the whole stored history.
 
 The bench runs in its own database (--database, created and migrated on first use), so it can
 drop the HNSW and GIN indexes during a bulk load and rebuild them once afterwards — far faster
@@ -71,6 +75,10 @@ class Command(BaseCommand):
             "--keep", action="store_true", help="keep the loaded history; the next run reuses it"
         )
         parser.add_argument("--profile", action="store_true", help="cProfile the measured turns")
+        parser.add_argument(
+            "--window", type=int, default=0,
+            help="the model's context window in tokens (default: CHAT_CONTEXT_TOKENS or CHAT_MODEL's)",
+        )
 
     def handle(self, *args, **opts) -> None:
         try:
@@ -251,6 +259,7 @@ class Command(BaseCommand):
     # --- measured turns -------------------------------------------------------------------------
 
     def _measure(self, user, size: int, fill_s: float, opts) -> dict:
+        from memory.budget import allocate
         from memory.embeddings import get_embedder
         from memory.index_builder import prepare_context, query_text, save_snapshot
         from memory.models import Conversation
@@ -268,6 +277,8 @@ class Command(BaseCommand):
         _vacuum()
         live = Conversation.objects.create(owner=user, title=f"live at {size}")
         costs, plan_tokens, prompt_tokens, over, tools, background = [], [], [], 0, [], []
+        allocation = allocate(opts.get("window") or None)
+        sent: dict[str, list[int]] = {}
         strategy = ""
         timings: dict[str, list[float]] = {}
         profiler = None
@@ -290,7 +301,9 @@ class Command(BaseCommand):
             get_embedder().prefetch_query([query_text(text)])
             message = store_message(user, live, "user", text, embed="upkeep")
             t1 = time.perf_counter()
-            plan = prepare_context(user, live, text, user_message=message)
+            plan = prepare_context(
+                user, live, text, user_message=message, zones=allocation.index_zones()
+            )
             t2 = time.perf_counter()
             save_snapshot(plan, user, live, message)
             t3 = time.perf_counter()
@@ -312,10 +325,12 @@ class Command(BaseCommand):
                 timings.setdefault(k, []).append(v)
             strategy = plan.strategy
             plan_tokens.append(plan.total_tokens)
-            prompt = plan.total_tokens - plan.tokens_by_zone["reserve"] + count_tokens(text)
-            prompt_tokens.append(prompt)
+            used = _sent_to_model(user, live, allocation, plan, message)
+            for zone, tokens in used.items():
+                sent.setdefault(zone, []).append(tokens)
+            prompt_tokens.append(sum(used.values()))
             tools.append(len(plan.tools))
-            over += plan.total_tokens > plan.budget
+            over += sum(used.values()) + allocation["answer"] > allocation.window
         costs.sort()
         load = _loadavg()
         row = {
@@ -336,6 +351,15 @@ class Command(BaseCommand):
             f"tools {statistics.median(tools):.0f}  over budget {over}  strategy {strategy}  "
             f"load {load}"
         )
+        median = {zone: statistics.median(v) for zone, v in sent.items()}
+        self.stdout.write(
+            f"           sent to the model per turn (median tokens, window {allocation.window:,}): "
+            f"index {median['index']:.0f}  recent turns {median['recent']:.0f}  "
+            f"current message {median['current']:.0f}  tool results {median['tool_results']:.0f}  "
+            f"(system {median['system']:.0f}, tool schemas {median['tools']:.0f}) = "
+            f"{row['prompt']:.0f} + answer {allocation['answer']:,}; full history {history_tokens:,}: "
+            f"{history_tokens / max(1, row['prompt']):,.1f}x what is sent"
+        )
         self.stdout.write(
             f"           background after the turn (the message's vector): p50 "
             f"{statistics.median(background):.1f} ms, p95 {_percentile(sorted(background), 95):.1f} ms"
@@ -352,6 +376,33 @@ class Command(BaseCommand):
             pstats.Stats(profiler, stream=out).sort_stats("cumulative").print_stats(30)
             self.stdout.write(out.getvalue())
         return row
+
+
+def _sent_to_model(user, conversation, allocation, plan, message) -> dict[str, int]:
+    """The tokens of each zone of the request a chat turn sends after one round of tools: the
+    turn's own Prompt, with the result of a real search_and_retrieve for the message."""
+    import json
+
+    from memory.budget import Prompt, ToolResultText
+    from memory.tools import execute_tool
+
+    prompt = Prompt.for_message(allocation, plan, message)
+    arguments = {"query": message.content}
+    outcome = execute_tool(
+        user, "search_and_retrieve", arguments, conversation=conversation,
+        exclude_message_ids=[message.pk],
+    )
+    result = outcome.result if outcome.ok else {"error": outcome.error}
+    call = {
+        "id": "call_bench",
+        "type": "function",
+        "function": {"name": "search_and_retrieve", "arguments": json.dumps(arguments)},
+    }
+    prompt.add_round(
+        "", [call], [ToolResultText("call_bench", json.dumps(result, default=str), outcome.summary or "")]
+    )
+    prompt.messages(plan.tools)
+    return dict(prompt.used)
 
 
 def _vacuum() -> None:
