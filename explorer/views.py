@@ -34,8 +34,6 @@ from explorer.filters import (
     GRANULARITIES,
     Filters,
     day_start,
-    parse_choice,
-    parse_date,
     parse_filters,
 )
 from memory import store, topic_tree
@@ -452,13 +450,15 @@ def _bucket_label(day: dt.date, granularity: str) -> str:
 @vary_on_headers("HX-Request")
 def timeline(request: HttpRequest) -> HttpResponse:
     user = request.user
-    f = parse_filters(request.GET, user, {"conversation", "topic", "role", "start", "end"})
+    f = parse_filters(
+        request.GET, user, {"conversation", "topic", "role", "start", "end", "granularity", "until", "period"}
+    )
     errors = f.errors
-    granularity = parse_choice(request.GET, "granularity", GRANULARITIES, "day", errors)
+    granularity = f.granularity
     base = _apply_message_filters(user, Message.objects.visible_to(user).logical(), f)
 
     # The window of bars ends at `until` (default: the newest message), BUCKETS[granularity] wide.
-    until = parse_date(request.GET.get("until", ""), "“until”", errors)
+    until = f.until
     if until is None and f.topic and f.topic.period_end:
         # A topic knows its period: no walk back through the whole memory to find its newest.
         until = timezone.localtime(f.topic.period_end).date()
@@ -487,7 +487,7 @@ def timeline(request: HttpRequest) -> HttpResponse:
         .annotate(n=Count("*"))
         .order_by()
     }
-    period = parse_date(request.GET.get("period", ""), "the period", errors)
+    period = f.period
     if period is not None:
         period = _bucket_start(period, granularity)
     params = request.GET.copy()
