@@ -11,8 +11,8 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections import OrderedDict, defaultdict
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -355,6 +355,126 @@ def import_key(item: dict) -> str:
         ).encode("utf-8", "surrogatepass")
     ).hexdigest()
     return f"auto:{digest}"
+
+
+JSON_LINES_BATCH = 200
+
+
+def import_json_lines(
+    owner,
+    lines: Iterable[str],
+    *,
+    embed: bool | None = True,
+    progress: Callable[[int], None] | None = None,
+    on_error: Callable[[str], None] | None = None,
+) -> HistoryReport:
+    """Store JSON Lines messages (see parse_line), JSON_LINES_BATCH at a time.
+
+    A conversation title is one thread: each message replies to the one before it, after what
+    the owner already has under that title. A message imported before (the same import_key)
+    is skipped; a bad line or a message that cannot be stored costs only itself and is
+    reported as "line N: why" to `on_error` (else kept in the report's errors).
+    """
+    report = HistoryReport()
+    job = _JsonLines(owner, embed, report, on_error or report.errors.append)
+    pending: list[tuple[int, dict]] = []
+    for lineno, raw in enumerate(lines, start=1):
+        if progress:
+            progress(1)
+        if not raw.strip():
+            continue
+        try:
+            item = parse_line(raw)
+        except LineError as exc:
+            report.bad += 1
+            job.on_error(f"line {lineno}: {exc}")
+            continue
+        pending.append((lineno, item))
+        if len(pending) >= JSON_LINES_BATCH:
+            job.flush(pending)
+            pending = []
+    if pending:
+        job.flush(pending)
+    return report
+
+
+class _JsonLines:
+    """The threads a JSON Lines import is adding to, by conversation title."""
+
+    def __init__(
+        self, owner, embed: bool | None, report: HistoryReport, on_error: Callable[[str], None]
+    ) -> None:
+        self.owner = owner
+        self.embed = embed
+        self.report = report
+        self.on_error = on_error
+        self.conversations: dict[str, Conversation] = {}
+        self.last_id: dict[str, str | None] = {}
+        self.seen: set[str] = set()
+
+    def _conversation(self, title: str) -> Conversation:
+        conv = self.conversations.get(title)
+        if conv is None:
+            titled = Conversation.objects.owned_by(self.owner).filter(title=title)
+            conv = titled.order_by("created_at").first()
+            if conv is None:
+                conv = Conversation.objects.create(owner=self.owner, title=title)
+                self.report.conversations += 1
+            self.conversations[title] = conv
+            last = (
+                Message.objects.owned_by(self.owner).logical().filter(conversation=conv)
+                .order_by("-position").values_list("pk", flat=True).first()
+            )
+            self.last_id[title] = last
+        return conv
+
+    def flush(self, pending: list[tuple[int, dict]]) -> None:
+        keys = {import_key(item) for _, item in pending}
+        existing = set(
+            Message.objects.owned_by(self.owner).filter(external_id__in=keys, is_chunk=False)
+            .values_list("external_id", flat=True)
+        )
+        by_conv: OrderedDict[str, list[tuple[int, NewMessage]]] = OrderedDict()
+        for lineno, item in pending:
+            key = import_key(item)
+            if key in existing or key in self.seen:
+                self.report.skipped += 1
+                continue
+            self.seen.add(key)
+            title = item["conversation"]
+            self._conversation(title)
+            metadata = {"imported": True}
+            if item["external_id"]:
+                metadata["external_id"] = item["external_id"]
+            if item["speaker"]:
+                metadata["speaker"] = item["speaker"]
+            new = NewMessage(
+                role=item["role"], content=item["content"], timestamp=item["timestamp"],
+                parent_id=self.last_id[title], metadata=metadata, external_id=key,
+            )
+            self.last_id[title] = new.id
+            by_conv.setdefault(title, []).append((lineno, new))
+        for title, rows in by_conv.items():
+            conv = self.conversations[title]
+            try:
+                store_messages(self.owner, conv, [m for _, m in rows], embed=self.embed)
+                self.report.added += len(rows)
+            except Exception:
+                # Store one by one so one bad row costs only itself; the thread skips it.
+                stored = {m.id for m in Message.objects.filter(pk__in=[m.id for _, m in rows])}
+                last_ok = rows[0][1].parent_id
+                for lineno, m in rows:
+                    if m.parent_id not in stored and m.parent_id != last_ok:
+                        m.parent_id = last_ok
+                    try:
+                        store_messages(self.owner, conv, [m], embed=self.embed)
+                        self.report.added += 1
+                        stored.add(m.id)
+                        last_ok = m.id
+                    except Exception as exc:  # noqa: BLE001 - reported with its line number
+                        self.report.bad += 1
+                        self.on_error(f"line {lineno}: could not store: {exc}")
+                self.last_id[title] = last_ok
 
 
 def detect_text_kind(text: str) -> tuple[str, Any]:

@@ -73,3 +73,33 @@ def test_the_kind_of_a_file_is_told_by_its_content(text, kind):
 def test_text_of_no_known_kind_is_an_invalid_export(text):
     with pytest.raises(InvalidExport):
         detect_text_kind(text)
+
+
+def lines(*items) -> list[str]:
+    return [json.dumps({**LINE, **item}) + "\n" for item in items]
+
+
+def test_json_lines_are_stored_as_one_thread_a_title_and_a_second_import_adds_nothing(owner):
+    from memory.importers import import_json_lines
+    from memory.models import Message
+
+    history = lines({"content": "first"}, {"content": "second", "role": "assistant"}) + ["\n", "{bad\n"]
+    errors: list[str] = []
+    report = import_json_lines(owner, history, embed=False, on_error=errors.append)
+    assert (report.added, report.skipped, report.bad, report.conversations) == (2, 0, 1, 1)
+    assert errors and errors[0].startswith("line 4: not valid JSON")
+    first, second = Message.objects.owned_by(owner).order_by("position")
+    assert (first.content, second.content, second.parent_id) == ("first", "second", first.pk)
+    again = import_json_lines(owner, history, embed=False)
+    assert (again.added, again.skipped, again.bad) == (0, 2, 1) and len(again.errors) == 1
+
+
+def test_json_lines_never_join_a_strangers_conversation_of_the_same_title(owner, stranger):
+    from memory.importers import import_json_lines
+    from memory.models import Conversation, Message
+
+    import_json_lines(stranger, lines({"content": "theirs"}), embed=False)
+    report = import_json_lines(owner, lines({"content": "mine"}), embed=False)
+    assert report.conversations == 1
+    mine = Message.objects.owned_by(owner).get()
+    assert mine.parent_id is None and Conversation.objects.get(pk=mine.conversation_id).owner == owner
