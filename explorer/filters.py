@@ -1,22 +1,28 @@
-"""Reading the explorer's query-string filters without ever failing on what a person typed.
+"""The explorer's query-string filters, read by a Django form that never fails on what a person
+typed.
 
-A bad value becomes a message shown on the page and the filter is left out; it never turns
-into a 500 or a 404 (ids of objects that are not the user's are reported as unknown, exactly
-like ids that do not exist).
+A bad value becomes a message shown on the page and that filter is left out (the others still
+apply); it never turns into a 500 or a 404. Ids of objects that are not the user's are reported
+as unknown, exactly like ids that do not exist. The parameter names are the links' own
+(`conversation`, `topic`, `role`, `tool`, `start`, `end`, `q`, `kind`, `granularity`, `until`,
+`period`), so every link made before keeps working.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, field
+from typing import Any
 
+from django import forms
+from django.core.exceptions import ValidationError
 from django.http import QueryDict
 from django.utils import timezone
 
 from memory.models import Conversation, Role, Topic
 
 GRANULARITIES = ("day", "week", "month")
-MAX_ID_LENGTH = 40
+ROLES = ", ".join(Role.values)
 
 
 @dataclass
@@ -29,6 +35,9 @@ class Filters:
     end: dt.date | None = None
     q: str = ""
     kind: str | None = None
+    granularity: str = "day"
+    until: dt.date | None = None
+    period: dt.date | None = None
     errors: list[str] = field(default_factory=list)
 
     @property
@@ -65,94 +74,103 @@ def day_start(day: dt.date) -> dt.datetime:
     return timezone.make_aware(dt.datetime.combine(day, dt.time.min))
 
 
-def parse_date(raw: str, name: str, errors: list[str]) -> dt.date | None:
-    raw = raw.strip()
-    if not raw:
-        return None
-    try:
-        return dt.date.fromisoformat(raw[:10]) if len(raw) <= 10 else _bad()
-    except ValueError:
-        errors.append(f"“{raw[:40]}” is not a date for {name}; use YYYY-MM-DD. The filter was ignored.")
-        return None
+# Messages echo at most 40 characters of what was typed ("%(value).40s"); the template escapes it.
 
 
-def _bad():
-    raise ValueError
+class DayField(forms.Field):
+    """A date as YYYY-MM-DD (what the date inputs send)."""
+
+    widget = forms.DateInput
+
+    def __init__(self, *, label: str, **kwargs: Any) -> None:
+        message = f"“%(value).40s” is not a date for {label}; use YYYY-MM-DD. The filter was ignored."
+        super().__init__(required=False, error_messages={"invalid": message}, **kwargs)
+
+    def to_python(self, value: Any) -> dt.date | None:
+        value = (value or "").strip()
+        if not value:
+            return None
+        try:
+            if len(value) <= 10:
+                return dt.date.fromisoformat(value)
+        except ValueError:
+            pass
+        raise ValidationError(self.error_messages["invalid"], code="invalid", params={"value": value})
+
+
+class OwnedField(forms.ModelChoiceField):
+    """One of the user's own objects by id (the queryset is set per user by the form)."""
+
+    def __init__(self, what: str, everything: str) -> None:
+        message = f"No {what} “%(value).40s” in your memory; showing {everything}."
+        super().__init__(queryset=None, required=False, error_messages={"invalid_choice": message})
+
+    def to_python(self, value: Any) -> Any:
+        return super().to_python((value or "").strip())
+
+
+class FilterForm(forms.Form):
+    conversation = OwnedField("conversation", "all conversations")
+    topic = OwnedField("topic", "all topics")
+    role = forms.ChoiceField(
+        choices=Role.choices,
+        required=False,
+        error_messages={
+            "invalid_choice": f"“%(value).40s” is not a role; choose one of {ROLES}. The filter was ignored."
+        },
+    )
+    tool = forms.CharField(
+        max_length=100,
+        required=False,
+        error_messages={"max_length": "That tool name is longer than any tool's; the filter was ignored."},
+    )
+    start = DayField(label="“from”")
+    end = DayField(label="“to”")
+    q = forms.CharField(required=False)
+    kind = forms.CharField(required=False)
+    granularity = forms.ChoiceField(
+        choices=[(g, g) for g in GRANULARITIES],
+        required=False,
+        error_messages={
+            "invalid_choice": f"“%(value).40s” is not one of {', '.join(GRANULARITIES)}; showing day."
+        },
+    )
+    until = DayField(label="“until”")
+    period = DayField(label="the period")
+
+    def __init__(self, data: QueryDict, *, user, fields: set[str]) -> None:
+        super().__init__(data)
+        for name in set(self.fields) - fields:
+            del self.fields[name]
+        if "conversation" in self.fields:
+            self.fields["conversation"].queryset = Conversation.objects.owned_by(user)
+        if "topic" in self.fields:
+            self.fields["topic"].queryset = Topic.objects.owned_by(user)
+        self.notes: list[str] = []
+
+    def clean_q(self) -> str:
+        return self.cleaned_data["q"][:500]
+
+    def clean_kind(self) -> str:
+        return self.cleaned_data["kind"][:32]
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        start, end = data.get("start"), data.get("end")
+        if start and end and start > end:
+            self.notes.append("“from” is after “to”; the dates were swapped.")
+            data["start"], data["end"] = end, start
+        return data
+
+    def filters(self) -> Filters:
+        """The filters that passed, and a message for each that did not."""
+        self.is_valid()
+        errors = [message for name in self.fields for message in self.errors.get(name, [])]
+        values = {name: self.cleaned_data.get(name) for name in self.fields}
+        values = {name: value for name, value in values.items() if value not in (None, "")}
+        return Filters(**values, errors=errors + self.notes)
 
 
 def parse_filters(params: QueryDict, user, allowed: set[str]) -> Filters:
-    f = Filters()
-    errors = f.errors
-    if "conversation" in allowed and (raw := params.get("conversation", "").strip()):
-        conv = None
-        if len(raw) <= MAX_ID_LENGTH:
-            conv = Conversation.objects.owned_by(user).filter(pk=raw).first()
-        if conv is None:
-            errors.append(f"No conversation “{raw[:40]}” in your memory; showing all conversations.")
-        f.conversation = conv
-    if "topic" in allowed and (raw := params.get("topic", "").strip()):
-        topic = None
-        if len(raw) <= MAX_ID_LENGTH:
-            topic = Topic.objects.owned_by(user).filter(pk=raw).first()
-        if topic is None:
-            errors.append(f"No topic “{raw[:40]}” in your memory; showing all topics.")
-        f.topic = topic
-    if "role" in allowed and (raw := params.get("role", "").strip()):
-        if raw in Role.values:
-            f.role = raw
-        else:
-            errors.append(
-                f"“{raw[:40]}” is not a role; choose one of {', '.join(Role.values)}. The filter was ignored."
-            )
-    if "tool" in allowed and (raw := params.get("tool", "").strip()):
-        if len(raw) <= 100:
-            f.tool = raw
-        else:
-            errors.append("That tool name is longer than any tool's; the filter was ignored.")
-    if "start" in allowed:
-        f.start = parse_date(params.get("start", ""), "“from”", errors)
-    if "end" in allowed:
-        f.end = parse_date(params.get("end", ""), "“to”", errors)
-    if f.start and f.end and f.start > f.end:
-        errors.append("“from” is after “to”; the dates were swapped.")
-        f.start, f.end = f.end, f.start
-    if "q" in allowed:
-        f.q = params.get("q", "").strip()[:500]
-    if "kind" in allowed and (raw := params.get("kind", "").strip()):
-        f.kind = raw[:32]
-    return f
-
-
-def parse_choice(
-    params: QueryDict, name: str, choices: tuple[str, ...], default: str, errors: list[str]
-) -> str:
-    raw = params.get(name, "").strip()
-    if not raw:
-        return default
-    if raw in choices:
-        return raw
-    errors.append(f"“{raw[:40]}” is not one of {', '.join(choices)}; showing {default}.")
-    return default
-
-
-def parse_int(
-    params: QueryDict,
-    name: str,
-    default: int,
-    errors: list[str],
-    *,
-    low: int = 0,
-    high: int = 1_000_000,
-) -> int:
-    raw = params.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        errors.append(f"“{raw[:40]}” is not a number for {name}; showing {default}.")
-        return default
-    if not low <= value <= high:
-        errors.append(f"{name} must be between {low} and {high}; showing {default}.")
-        return default
-    return value
+    """The filters of `allowed` read from a query string (see FilterForm)."""
+    return FilterForm(params, user=user, fields=allowed).filters()

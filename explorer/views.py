@@ -18,10 +18,8 @@ from django.conf import settings
 from django.contrib import messages as flash
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Page
-from django.db import connection, transaction
-from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet, Sum
+from django.db.models import Count, F, Q, QuerySet, Sum
 from django.db.models.functions import Left, Trunc
-from django.db.utils import OperationalError
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -36,11 +34,9 @@ from explorer.filters import (
     GRANULARITIES,
     Filters,
     day_start,
-    parse_choice,
-    parse_date,
     parse_filters,
 )
-from memory import store
+from memory import store, topic_tree
 from memory.errors import MemoryStoreError
 from memory.models import (
     ContextSnapshot,
@@ -54,9 +50,9 @@ from memory.models import (
     Role,
     ToolCall,
     Topic,
-    TopicMembership,
     UpkeepRun,
 )
+from memory.search import similar_messages
 
 PAGE_SIZE = 25
 MAX_PK = 2**63 - 1
@@ -147,73 +143,6 @@ def _render(
     return render(request, name, context, status=status)
 
 
-def _descendant_ids(user, topic: Topic) -> list[str]:
-    """The topic and everything below it (the tree is bounded: TOPIC_MAX_CHILDREN wide)."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "WITH RECURSIVE tree(id) AS (SELECT id FROM memory_topic WHERE id = %s AND owner_id = %s "
-            "UNION ALL SELECT t.id FROM memory_topic t JOIN tree ON t.parent_id = tree.id) "
-            "SELECT id FROM tree LIMIT 20000",
-            [topic.pk, user.pk],
-        )
-        return [r[0] for r in cursor.fetchall()]
-
-
-def _in_topics(user, topic: Topic) -> Exists:
-    """Membership in the topic or a topic below it, as EXISTS: an IN-subquery over a big topic
-    is materialised in full and keeps Postgres from walking the timestamp index in order."""
-    return Exists(
-        TopicMembership.objects.owned_by(user).filter(
-            message_id=OuterRef("pk"), topic_id__in=_descendant_ids(user, topic)
-        )
-    )
-
-
-class TopicMessages:
-    """A topic's visible messages in time order, for a paginator, read from its memberships.
-
-    Ordering the whole memory by time and keeping the members (what Postgres picks for a
-    LIMIT) is fast for a topic at the start of the memory and slow for one at its end; reading
-    the members first (a materialised CTE) costs the same wherever the topic lies.
-    """
-
-    _MEMBERS = (
-        "WITH members AS MATERIALIZED (SELECT DISTINCT message_id FROM memory_topicmembership"
-        " WHERE owner_id = %s AND topic_id = ANY(%s)) "
-    )
-    _LIVE = (
-        "FROM members JOIN memory_message m ON m.id = members.message_id"
-        " WHERE m.owner_id = %s AND NOT m.deleted AND NOT m.is_chunk"
-    )
-
-    def __init__(self, user, topic: Topic) -> None:
-        self.user = user
-        self.topic_ids = _descendant_ids(user, topic)
-
-    def _rows(self, sql: str, params: list[Any]) -> list[tuple]:
-        with connection.cursor() as cursor:
-            cursor.execute(self._MEMBERS + sql, [self.user.pk, self.topic_ids, *params])
-            return cursor.fetchall()
-
-    def capped_count(self, cap: int) -> int:
-        members = self._rows("SELECT count(*) FROM (SELECT 1 FROM members LIMIT %s) s", [cap + 1])[0][0]
-        if members > cap:
-            return members  # more than the cap: the paginator says "more than", exactly as wanted
-        return self._rows(f"SELECT count(*) {self._LIVE}", [self.user.pk])[0][0]
-
-    def __getitem__(self, window: slice) -> list[Message]:
-        start, stop = window.start or 0, window.stop
-        ids = [
-            r[0]
-            for r in self._rows(
-                f"SELECT m.id {self._LIVE} ORDER BY m.timestamp, m.id LIMIT %s OFFSET %s",
-                [self.user.pk, max(0, stop - start), start],
-            )
-        ]
-        found = Message.objects.visible_to(self.user).select_related("conversation").in_bulk(ids)
-        return [found[i] for i in ids if i in found]
-
-
 def _apply_message_filters(user, qs: QuerySet[Message], f: Filters) -> QuerySet[Message]:
     if f.conversation:
         qs = qs.filter(conversation=f.conversation)
@@ -224,7 +153,7 @@ def _apply_message_filters(user, qs: QuerySet[Message], f: Filters) -> QuerySet[
     if f.end_dt:
         qs = qs.filter(timestamp__lt=f.end_dt)
     if f.topic:
-        qs = qs.filter(_in_topics(user, f.topic))
+        qs = qs.filter(topic_tree.in_topic(user, f.topic))
     return qs
 
 
@@ -394,38 +323,15 @@ def _time_range(user) -> tuple[dt.datetime, dt.datetime] | None:
 def _sparklines(
     user, topics: list[Topic], span: tuple[dt.datetime, dt.datetime] | None
 ) -> dict[str, charts.Sparkline]:
-    """Activity of each topic over the memory's time span, in equal buckets.
-
-    Read from the leaf topics below each one (their period and size), never from the messages
-    themselves: a top-level topic of 100,000 messages costs as little as a leaf. Each leaf's
-    messages are spread evenly over its period, which the temporally ordered tree keeps short.
-    """
+    """Activity of each topic over the memory's time span, in equal buckets (read from the
+    topic tree, not the messages: see memory.topic_tree.activity)."""
     if not topics or span is None:
         return {}
-    lo = span[0].timestamp()
-    width = max(1.0, span[1].timestamp() + 1 - lo) / SPARK_BUCKETS
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "WITH RECURSIVE tree(root, id) AS ("
-            " SELECT id, id FROM memory_topic WHERE owner_id = %s AND id = ANY(%s)"
-            " UNION ALL SELECT tree.root, t.id FROM memory_topic t"
-            " JOIN tree ON t.parent_id = tree.id)"
-            " SELECT tree.root, extract(epoch FROM t.period_start)::float8,"
-            " extract(epoch FROM coalesce(t.period_end, t.period_start))::float8, t.message_count"
-            " FROM tree JOIN memory_topic t ON t.id = tree.id"
-            " WHERE t.period_start IS NOT NULL"
-            " AND NOT EXISTS (SELECT 1 FROM memory_topic c WHERE c.parent_id = t.id)",
-            [user.pk, [t.pk for t in topics]],
-        )
-        rows = cursor.fetchall()
-    values: dict[str, list[float]] = {t.pk: [0.0] * SPARK_BUCKETS for t in topics}
-    for root, start, end, count in rows:
-        first = min(max(int((start - lo) // width), 0), SPARK_BUCKETS - 1)
-        last = min(max(int((end - lo) // width), first), SPARK_BUCKETS - 1)
-        share = (count or 0) / (last - first + 1)
-        for b in range(first, last + 1):
-            values[root][b] += share
-    return {pk: charts.sparkline([round(x) for x in v]) for pk, v in values.items()}
+    values = topic_tree.activity(
+        user, [t.pk for t in topics], span[0].timestamp(), span[1].timestamp() + 1, SPARK_BUCKETS
+    )
+    empty = [0.0] * SPARK_BUCKETS
+    return {t.pk: charts.sparkline([round(x) for x in values.get(t.pk, empty)]) for t in topics}
 
 
 @login_required
@@ -485,23 +391,15 @@ def topics(request: HttpRequest) -> HttpResponse:
 def topic_detail(request: HttpRequest, topic_id: str) -> HttpResponse:
     user = request.user
     topic = _get_topic_for_user(user, topic_id)
-    ancestors = []
-    parent_id = topic.parent_id
-    while parent_id and len(ancestors) < 20:
-        parent = Topic.objects.owned_by(user).filter(pk=parent_id).only("id", "label", "parent_id").first()
-        if parent is None:
-            break
-        ancestors.insert(0, parent)
-        parent_id = parent.parent_id
     children_page = _page(
         request, topic.children.order_by("order", "period_start", "id"), param="cpage", per_page=20
     )
-    messages_page = _page(request, TopicMessages(user, topic))
+    messages_page = _page(request, topic_tree.TopicMessages(user, topic))
     sparks = _sparklines(user, [topic, *children_page.object_list], _time_range(user))
     context = {
         "section": "topics",
         "topic": topic,
-        "ancestors": ancestors,
+        "ancestors": topic_tree.ancestors(user, topic),
         "children_page": children_page,
         "children": [{"topic": c, "spark": sparks.get(c.pk)} for c in children_page.object_list],
         "spark": sparks.get(topic.pk),
@@ -552,13 +450,15 @@ def _bucket_label(day: dt.date, granularity: str) -> str:
 @vary_on_headers("HX-Request")
 def timeline(request: HttpRequest) -> HttpResponse:
     user = request.user
-    f = parse_filters(request.GET, user, {"conversation", "topic", "role", "start", "end"})
+    f = parse_filters(
+        request.GET, user, {"conversation", "topic", "role", "start", "end", "granularity", "until", "period"}
+    )
     errors = f.errors
-    granularity = parse_choice(request.GET, "granularity", GRANULARITIES, "day", errors)
+    granularity = f.granularity
     base = _apply_message_filters(user, Message.objects.visible_to(user).logical(), f)
 
     # The window of bars ends at `until` (default: the newest message), BUCKETS[granularity] wide.
-    until = parse_date(request.GET.get("until", ""), "“until”", errors)
+    until = f.until
     if until is None and f.topic and f.topic.period_end:
         # A topic knows its period: no walk back through the whole memory to find its newest.
         until = timezone.localtime(f.topic.period_end).date()
@@ -587,7 +487,7 @@ def timeline(request: HttpRequest) -> HttpResponse:
         .annotate(n=Count("*"))
         .order_by()
     }
-    period = parse_date(request.GET.get("period", ""), "the period", errors)
+    period = f.period
     if period is not None:
         period = _bucket_start(period, granularity)
     params = request.GET.copy()
@@ -821,42 +721,6 @@ def diff_segments(before: str, after: str) -> list[tuple[str, str]]:
     return note + _tidy(segments)
 
 
-def _similar_messages(user, message: Message, limit: int = 5) -> list[dict[str, Any]] | None:
-    """Nearest messages by embedding (None when this message has no vector yet)."""
-    vector = (
-        Passage.objects.owned_by(user)
-        .filter(logical_message_id=message.pk, embedding__isnull=False)
-        .order_by("kind", "index")
-        .values_list("embedding", "embedding_model")
-        .first()
-    )
-    if vector is None:
-        return None
-    from memory.search import HALFVEC, vector_literal
-
-    vec = vector_literal(vector[0])
-    try:
-        with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute(f"SET LOCAL statement_timeout = {int(settings.VECTOR_SEARCH_TIMEOUT_MS)}")
-            cursor.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
-            cursor.execute("SET LOCAL hnsw.ef_search = 80")
-            cursor.execute(
-                "SELECT p.logical_message_id, 1 - (p.embedding <=> %s::vector) FROM memory_passage p "
-                "WHERE p.owner_id = %s AND NOT p.deleted AND p.embedding_model = %s "
-                f"AND p.logical_message_id <> %s ORDER BY {HALFVEC} LIMIT %s",
-                [vec, user.pk, vector[1], message.pk, vec, limit * 6],
-            )
-            rows = cursor.fetchall()
-    except OperationalError:
-        return []
-    best: dict[str, float] = {}
-    for mid, sim in rows:
-        best[mid] = max(best.get(mid, -1.0), float(sim))
-    ranked = sorted(best.items(), key=lambda kv: -kv[1])[:limit]
-    found = {m.pk: m for m in Message.objects.visible_to(user).filter(pk__in=[k for k, _ in ranked])}
-    return [{"message": found[k], "similarity": s} for k, s in ranked if k in found]
-
-
 def _message_context(request: HttpRequest, message: Message) -> dict[str, Any]:
     user = request.user
     chunks_page = _page(request, message.chunks.order_by("chunk_index"), param="chunks", per_page=5)
@@ -894,7 +758,7 @@ def _message_context(request: HttpRequest, message: Message) -> dict[str, Any]:
         "tool_calls_count": tool_calls_qs.count(),
         "memberships": list(message.topic_memberships.select_related("topic").order_by("-score")[:10]),
         "mentions": list(message.entity_mentions.select_related("entity").order_by("-count")[:30]),
-        "similar": _similar_messages(user, message) if not message.deleted else [],
+        "similar": similar_messages(user, message) if not message.deleted else [],
         "snapshot": snapshot,
     }
 

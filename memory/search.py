@@ -44,7 +44,7 @@ from django.db.utils import OperationalError
 
 from memory import graph
 from memory.embeddings import get_embedder
-from memory.models import Message, ToolCall
+from memory.models import Message, Passage, ToolCall
 
 logger = logging.getLogger(__name__)
 
@@ -123,9 +123,13 @@ class SearchFilters:
     end: dt.datetime | None = None
     role: str | None = None
     include_tool_calls: bool | None = None
+    exclude_message_id: str | None = None  # a message and its chunks and tool calls left out
 
     def sql(self) -> tuple[str, list[Any]]:
         clauses, params = [], []
+        if self.exclude_message_id:
+            clauses.append("p.logical_message_id <> %s")
+            params.append(self.exclude_message_id)
         if self.conversation_id:
             clauses.append("p.conversation_id = %s")
             params.append(self.conversation_id)
@@ -361,6 +365,32 @@ def _vector_candidates(owner, query, filters, k, results, query_vector=None) -> 
     # pgvector's relaxed_order may return slightly out of order: sort by similarity.
     rows.sort(key=lambda r: -r[4])
     return rows
+
+
+def similar_messages(owner, message: Message, limit: int = 5) -> list[dict[str, Any]] | None:
+    """The owner's messages nearest `message` by embedding, best first, as {"message",
+    "similarity"}: the vector search of search(), from the message's first passage, never
+    deleted content nor the message itself. None when the message has no vector of the
+    current model (not embedded yet, or not the owner's)."""
+    embedder = get_embedder()
+    vector = (
+        Passage.objects.owned_by(owner)
+        .filter(logical_message_id=message.pk, embedding_model=embedder.name, embedding__isnull=False)
+        .order_by("kind", "index")
+        .values_list("embedding", flat=True)
+        .first()
+    )
+    if vector is None:
+        return None
+    filters = SearchFilters(include_tool_calls=True, exclude_message_id=message.pk)
+    # Several passages a message: read enough of them to rank `limit` messages.
+    rows = _vector_candidates(owner, "", filters, limit * 6, SearchResults(query=""), vector)
+    best: dict[str, float] = {}
+    for _message_id, _call_id, logical_id, _text, similarity, _when in rows:
+        best[logical_id] = max(best.get(logical_id, -1.0), float(similarity))
+    ranked = sorted(best.items(), key=lambda kv: -kv[1])[:limit]
+    found = Message.objects.visible_to(owner).in_bulk([k for k, _ in ranked])
+    return [{"message": found[k], "similarity": s} for k, s in ranked if k in found]
 
 
 # Two range probes on (owner, embedding_model) instead of `<>`, so each is one index descent

@@ -6,95 +6,25 @@ zip they come in) and Recollect's own export, telling them apart by their conten
 
 from __future__ import annotations
 
-import datetime as dt
-import hashlib
 import io
-import json
 import sys
 import zipfile
-from collections import OrderedDict
 from pathlib import Path
-from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from memory.errors import MemoryStoreError
-from memory.management.commands.import_memory import StagedProgress
-from memory.models import Conversation, Message, Role
-from memory.portability import (
-    InvalidExport,
+from memory.importers import (
     ParsedConversation,
-    detect_kind,
+    detect_text_kind,
     import_conversations,
-    import_memory,
+    import_json_lines,
     parse_chatgpt,
     parse_claude,
-    validate_export,
 )
+from memory.management.commands.import_memory import StagedProgress
+from memory.portability import InvalidExport, import_memory, validate_export
 from memory.progress import Progress
-from memory.store import NewMessage, clean_content, store_messages
-
-BATCH = 200
-
-
-class LineError(ValueError):
-    pass
-
-
-def parse_line(raw: str) -> dict:
-    try:
-        data = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise LineError(f"not valid JSON ({exc.msg} at column {exc.colno})") from None
-    if not isinstance(data, dict):
-        raise LineError("expected a JSON object")
-    conv = data.get("conversation")
-    if not isinstance(conv, str) or not conv.strip():
-        raise LineError('"conversation" must be a non-empty string')
-    role = data.get("role")
-    if role not in Role.values:
-        raise LineError(f'"role" must be one of {", ".join(Role.values)}, got {role!r}')
-    content = data.get("content")
-    try:
-        clean_content(content)
-    except MemoryStoreError as exc:
-        raise LineError(str(exc)) from None
-    stamp = data.get("timestamp")
-    if not isinstance(stamp, str):
-        raise LineError('"timestamp" must be an ISO-8601 string')
-    try:
-        when = dt.datetime.fromisoformat(stamp.strip())
-    except ValueError:
-        raise LineError(f'"timestamp" {stamp!r} is not ISO-8601') from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.UTC)
-    external_id = data.get("external_id")
-    if external_id is not None and not isinstance(external_id, (str, int)):
-        raise LineError('"external_id" must be a string')
-    speaker = data.get("speaker")
-    if speaker is not None and not isinstance(speaker, str):
-        raise LineError('"speaker" must be a string')
-    return {
-        "conversation": conv.strip()[:200],
-        "role": role,
-        "content": content,
-        "timestamp": when,
-        "external_id": str(external_id) if external_id is not None else None,
-        "speaker": speaker,
-    }
-
-
-def import_key(item: dict) -> str:
-    """The id that makes re-imports add nothing: the given external_id, or a content hash."""
-    if item["external_id"]:
-        return item["external_id"][:200]
-    digest = hashlib.sha1(
-        "\x1f".join(
-            [item["conversation"], item["role"], item["timestamp"].isoformat(), item["content"]]
-        ).encode("utf-8", "surrogatepass")
-    ).hexdigest()
-    return f"auto:{digest}"
 
 
 def read_text(path: str) -> str:
@@ -108,39 +38,6 @@ def read_text(path: str) -> str:
             return archive.read(min(names, key=len)).decode("utf-8", errors="replace")
     with open(path, encoding="utf-8", errors="replace") as fh:
         return fh.read()
-
-
-def sniff(text: str) -> tuple[str, Any]:
-    """("jsonl", None) or (kind, parsed JSON) for a ChatGPT, Claude or Recollect export.
-
-    A JSON Lines file starts with a line that is a whole JSON object; an export is one JSON
-    value across the file (a pretty-printed one starts with a line holding only "[" or "{").
-    """
-    body = text.lstrip("\ufeff \t\r\n")
-    if not body or body[0] not in "[{":
-        return "jsonl", None
-    first_line = body.split("\n", 1)[0]
-    try:
-        first = json.loads(first_line)
-    except json.JSONDecodeError:
-        first = None
-    if isinstance(first, dict):
-        return "jsonl", None
-    try:
-        data = json.loads(body)
-    except json.JSONDecodeError as exc:
-        if body[0] == "{":
-            return "jsonl", None  # bad lines are reported one by one
-        raise CommandError(
-            f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); expected JSON Lines, "
-            "or a JSON array of conversations (ChatGPT's or Claude's conversations.json)"
-        ) from None
-    try:
-        return detect_kind(data), data
-    except InvalidExport as exc:
-        if isinstance(data, dict):
-            return "jsonl", None  # a one-line JSON Lines file
-        raise CommandError(str(exc)) from None
 
 
 class Command(BaseCommand):
@@ -159,7 +56,7 @@ class Command(BaseCommand):
             raise CommandError(f"{path}: no such file")
         text = read_text(path)
         try:
-            kind, data = sniff(text)
+            kind, data = detect_text_kind(text)
             # Exports are checked whole before anything (or anyone) is created.
             if kind == "recollect":
                 validate_export(data)
@@ -181,36 +78,18 @@ class Command(BaseCommand):
         if kind in ("chatgpt", "claude"):
             self._import_conversations(kind, data)
             return
-        stream = io.StringIO(text)
-        total = text.count("\n") + (0 if text.endswith("\n") else 1)
-        self.conversations: dict[str, Conversation] = {}
-        self.last_id: dict[str, str | None] = {}
-        self.seen: set[str] = set()
-        self.added = self.skipped = self.bad = 0
-        pending: list[tuple[int, dict]] = []
-        with Progress(total, "import") as progress:
-            try:
-                for lineno, raw in enumerate(stream, start=1):
-                    progress.update()
-                    if not raw.strip():
-                        continue
-                    try:
-                        item = parse_line(raw)
-                    except LineError as exc:
-                        self.bad += 1
-                        self.stderr.write(f"line {lineno}: {exc}")
-                        continue
-                    pending.append((lineno, item))
-                    if len(pending) >= BATCH:
-                        self._flush(pending)
-                        pending = []
-                if pending:
-                    self._flush(pending)
-            finally:
-                stream.close()
-        summary = (f"imported {self.added} messages, skipped {self.skipped} already present, "
-                   f"{self.bad} bad lines")
-        self.stdout.write(summary)
+        with Progress(text.count("\n") + (0 if text.endswith("\n") else 1), "import") as progress:
+            report = import_json_lines(
+                user,
+                io.StringIO(text),
+                embed=self.embed,
+                progress=progress.update,
+                on_error=self.stderr.write,
+            )
+        self.stdout.write(
+            f"imported {report.added} messages, skipped {report.skipped} already present, "
+            f"{report.bad} bad lines"
+        )
 
     def _import_conversations(self, kind: str, conversations: list[ParsedConversation]) -> None:
         total = sum(len(c.messages) for c in conversations)
@@ -237,65 +116,3 @@ class Command(BaseCommand):
         for warning in report.warnings:
             self.stderr.write(f"warning: {warning}")
         self.stdout.write(report.summary())
-
-    def _conversation(self, title: str) -> Conversation:
-        conv = self.conversations.get(title)
-        if conv is None:
-            conv = Conversation.objects.owned_by(self.user).filter(title=title).order_by("created_at").first()
-            if conv is None:
-                conv = Conversation.objects.create(owner=self.user, title=title)
-            self.conversations[title] = conv
-            last = (
-                Message.objects.owned_by(self.user).logical().filter(conversation=conv)
-                .order_by("-position").values_list("pk", flat=True).first()
-            )
-            self.last_id[title] = last
-        return conv
-
-    def _flush(self, pending: list[tuple[int, dict]]) -> None:
-        keys = {import_key(item) for _, item in pending}
-        existing = set(
-            Message.objects.owned_by(self.user).filter(external_id__in=keys, is_chunk=False)
-            .values_list("external_id", flat=True)
-        )
-        by_conv: OrderedDict[str, list[tuple[int, NewMessage]]] = OrderedDict()
-        for lineno, item in pending:
-            key = import_key(item)
-            if key in existing or key in self.seen:
-                self.skipped += 1
-                continue
-            self.seen.add(key)
-            title = item["conversation"]
-            self._conversation(title)
-            metadata = {"imported": True}
-            if item["external_id"]:
-                metadata["external_id"] = item["external_id"]
-            if item["speaker"]:
-                metadata["speaker"] = item["speaker"]
-            new = NewMessage(
-                role=item["role"], content=item["content"], timestamp=item["timestamp"],
-                parent_id=self.last_id[title], metadata=metadata, external_id=key,
-            )
-            self.last_id[title] = new.id
-            by_conv.setdefault(title, []).append((lineno, new))
-        for title, rows in by_conv.items():
-            conv = self.conversations[title]
-            try:
-                store_messages(self.user, conv, [m for _, m in rows], embed=self.embed)
-                self.added += len(rows)
-            except Exception:
-                # Store one by one so one bad row costs only itself; the thread skips it.
-                stored = {m.id for m in Message.objects.filter(pk__in=[m.id for _, m in rows])}
-                last_ok = rows[0][1].parent_id
-                for lineno, m in rows:
-                    if m.parent_id not in stored and m.parent_id != last_ok:
-                        m.parent_id = last_ok
-                    try:
-                        store_messages(self.user, conv, [m], embed=self.embed)
-                        self.added += 1
-                        stored.add(m.id)
-                        last_ok = m.id
-                    except Exception as exc:  # noqa: BLE001 - reported with its line number
-                        self.bad += 1
-                        self.stderr.write(f"line {lineno}: could not store: {exc}")
-                self.last_id[title] = last_ok

@@ -9,7 +9,8 @@ from pathlib import Path
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from memory.portability import InvalidExport, detect_kind, import_memory, validate_export
+from memory.importers import detect_kind
+from memory.portability import InvalidExport, import_memory, validate_export
 from memory.progress import Progress
 
 

@@ -1,0 +1,511 @@
+"""Chat history from elsewhere, read into Recollect's memory: ChatGPT's and Claude's
+conversations.json, and JSON Lines (one message per line, the format `manage.py import_history`
+and `eval_recall`'s datasets use). Recollect's own export is memory.portability's.
+
+Each reader checks its whole input (or, for JSON Lines, each line) before anything is stored,
+and says where a bad value is.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+from collections import OrderedDict, defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from memory.errors import MemoryStoreError
+from memory.models import Conversation, Message, Role
+from memory.portability import FORMAT, InvalidExport
+from memory.store import NewMessage, clean_content, store_messages
+
+
+@dataclass
+class ParsedMessage:
+    external_id: str
+    role: str
+    content: str
+    timestamp: dt.datetime
+    parent: str | None  # the external id of the message it replies to
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ParsedConversation:
+    title: str
+    external_id: str | None
+    created_at: dt.datetime | None
+    messages: list[ParsedMessage]  # parents before their replies
+    skipped: int = 0  # nodes with nothing to import (hidden system prompts, tool output)
+
+
+def _epoch(value: Any) -> dt.datetime | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (int, float)):
+        try:
+            return dt.datetime.fromtimestamp(value, tz=dt.UTC)
+        except (OverflowError, OSError, ValueError):
+            return None
+    if isinstance(value, str):
+        try:
+            parsed = dt.datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        except ValueError:
+            return None
+        return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
+    return None
+
+
+def detect_kind(data: Any) -> str:
+    """"recollect", "chatgpt" or "claude" for parsed JSON; raise InvalidExport otherwise."""
+    if isinstance(data, dict):
+        if data.get("format") == FORMAT:
+            return "recollect"
+        raise InvalidExport(
+            'a JSON object that is not a Recollect export (no "format": "recollect-memory")'
+        )
+    if not isinstance(data, list):
+        raise InvalidExport(f"expected a JSON array of conversations, got {type(data).__name__}")
+    for item in data:
+        if isinstance(item, dict) and "mapping" in item:
+            return "chatgpt"
+        if isinstance(item, dict) and "chat_messages" in item:
+            return "claude"
+    if not data:
+        return "chatgpt"  # an empty export of either kind imports nothing
+    raise InvalidExport(
+        "a JSON array, but neither ChatGPT's conversations.json (items with \"mapping\") nor "
+        "Claude's (items with \"chat_messages\")"
+    )
+
+
+def _chatgpt_text(content: Any) -> str:
+    if not isinstance(content, dict):
+        return ""
+    parts = content.get("parts")
+    if isinstance(parts, list):
+        out = []
+        for part in parts:
+            if isinstance(part, str):
+                out.append(part)
+            elif isinstance(part, dict):
+                if isinstance(part.get("text"), str):
+                    out.append(part["text"])
+                else:
+                    out.append(f"[{part.get('content_type', 'attachment')}]")
+        return "\n".join(p for p in out if p)
+    if isinstance(content.get("text"), str):
+        return content["text"]
+    return ""
+
+
+def parse_chatgpt(data: list) -> list[ParsedConversation]:
+    """ChatGPT's conversations.json: a tree per conversation (`mapping`), branches kept.
+
+    Nodes with nothing to show (the hidden system prompt, tool output) are left out and their
+    replies attached to the nearest kept ancestor. Replies are ordered so the branch that was
+    current in ChatGPT comes last, which makes it the active branch here too.
+    """
+    out = []
+    for i, conv in enumerate(data):
+        if not isinstance(conv, dict) or not isinstance(conv.get("mapping"), dict):
+            raise InvalidExport(f"conversations[{i}].mapping: expected an object of message nodes")
+        mapping = conv["mapping"]
+        started = _epoch(conv.get("create_time"))
+        current_path: set[str] = set()
+        node_id = conv.get("current_node")
+        while isinstance(node_id, str) and node_id in mapping and node_id not in current_path:
+            current_path.add(node_id)
+            node = mapping[node_id]
+            node_id = node.get("parent") if isinstance(node, dict) else None
+        children: dict[str | None, list[str]] = defaultdict(list)
+        for nid, node in mapping.items():
+            if not isinstance(node, dict):
+                raise InvalidExport(f"conversations[{i}].mapping[{nid!r}]: expected an object")
+            parent = node.get("parent")
+            children[parent if parent in mapping else None].append(nid)
+
+        def when(nid: str, mapping: dict = mapping) -> float:
+            msg = mapping[nid].get("message")
+            t = msg.get("create_time") if isinstance(msg, dict) else None
+            return t if isinstance(t, (int, float)) and not isinstance(t, bool) else 0.0
+
+        parsed = ParsedConversation(
+            title=str(conv.get("title") or "Untitled")[:200],
+            external_id=str(conv.get("conversation_id") or conv.get("id") or "") or None,
+            created_at=started,
+            messages=[],
+        )
+        last_time = started or timezone.now()
+        # Iterative depth-first walk: (node id, external id of its nearest kept ancestor).
+        stack = [(nid, None) for nid in sorted(children[None], key=lambda n: (n in current_path, when(n)),
+                                                 reverse=True)]
+        visited: set[str] = set()
+        while stack:
+            nid, kept_parent = stack.pop()
+            if nid in visited:
+                continue
+            visited.add(nid)
+            msg = mapping[nid].get("message")
+            here = kept_parent
+            if isinstance(msg, dict):
+                author = msg.get("author") if isinstance(msg.get("author"), dict) else {}
+                role = author.get("role")
+                text = _chatgpt_text(msg.get("content"))
+                hidden = (msg.get("metadata") or {}).get("is_visually_hidden_from_conversation") \
+                    if isinstance(msg.get("metadata"), dict) else False
+                if role in ("user", "assistant", "system") and text.strip() and not hidden:
+                    stamp = _epoch(msg.get("create_time")) or last_time
+                    last_time = stamp
+                    ext = str(msg.get("id") or nid)
+                    meta: dict[str, Any] = {"imported": True, "source": "chatgpt", "external_id": ext}
+                    info = msg.get("metadata") if isinstance(msg.get("metadata"), dict) else {}
+                    model = info.get("model_slug")
+                    if model:
+                        meta["model"] = model
+                    parsed.messages.append(ParsedMessage(ext, role, text, stamp, kept_parent, meta))
+                    here = ext
+                else:
+                    parsed.skipped += 1
+            # Push so the current branch's child is popped last.
+            kids = sorted(children.get(nid, []), key=lambda n: (n in current_path, when(n)), reverse=True)
+            stack.extend((k, here) for k in kids)
+        out.append(parsed)
+    return out
+
+
+def parse_claude(data: list) -> list[ParsedConversation]:
+    """Claude's conversations.json: a list of threads (`chat_messages`), linear unless the
+    export names parents (parent_message_uuid)."""
+    out = []
+    for i, conv in enumerate(data):
+        if not isinstance(conv, dict) or not isinstance(conv.get("chat_messages"), list):
+            raise InvalidExport(f"conversations[{i}].chat_messages: expected a list of messages")
+        started = _epoch(conv.get("created_at"))
+        parsed = ParsedConversation(
+            title=str(conv.get("name") or "Untitled")[:200],
+            external_id=str(conv.get("uuid") or "") or None,
+            created_at=started,
+            messages=[],
+        )
+        known: set[str] = set()
+        previous: str | None = None
+        last_time = started or timezone.now()
+        for j, m in enumerate(conv["chat_messages"]):
+            if not isinstance(m, dict):
+                raise InvalidExport(f"conversations[{i}].chat_messages[{j}]: expected an object")
+            sender = m.get("sender")
+            role = {"human": "user", "assistant": "assistant"}.get(sender)
+            if role is None:
+                raise InvalidExport(
+                    f"conversations[{i}].chat_messages[{j}].sender: "
+                    f'expected "human" or "assistant", got {sender!r}'
+                )
+            text = m.get("text") if isinstance(m.get("text"), str) else ""
+            if not text.strip() and isinstance(m.get("content"), list):
+                text = "\n".join(
+                    part["text"] for part in m["content"]
+                    if isinstance(part, dict) and part.get("type") == "text"
+                    and isinstance(part.get("text"), str)
+                )
+            ext = str(m.get("uuid") or f"{parsed.external_id}:{j}")
+            if not text.strip():
+                parsed.skipped += 1
+                continue
+            stamp = _epoch(m.get("created_at")) or last_time
+            last_time = stamp
+            parent = m.get("parent_message_uuid")
+            parent = parent if parent in known else previous
+            meta: dict[str, Any] = {"imported": True, "source": "claude", "external_id": ext}
+            files = [f.get("file_name") for f in (m.get("attachments") or []) + (m.get("files") or [])
+                     if isinstance(f, dict) and f.get("file_name")]
+            if files:
+                meta["attachments"] = files
+            parsed.messages.append(ParsedMessage(ext, role, text, stamp, parent, meta))
+            known.add(ext)
+            previous = ext
+        out.append(parsed)
+    return out
+
+
+@dataclass
+class HistoryReport:
+    added: int = 0
+    skipped: int = 0
+    bad: int = 0
+    conversations: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+def import_conversations(owner, conversations: Sequence[ParsedConversation], *, embed: bool | None = True,
+                         progress: Callable[[int], None] | None = None) -> HistoryReport:
+    """Store parsed conversations; a message whose external id the owner already has is
+    skipped, and new replies to it join its conversation (so a later export adds only what
+    is new)."""
+    report = HistoryReport()
+    for conv in conversations:
+        ext_ids = [m.external_id[:200] for m in conv.messages]
+        existing = {}
+        for start in range(0, len(ext_ids), 5000):
+            existing.update({
+                e: (pk, cid) for e, pk, cid in Message.objects.owned_by(owner).logical()
+                .filter(external_id__in=ext_ids[start:start + 5000])
+                .values_list("external_id", "pk", "conversation_id")
+            })
+        stored: dict[str, str] = {e: pk for e, (pk, _) in existing.items()}
+        items: list[NewMessage] = []
+        for m in conv.messages:
+            ext = m.external_id[:200]
+            if ext in stored:
+                report.skipped += 1
+                continue
+            try:
+                content, _ = clean_content(m.content)
+            except MemoryStoreError as exc:
+                report.bad += 1
+                report.errors.append(f"{conv.title!r} message {ext}: {exc}")
+                stored[ext] = stored.get(m.parent) if m.parent else None  # replies skip past it
+                continue
+            item = NewMessage(role=m.role, content=content, timestamp=m.timestamp,
+                              parent_id=stored.get(m.parent) if m.parent else None,
+                              metadata=m.metadata, external_id=ext)
+            stored[ext] = item.id
+            items.append(item)
+        if progress:
+            progress(len(conv.messages))
+        if not items:
+            continue
+        with transaction.atomic():
+            if existing:
+                target = Conversation.objects.get(pk=next(iter(existing.values()))[1])
+            else:
+                target = Conversation.objects.create(owner=owner, title=conv.title or "Untitled")
+                if conv.created_at:
+                    Conversation.objects.filter(pk=target.pk).update(created_at=conv.created_at)
+                report.conversations += 1
+            store_messages(owner, target, items, embed=embed)
+        report.added += len(items)
+    return report
+
+
+# --- JSON Lines ---------------------------------------------------------------------------------
+
+
+class LineError(ValueError):
+    """A JSON Lines line that cannot be imported (the message says why)."""
+
+
+def parse_line(raw: str) -> dict:
+    """One JSON Lines message: {"conversation", "role", "content", "timestamp"} and optionally
+    "external_id" and "speaker", checked and normalised (an aware timestamp)."""
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise LineError(f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+    if not isinstance(data, dict):
+        raise LineError("expected a JSON object")
+    conv = data.get("conversation")
+    if not isinstance(conv, str) or not conv.strip():
+        raise LineError('"conversation" must be a non-empty string')
+    role = data.get("role")
+    if role not in Role.values:
+        raise LineError(f'"role" must be one of {", ".join(Role.values)}, got {role!r}')
+    content = data.get("content")
+    try:
+        clean_content(content)
+    except MemoryStoreError as exc:
+        raise LineError(str(exc)) from None
+    stamp = data.get("timestamp")
+    if not isinstance(stamp, str):
+        raise LineError('"timestamp" must be an ISO-8601 string')
+    try:
+        when = dt.datetime.fromisoformat(stamp.strip())
+    except ValueError:
+        raise LineError(f'"timestamp" {stamp!r} is not ISO-8601') from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.UTC)
+    external_id = data.get("external_id")
+    if external_id is not None and not isinstance(external_id, (str, int)):
+        raise LineError('"external_id" must be a string')
+    speaker = data.get("speaker")
+    if speaker is not None and not isinstance(speaker, str):
+        raise LineError('"speaker" must be a string')
+    return {
+        "conversation": conv.strip()[:200],
+        "role": role,
+        "content": content,
+        "timestamp": when,
+        "external_id": str(external_id) if external_id is not None else None,
+        "speaker": speaker,
+    }
+
+
+def import_key(item: dict) -> str:
+    """The id that makes re-imports add nothing: the given external_id, or a content hash."""
+    if item["external_id"]:
+        return item["external_id"][:200]
+    digest = hashlib.sha1(
+        "\x1f".join(
+            [item["conversation"], item["role"], item["timestamp"].isoformat(), item["content"]]
+        ).encode("utf-8", "surrogatepass")
+    ).hexdigest()
+    return f"auto:{digest}"
+
+
+JSON_LINES_BATCH = 200
+
+
+def import_json_lines(
+    owner,
+    lines: Iterable[str],
+    *,
+    embed: bool | None = True,
+    progress: Callable[[int], None] | None = None,
+    on_error: Callable[[str], None] | None = None,
+) -> HistoryReport:
+    """Store JSON Lines messages (see parse_line), JSON_LINES_BATCH at a time.
+
+    A conversation title is one thread: each message replies to the one before it, after what
+    the owner already has under that title. A message imported before (the same import_key)
+    is skipped; a bad line or a message that cannot be stored costs only itself and is
+    reported as "line N: why" to `on_error` (else kept in the report's errors).
+    """
+    report = HistoryReport()
+    job = _JsonLines(owner, embed, report, on_error or report.errors.append)
+    pending: list[tuple[int, dict]] = []
+    for lineno, raw in enumerate(lines, start=1):
+        if progress:
+            progress(1)
+        if not raw.strip():
+            continue
+        try:
+            item = parse_line(raw)
+        except LineError as exc:
+            report.bad += 1
+            job.on_error(f"line {lineno}: {exc}")
+            continue
+        pending.append((lineno, item))
+        if len(pending) >= JSON_LINES_BATCH:
+            job.flush(pending)
+            pending = []
+    if pending:
+        job.flush(pending)
+    return report
+
+
+class _JsonLines:
+    """The threads a JSON Lines import is adding to, by conversation title."""
+
+    def __init__(
+        self, owner, embed: bool | None, report: HistoryReport, on_error: Callable[[str], None]
+    ) -> None:
+        self.owner = owner
+        self.embed = embed
+        self.report = report
+        self.on_error = on_error
+        self.conversations: dict[str, Conversation] = {}
+        self.last_id: dict[str, str | None] = {}
+        self.seen: set[str] = set()
+
+    def _conversation(self, title: str) -> Conversation:
+        conv = self.conversations.get(title)
+        if conv is None:
+            titled = Conversation.objects.owned_by(self.owner).filter(title=title)
+            conv = titled.order_by("created_at").first()
+            if conv is None:
+                conv = Conversation.objects.create(owner=self.owner, title=title)
+                self.report.conversations += 1
+            self.conversations[title] = conv
+            last = (
+                Message.objects.owned_by(self.owner).logical().filter(conversation=conv)
+                .order_by("-position").values_list("pk", flat=True).first()
+            )
+            self.last_id[title] = last
+        return conv
+
+    def flush(self, pending: list[tuple[int, dict]]) -> None:
+        keys = {import_key(item) for _, item in pending}
+        existing = set(
+            Message.objects.owned_by(self.owner).filter(external_id__in=keys, is_chunk=False)
+            .values_list("external_id", flat=True)
+        )
+        by_conv: OrderedDict[str, list[tuple[int, NewMessage]]] = OrderedDict()
+        for lineno, item in pending:
+            key = import_key(item)
+            if key in existing or key in self.seen:
+                self.report.skipped += 1
+                continue
+            self.seen.add(key)
+            title = item["conversation"]
+            self._conversation(title)
+            metadata = {"imported": True}
+            if item["external_id"]:
+                metadata["external_id"] = item["external_id"]
+            if item["speaker"]:
+                metadata["speaker"] = item["speaker"]
+            new = NewMessage(
+                role=item["role"], content=item["content"], timestamp=item["timestamp"],
+                parent_id=self.last_id[title], metadata=metadata, external_id=key,
+            )
+            self.last_id[title] = new.id
+            by_conv.setdefault(title, []).append((lineno, new))
+        for title, rows in by_conv.items():
+            conv = self.conversations[title]
+            try:
+                store_messages(self.owner, conv, [m for _, m in rows], embed=self.embed)
+                self.report.added += len(rows)
+            except Exception:
+                # Store one by one so one bad row costs only itself; the thread skips it.
+                stored = {m.id for m in Message.objects.filter(pk__in=[m.id for _, m in rows])}
+                last_ok = rows[0][1].parent_id
+                for lineno, m in rows:
+                    if m.parent_id not in stored and m.parent_id != last_ok:
+                        m.parent_id = last_ok
+                    try:
+                        store_messages(self.owner, conv, [m], embed=self.embed)
+                        self.report.added += 1
+                        stored.add(m.id)
+                        last_ok = m.id
+                    except Exception as exc:  # noqa: BLE001 - reported with its line number
+                        self.report.bad += 1
+                        self.on_error(f"line {lineno}: could not store: {exc}")
+                self.last_id[title] = last_ok
+
+
+def detect_text_kind(text: str) -> tuple[str, Any]:
+    """("jsonl", None) or (kind, parsed JSON) for a ChatGPT, Claude or Recollect export; raise
+    InvalidExport for text that is none of them.
+
+    A JSON Lines file starts with a line that is a whole JSON object; an export is one JSON
+    value across the file (a pretty-printed one starts with a line holding only "[" or "{").
+    """
+    body = text.lstrip("\ufeff \t\r\n")
+    if not body or body[0] not in "[{":
+        return "jsonl", None
+    first_line = body.split("\n", 1)[0]
+    try:
+        first = json.loads(first_line)
+    except json.JSONDecodeError:
+        first = None
+    if isinstance(first, dict):
+        return "jsonl", None
+    try:
+        data = json.loads(body)
+    except json.JSONDecodeError as exc:
+        if body[0] == "{":
+            return "jsonl", None  # bad lines are reported one by one
+        raise InvalidExport(
+            f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); expected JSON Lines, "
+            "or a JSON array of conversations (ChatGPT's or Claude's conversations.json)"
+        ) from None
+    try:
+        return detect_kind(data), data
+    except InvalidExport:
+        if isinstance(data, dict):
+            return "jsonl", None  # a one-line JSON Lines file
+        raise
