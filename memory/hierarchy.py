@@ -457,18 +457,39 @@ def measured_savings(owner, conversation=None) -> dict[str, Any]:
     """Tokens saved, measured on the latest turns' context snapshots: the past the plan actually
     sent (every zone but system, tools and the unsent reserve: the memory index and the recent
     history) against all the memory that existed at that turn, in full."""
-    sql = (
-        "SELECT s.tokens_by_zone, (SELECT coalesce(sum(m.token_count), 0) FROM memory_message m "
-        "WHERE m.owner_id = s.owner_id AND NOT m.deleted AND NOT m.is_chunk "
-        "AND m.timestamp < s.created_at AND m.id IS DISTINCT FROM s.user_message_id) "
-        "FROM memory_contextsnapshot s WHERE s.owner_id = %s"
-    )
+    conv_filter = " AND conversation_id = %s" if conversation is not None else ""
+    # One pass in time order: messages and snapshots on one timeline, a running sum of message
+    # tokens read off at each snapshot (a snapshot sorts before a message of the same instant, so
+    # only earlier messages count), less the turn's own user message. O(messages), like the
+    # token total beside it, instead of a scan of memory per turn.
+    sql = f"""
+        WITH s AS (
+            SELECT created_at, tokens_by_zone, user_message_id FROM memory_contextsnapshot
+            WHERE owner_id = %s{conv_filter} ORDER BY created_at DESC LIMIT %s
+        ), timeline AS (
+            SELECT created_at AS ts, 0 AS kind, 0 AS tokens, tokens_by_zone, user_message_id
+            FROM s
+            UNION ALL
+            SELECT timestamp, 1, token_count, NULL, NULL FROM memory_message
+            WHERE owner_id = %s AND NOT deleted AND NOT is_chunk
+              AND timestamp < (SELECT max(created_at) FROM s)
+        ), running AS (
+            SELECT kind, ts, tokens_by_zone, user_message_id,
+                   sum(tokens) OVER (ORDER BY ts, kind ROWS UNBOUNDED PRECEDING) AS history
+            FROM timeline
+        )
+        SELECT r.tokens_by_zone,
+               r.history - coalesce(CASE WHEN u.timestamp < r.ts THEN u.token_count END, 0)
+        FROM running r
+        LEFT JOIN memory_message u
+          ON u.id = r.user_message_id AND NOT u.deleted AND NOT u.is_chunk
+        WHERE r.kind = 0
+        ORDER BY r.ts DESC
+    """
     params: list[Any] = [owner.pk]
     if conversation is not None:
-        sql += " AND s.conversation_id = %s"
         params.append(conversation.pk)
-    sql += " ORDER BY s.created_at DESC LIMIT %s"
-    params.append(SNAPSHOTS_MEASURED)
+    params += [SNAPSHOTS_MEASURED, owner.pk]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
