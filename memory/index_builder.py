@@ -13,6 +13,10 @@
    zone (unused tool and history tokens flow to memory; the reserve is never touched);
 6. past INDEX_BUILD_TIMEOUT_MS, fall back to the simple format (seed 000 §7.2), and record it.
 
+Pinned messages open the memory index and seed 004's levels section (older memory as
+SUMMARY lines, META topic groups and ARCHIVE topics) closes it; both are written by
+memory.hierarchy.
+
 Nothing here calls an LLM or walks the whole history in Python: every read is an indexed SQL
 query bounded by a LIMIT, so the cost of a turn stays flat as memory grows.
 """
