@@ -101,7 +101,7 @@ def _key_at(owner, back: int) -> tuple[dt.datetime, str] | None:
 
 def boundaries(owner) -> Boundaries:
     threshold = settings.HIERARCHY_SUMMARY_THRESHOLD
-    active = _live(owner)[threshold : threshold + 1].exists()
+    active = _live(owner).order_by("-timestamp")[threshold : threshold + 1].exists()
     if not active:
         return Boundaries(False, None, None, None)
     return Boundaries(
@@ -185,7 +185,9 @@ def _period(t: Topic) -> str:
 
 def write_pinned(owner, plan, writer, included: list[str], recent_ids: set[str]) -> None:
     """The pinned section, first in the memory index: every pinned message that is not deleted,
-    in full while it fits (a long one as a quote with its id), newest pin first."""
+    newest pin first, in full while the section stays within half the memory zone (a long one
+    as a quote), past that as a short quote with its id, so each one gets in while any room is
+    left and the rest of the index keeps room too."""
     pinned = list(
         _live(owner).pinned().order_by("-pinned_at", "-timestamp")[: settings.INDEX_PINNED_MAX]
     )
@@ -193,19 +195,21 @@ def write_pinned(owner, plan, writer, included: list[str], recent_ids: set[str])
     if not pinned:
         return
     writer.add("Pinned (marked important by the user; always shown):")
+    in_full_until = writer.allowance // 2
     for m in pinned:
         if m.pk in plan.skip_ids:
             continue
+        head = f"[{m.pk}] [{_day(m.timestamp)}] {m.role}:"
         if m.pk in recent_ids:
             line = f"- {m.pk} (pinned; {m.role} message in the recent conversation)"
         else:
-            line = f"[{m.pk}] [{_day(m.timestamp)}] {m.role}: {m.content.strip()}"
+            line = f"{head} {m.content.strip()}"
             if count_tokens(line) > max(200, writer.allowance // 4):
                 quote = _snip(m.content, 400).replace('"', "'")
-                line = (
-                    f'[{m.pk}] [{_day(m.timestamp)}] {m.role}: "{quote}" '
-                    f"(long message, {m.token_count} tokens: get_message_by_id)"
-                )
+                line = f'{head} "{quote}" (long message, {m.token_count} tokens: get_message_by_id)'
+            if writer.used + count_tokens(line) > in_full_until:
+                short = _snip(m.content, settings.INDEX_SNIPPET_LENGTH).replace('"', "'")
+                line = f'{head} "{short}" (pinned; read with get_message_by_id)'
         if writer.add(line):
             included.append(m.pk)
             plan.pinned_ids.append(m.pk)

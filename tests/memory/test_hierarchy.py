@@ -10,6 +10,7 @@ from django.utils import timezone
 from memory.index_builder import prepare_context, save_snapshot
 from memory.models import Conversation, Message, Topic, TopicMembership
 from memory.store import delete_message, restore_message, store_message, store_tool_call
+from memory.tokens import count_tokens
 from memory.tools import execute_tool
 from tests.memory.conftest import add_turns
 
@@ -257,3 +258,21 @@ def test_a_pinned_message_always_reaches_the_plan_until_deleted_or_unpinned(
     Message.objects.get(pk=old.pk).set_pinned(False)
     plan = prepare_context(owner, conversation, "bicycle chain", max_index_tokens=1200)
     assert "Pinned (" not in plan.text and plan.pinned_ids == []
+
+
+def test_every_pinned_message_gets_in_even_when_they_would_fill_the_index(owner, conversation, settings):
+    settings.INDEX_FULL_MAX = 2
+    long_notes = add_turns(
+        owner, conversation, [f"Pinned essay {i}: " + "the tide rises and falls. " * 150 for i in range(8)],
+        start=timezone.now() - dt.timedelta(days=50), embed=False,
+    )
+    add_turns(owner, conversation, [f"recent chatter {i}" for i in range(12)], embed=False)
+    for m in long_notes:
+        m.set_pinned(True)
+    plan = prepare_context(owner, conversation, "tides", max_index_tokens=1500)
+    assert sorted(plan.pinned_ids) == sorted(m.pk for m in long_notes)
+    assert all(f"[{m.pk}]" in plan.text for m in long_notes)
+    pinned_part = plan.text[: plan.text.index("Recent Conversation")]
+    # Past half the memory zone, pinned messages come as short quotes: the rest keeps room.
+    assert plan.text.count("(pinned; read with get_message_by_id)") >= 2
+    assert count_tokens(pinned_part) < plan.tokens_by_zone["memory"]
