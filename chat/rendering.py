@@ -162,8 +162,14 @@ def tool_label(name: str, arguments: Any) -> str:
     ids = args.get("ids") or args.get("message_ids")
     if name in {"vector_search", "search_and_retrieve", "search", "find"} and query:
         return f"searched memory for “{short(query)}”"
-    if name in {"get_message_by_id", "get_message_with_chunks", "expand_node"} and ident:
+    if name in {"get_message_by_id", "get_message_with_chunks"} and ident:
         return f"opened message {short(ident, 40)}"
+    if name == "expand_node" and ident:
+        return f"expanded memory node {short(ident, 40)}"
+    if name == "browse_hierarchy":
+        return f"browsed the {short(args.get('level') or '?', 12)} level of memory"
+    if name == "get_conversation_stats":
+        return "looked at memory statistics"
     if name == "get_messages_by_ids" and isinstance(ids, list):
         return f"opened {len(ids)} message{'s' if len(ids) != 1 else ''}"
     if name == "get_conversation_thread" and ident:

@@ -136,6 +136,22 @@ def message_history(request: HttpRequest, message_id: str) -> HttpResponse:
     return render(request, "chat/_history.html", {"message": msg, "versions": versions})
 
 
+def _wants_pinned(request: HttpRequest) -> bool:
+    return (request.POST.get("pinned") or "true").strip().lower() in {"1", "true", "on", "yes"}
+
+
+@login_required
+@require_POST
+def pin_message(request: HttpRequest, message_id: str) -> HttpResponse:
+    """Pin (pinned=true) or unpin (pinned=false) a message: a pinned one is always shown to the
+    model in its memory index, until unpinned or deleted."""
+    msg = _get_message_for_user(request, message_id).set_pinned(_wants_pinned(request))
+    if request.htmx:
+        return render(request, "chat/_pin.html", {"m": msg})
+    url = reverse("chat:conversation", args=[msg.conversation_id])
+    return redirect(f"{url}?at={msg.pk}#msg-{msg.pk}")
+
+
 @login_required
 @require_POST
 def rename_conversation(request: HttpRequest, conversation_id: str) -> HttpResponse:

@@ -284,6 +284,23 @@ INDEX_FULL_MAX = env_int("INDEX_FULL_MAX", 50, minimum=0)
 INDEX_SNIPPET_MAX = env_int("INDEX_SNIPPET_MAX", 500, minimum=1)
 INDEX_CLUSTER_MAX = env_int("INDEX_CLUSTER_MAX", 5000, minimum=1)
 SESSION_IDLE_MINUTES = env_int("SESSION_IDLE_MINUTES", 5, minimum=1)
+# Seed 004's levels: a message this many messages back (newest first, across all memory) is
+# shown at a coarser level: FULL below HIERARCHY_RECENT_NODES, SUMMARY (one sentence) below
+# HIERARCHY_META_THRESHOLD, META (its topic's summary) below HIERARCHY_ARCHIVE_THRESHOLD, then
+# ARCHIVE (the coarsest topics). Levels start once memory holds more than
+# HIERARCHY_SUMMARY_THRESHOLD messages.
+HIERARCHY_RECENT_NODES = env_int("HIERARCHY_RECENT_NODES", 10, minimum=0)
+HIERARCHY_SUMMARY_THRESHOLD = env_int("HIERARCHY_SUMMARY_THRESHOLD", 20, minimum=0)
+HIERARCHY_META_THRESHOLD = env_int("HIERARCHY_META_THRESHOLD", 50, minimum=1)
+HIERARCHY_ARCHIVE_THRESHOLD = env_int("HIERARCHY_ARCHIVE_THRESHOLD", 200, minimum=1)
+if not HIERARCHY_RECENT_NODES < HIERARCHY_META_THRESHOLD < HIERARCHY_ARCHIVE_THRESHOLD:
+    raise ImproperlyConfigured(
+        "HIERARCHY_RECENT_NODES < HIERARCHY_META_THRESHOLD < HIERARCHY_ARCHIVE_THRESHOLD must hold "
+        f"(got {HIERARCHY_RECENT_NODES}, {HIERARCHY_META_THRESHOLD}, {HIERARCHY_ARCHIVE_THRESHOLD})"
+    )
+# Share of the memory index the levels section may take, and pinned messages shown at most.
+HIERARCHY_INDEX_SHARE = env_float("HIERARCHY_INDEX_SHARE", 0.25, low=0.0, high=1.0)
+INDEX_PINNED_MAX = env_int("INDEX_PINNED_MAX", 20, minimum=0)
 TOPIC_MAX_CHILDREN = env_int("TOPIC_MAX_CHILDREN", 8, minimum=2)
 
 BATCH_EMBEDDING_SIZE = env_int("BATCH_EMBEDDING_SIZE", 100, minimum=1)

@@ -16,6 +16,7 @@ urlpatterns = [
     path("messages/<str:message_id>/edit/", views.message_edit, name="edit"),
     path("messages/<str:message_id>/delete/", views.message_delete, name="delete"),
     path("messages/<str:message_id>/restore/", views.message_restore, name="restore"),
+    path("messages/<str:message_id>/pin/", views.message_pin, name="pin"),
     path("messages/<str:message_id>/forget/", views.message_forget, name="forget"),
     path("messages/<str:message_id>/context/", views.message_context, name="message_context"),
     path("tools/", views.tool_calls, name="tool_calls"),

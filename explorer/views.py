@@ -877,6 +877,20 @@ def message_restore(request: HttpRequest, message_id: str) -> HttpResponse:
 
 
 @login_required
+@require_POST
+@counted
+def message_pin(request: HttpRequest, message_id: str) -> HttpResponse:
+    """Pin (pinned=true) or unpin (pinned=false): a pinned message is always in the model's memory
+    index, until it is unpinned or deleted."""
+    pinned = (request.POST.get("pinned") or "true").strip().lower() in {"1", "true", "on", "yes"}
+    message = _get_message_for_user(request.user, message_id).set_pinned(pinned)
+    if request.htmx:
+        return render(request, "explorer/message.html#pin-state", {"message": message})
+    flash.success(request, "Pinned: always shown to the assistant." if pinned else "Unpinned.")
+    return redirect("explorer:message", message_id=message.pk)
+
+
+@login_required
 @require_http_methods(["GET", "POST"])
 @counted
 def message_forget(request: HttpRequest, message_id: str) -> HttpResponse:

@@ -13,6 +13,10 @@
    zone (unused tool and history tokens flow to memory; the reserve is never touched);
 6. past INDEX_BUILD_TIMEOUT_MS, fall back to the simple format (seed 000 §7.2), and record it.
 
+Pinned messages open the memory index and seed 004's levels section (older memory as
+SUMMARY lines, META topic groups and ARCHIVE topics) closes it; both are written by
+memory.hierarchy.
+
 Nothing here calls an LLM or walks the whole history in Python: every read is an indexed SQL
 query bounded by a LIMIT, so the cost of a turn stays flat as memory grows.
 """
@@ -29,7 +33,7 @@ from django.db import connection
 from django.utils import timezone
 from pgvector.django import CosineDistance
 
-from memory import entities, sessions
+from memory import entities, hierarchy, sessions
 from memory.models import ContextSnapshot, Message, PeriodSummary, Topic
 from memory.search import SearchFilters, SearchHit, search
 from memory.tokens import count_tokens
@@ -50,9 +54,9 @@ STRATEGIES = ("full", "snippets", "clusters", "hierarchical")
 # The tools each strategy's index points the model to; they are offered with it.
 STRATEGY_TOOLS = {
     "full": [],
-    "snippets": ["get_session"],
-    "clusters": ["get_cluster"],
-    "hierarchical": ["get_period_messages", "view_topic", "get_cluster"],
+    "snippets": ["get_session", "expand_node"],
+    "clusters": ["get_cluster", "expand_node"],
+    "hierarchical": ["get_period_messages", "view_topic", "get_cluster", "expand_node"],
 }
 
 
@@ -75,6 +79,8 @@ class ContextPlan:
     timings_ms: dict[str, float] = field(default_factory=dict)
     build_ms: float = 0.0
     skip_ids: set[str] = field(default_factory=set, repr=False)  # the new user message
+    pinned_ids: list[str] = field(default_factory=list)
+    levels: dict[str, Any] = field(default_factory=dict)  # seed 004's levels section, as shown
 
     @property
     def total_tokens(self) -> int:
@@ -102,6 +108,8 @@ class ContextPlan:
             "text": self.text,
             "recent_ids": [m.pk for m in self.recent],
             "included_ids": self.included_ids,
+            "pinned_ids": self.pinned_ids,
+            "levels": self.levels,
             "hits": self.hits,
             "fallbacks": self.fallbacks,
             "tools": self.tool_names,
@@ -340,6 +348,11 @@ def prepare_context(
 
     writer = _Writer(memory_allowance)
     included: list[str] = []
+    # Pinned messages come first: the person marked them important (memory.hierarchy).
+    hierarchy.write_pinned(owner, plan, writer, included, recent_ids)
+    # Seed 004's levels section gets a share of what the strategy would otherwise fill.
+    levels_room = hierarchy.levels_room(plan, writer)
+    writer.allowance -= levels_room
     if time.perf_counter() > deadline:
         _simple(plan, writer, hits, left_out, included)
         plan.fallbacks.append(
@@ -362,8 +375,9 @@ def prepare_context(
             }[strategy]
             builder(owner, plan, writer, hits, left_out, included, deadline, query_vector)
         except _Timeout:
-            writer = _Writer(memory_allowance)
+            writer = _Writer(memory_allowance - levels_room)
             included = []
+            hierarchy.write_pinned(owner, plan, writer, included, recent_ids)
             _simple(plan, writer, hits, left_out, included)
             plan.fallbacks.append(
                 {
@@ -375,6 +389,10 @@ def prepare_context(
                     ),
                 }
             )
+    writer.allowance += levels_room
+    writer.full = False
+    if time.perf_counter() <= deadline:
+        hierarchy.write_levels(owner, plan, writer, included, recent_ids)
     plan.text = writer.text()
     mark("format", t)
     # Only ids whose line survived the final fit count as included.
@@ -513,6 +531,8 @@ def _full(owner, plan, writer, hits, left_out, included, deadline, query_vector)
         writer.add("")
         writer.add("Historical Context:")
     for m in others:
+        if m.pk in plan.pinned_ids:
+            continue  # already in the pinned section
         line = f"[{m.pk}] [{_day(m.timestamp)}] {m.role}: {m.content.strip()}"
         if count_tokens(line) > max(200, writer.allowance // 4):
             line = (

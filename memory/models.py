@@ -18,6 +18,7 @@ from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Cast
 from django.dispatch import receiver
+from django.utils import timezone
 from django_tasks.signals import task_finished, task_started
 from pgvector.django import HalfVectorField, HnswIndex, VectorField
 from ulid import ULID
@@ -73,6 +74,10 @@ class MessageQuerySet(OwnedQuerySet):
     def visible_to(self, user) -> MessageQuerySet:
         return self.owned_by(user).visible()
 
+    def pinned(self) -> MessageQuerySet:
+        """Messages the person marked important: they always reach the memory index."""
+        return self.filter(pinned=True)
+
 
 class Message(models.Model):
     id = models.CharField(primary_key=True, max_length=26, default=new_ulid, editable=False)
@@ -104,6 +109,9 @@ class Message(models.Model):
     )
     # Order within the conversation; chunks share their parent's position.
     position = models.BigIntegerField()
+    # Marked important by the person: always shown in the memory index (unless deleted).
+    pinned = models.BooleanField(default=False, db_default=False)
+    pinned_at = models.DateTimeField(null=True, blank=True)
 
     objects = MessageQuerySet.as_manager()
 
@@ -121,6 +129,11 @@ class Message(models.Model):
                 include=["role"],
                 condition=Q(deleted=False, is_chunk=False),
                 name="message_owner_live_ts",
+            ),
+            models.Index(
+                fields=["owner", "-pinned_at"],
+                condition=Q(pinned=True, deleted=False, is_chunk=False),
+                name="message_owner_pinned",
             ),
             # A topic's messages in time order: members' timestamps read from the index alone.
             models.Index(
@@ -154,6 +167,14 @@ class Message(models.Model):
     @property
     def logical_id(self) -> str:
         return self.chunk_parent_id if self.is_chunk else self.id
+
+    def set_pinned(self, pinned: bool) -> Message:
+        """Pin or unpin; a chunk pins its whole message (the one that is returned)."""
+        target = self.chunk_parent if self.is_chunk else self
+        target.pinned = pinned
+        target.pinned_at = timezone.now() if pinned else None
+        target.save(update_fields=["pinned", "pinned_at"])
+        return target
 
 
 class ToolCallQuerySet(OwnedQuerySet):

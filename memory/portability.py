@@ -126,6 +126,8 @@ def export_memory(owner, *, exclude_deleted: bool = False) -> dict[str, Any]:
             "edit_history": m.edit_history,
             "deleted": m.deleted,
             "deleted_at": _iso(m.deleted_at),
+            "pinned": m.pinned,
+            "pinned_at": _iso(m.pinned_at),
             "chunks": chunk_spans.get(m.pk, []),
             "tool_calls": calls_of.get(m.pk, []),
         })
@@ -420,6 +422,8 @@ def _check_message(c: _Checker, m_index: int, position_default: int) -> dict:
         "edit_history": history,
         "deleted": c.get("deleted", bool, default=False),
         "deleted_at": c.when("deleted_at"),
+        "pinned": c.get("pinned", bool, default=False),
+        "pinned_at": c.when("pinned_at"),
         "chunks": chunks if "chunks" in c.data else None,
         "tool_calls": calls,
     }
@@ -729,6 +733,8 @@ def import_memory(
                     edit_history=m["edit_history"],
                     deleted=m["deleted"],
                     deleted_at=m["deleted_at"] or (m["timestamp"] if m["deleted"] else None),
+                    pinned=m["pinned"],
+                    pinned_at=m["pinned_at"] or (m["timestamp"] if m["pinned"] else None),
                     position=m["position"],
                 )
                 message_calls = [

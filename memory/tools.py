@@ -1159,8 +1159,9 @@ def show_summaries(
 
 @tool(
     "get_conversation_stats",
-    "Statistics of memory (or one conversation): messages by role, "
-    "tokens, tool calls, topics, entities, first and last dates.",
+    "Statistics of memory (or one conversation): messages by role and by level, "
+    "tokens, tool calls, topics, entities, first and last dates, and the tokens the memory "
+    "index saved on recent turns (measured on what each turn sent).",
     {"conversation_id": ID},
     keywords=("stats", "statistics", "how", "many", "count", "size"),
 )
@@ -1191,9 +1192,9 @@ def get_conversation_stats(owner, *, conversation_id: str | None = None, convers
         "last": agg["last"].isoformat() if agg["last"] else None,
         "duration_days": round(days, 2),
         "index_budget_tokens": settings.INDEX_MAX_TOKENS,
-        "compression_ratio": round(total_tokens / settings.INDEX_MAX_TOKENS, 2)
-        if total_tokens
-        else 0,
+        # Seed 004: messages per level, and tokens saved as measured on the turns' snapshots.
+        "compression_levels": hierarchy.level_counts(owner, conv),
+        **hierarchy.measured_savings(owner, conv),
     }
     return result, f"{agg['n']} messages, {total_tokens:,} tokens"
 
@@ -1291,6 +1292,9 @@ def memory_graph_query(owner, *, entity: str, depth: int = 1, limit: int = 10, c
     }
     return result, f'explored "{_snip(root.name, 40)}" — {len(nodes) - 1} related entities'
 
+
+# Seed 004's expand_node and browse_hierarchy live with the levels they read.
+from memory import hierarchy  # noqa: E402 - registers its tools; it imports this module
 
 # Keep a name for type checkers of callers.
 __all__ = ["ToolResult", "execute_tool", "select_tools", "tool_schemas", "TOOLS", "TopicMembership"]

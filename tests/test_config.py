@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import io
+import os
+import subprocess
+import sys
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -90,3 +93,12 @@ def test_the_embedded_server_settings_are_written_once_and_included(tmp_path):
     assert lines[0] == "max_connections = 100"
     assert lines.count(f"include_if_exists = '{SETTINGS_FILE}'") == 1
     assert "shared_buffers = '" in (tmp_path / SETTINGS_FILE).read_text()
+
+
+def test_memory_levels_out_of_order_fail_loudly():
+    env = {**os.environ, "HIERARCHY_META_THRESHOLD": "300"}  # above the archive threshold
+    run = subprocess.run(
+        [sys.executable, "-c", "import config.settings"], env=env, capture_output=True, text=True
+    )
+    assert run.returncode != 0
+    assert "HIERARCHY_RECENT_NODES < HIERARCHY_META_THRESHOLD < HIERARCHY_ARCHIVE_THRESHOLD" in run.stderr

@@ -254,3 +254,30 @@ def test_a_tab_whose_connection_dropped_catches_up_when_it_reconnects(person, pa
         timeout=20_000
     )
     other.screenshot(path=str(ARTIFACTS / "chat-caught-up-after-reconnect.png"), full_page=True)
+
+
+def test_a_person_pins_a_message_and_the_model_is_shown_it(person, page, live_daphne, browser_llm):
+    sign_in_and_open_chat(page, live_daphne, person)
+    send(page, "The spare key is under the blue flowerpot")
+    page.locator("li.message.assistant:not(.streaming)").first.wait_for()
+    user_row = page.locator("li.message.user").first
+    user_row.get_by_role("button", name="Pin", exact=True).click()
+    user_row.locator(".badge.pinned:has-text('Pinned')").wait_for()
+    page.screenshot(path=str(ARTIFACTS / "chat-pinned.png"), full_page=True)
+    page.reload()
+    user_row = page.locator("li.message.user").first
+    user_row.locator(".badge.pinned:has-text('Pinned')").wait_for()
+
+    # The next turn's memory index marks it in its pinned section (it is recent, so its text
+    # comes as chat history).
+    send(page, "where is the key?")
+    page.locator("li.message.assistant:not(.streaming)").nth(1).wait_for()
+    with browser_llm.state.lock:
+        sent = browser_llm.state.requests[-1]["messages"]
+    assert "Pinned (marked important by the user" in sent[0]["content"]
+    assert "(pinned; user message in the recent conversation)" in sent[0]["content"]
+    assert any("blue flowerpot" in (m.get("content") or "") for m in sent[1:])
+
+    user_row.get_by_role("button", name="Unpin").click()
+    user_row.get_by_role("button", name="Pin", exact=True).wait_for()
+    assert user_row.locator(".badge.pinned").count() == 0

@@ -26,3 +26,6 @@ def test_tool_calls_read_as_actions():
     assert tool_label("vector_search", '{"query": "zebra facts"}') == "searched memory for “zebra facts”"
     assert tool_label("get_message_by_id", {"id": "01JABC"}) == "opened message 01JABC"
     assert tool_label("mystery", "{broken") == "called mystery"
+    assert tool_label("expand_node", {"id": "01JTOPIC"}) == "expanded memory node 01JTOPIC"
+    assert tool_label("browse_hierarchy", {"level": "META"}) == "browsed the META level of memory"
+    assert tool_label("get_conversation_stats", {}) == "looked at memory statistics"

@@ -176,3 +176,15 @@ def test_open_the_context_inspector_of_a_turn(page, mem_live):
     assert page.locator("#called").get_by_role("link", name="search_memory").is_visible()
     assert '<script>alert("xss")</script>' in page.locator(".index-text").inner_text()
     shot(page, "context-inspector")
+
+
+def test_pin_and_unpin_a_message(page, mem_live):
+    page.goto(page.base + reverse("explorer:message", args=[mem_live.question.pk]))
+    page.get_by_role("button", name="Pin (always show to the assistant)").click()
+    page.locator("#pin-state .badge.pinned:has-text('Pinned')").wait_for()
+    assert Message.objects.get(pk=mem_live.question.pk).pinned is True
+    shot(page, "message-pinned")
+    page.get_by_role("button", name="Unpin").click()
+    page.get_by_role("button", name="Pin (always show to the assistant)").wait_for()
+    assert Message.objects.get(pk=mem_live.question.pk).pinned is False
+    assert not page.js_errors

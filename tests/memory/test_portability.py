@@ -65,6 +65,7 @@ def memory(owner, conversation, small_chunks):
     store_messages(owner, conversation, [u1, a1, u2, a2, a2b, long, gone, after], embed=False)
     update_message(owner, u2.id, "Which port does Redis use again?")
     delete_message(owner, gone.id)
+    Message.objects.get(pk=u1.id).set_pinned(True)
     first = Message.objects.get(pk=a1.id)
     store_tool_call(owner, first, "search_memory", {"query": "redis"}, "one hit", timestamp=at(1.1),
                     duration_ms=12, embed=False)
@@ -175,6 +176,9 @@ def test_a_round_trip_into_a_fresh_database_keeps_everything_including_ids(memor
     assert not passages.filter(embedding__isnull=True).exists()
     assert set(passages.values_list("embedding_model", flat=True)) == {get_embedder().name}
     assert passages.filter(deleted=True).exists()  # the deleted message stays out of search
+    assert list(Message.objects.filter(owner=restored, pinned=True).values_list("content", flat=True)) == [
+        "Our Redis ticket is INFRA-992."
+    ]
     assert not Topic.objects.filter(owner=restored, centroid__isnull=True).exists()
 
 

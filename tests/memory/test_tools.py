@@ -58,6 +58,8 @@ STRANGER_CALLS = [
     ("find", {"pattern": "OCELOT", "start": "message"}),
     ("show_summaries", {"start": "message"}),
     ("get_conversation_stats", {"conversation_id": "conversation"}),
+    ("expand_node", {"id": "message"}),
+    ("expand_node", {"id": "topic"}),
 ]
 
 

@@ -1,0 +1,520 @@
+"""Seed 004's levels over memory: FULL, SUMMARY, META and ARCHIVE, and pinned messages.
+
+A message's level follows its age, counted in messages back from the newest one across the
+owner's memory (seed 004's node counts, HIERARCHY_* settings): the newest are FULL, then come
+one-sentence SUMMARY lines, then META (the topic groups of seed 002's tree, by their newest
+message) and finally ARCHIVE (the coarsest topics wholly older than the archive threshold).
+Nothing is rewritten when a message ages: a level is read off three boundary messages, each
+found with one indexed `OFFSET k LIMIT 1` query, so the cost stays flat as memory grows.
+
+Here too: the levels section and the pinned section of the memory index (`write_levels`,
+`write_pinned`, called by memory.index_builder), the tools expand_node and browse_hierarchy,
+and the tokens-saved measurement of get_conversation_stats.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any
+
+from django.conf import settings
+from django.db import connection
+from django.db.models import Count, Q
+from django.utils import timezone
+
+from memory.errors import NotFound
+from memory.models import Message, ToolCall, Topic
+from memory.tokens import count_tokens
+from memory.tools import (
+    ID,
+    LIMIT,
+    MAX_CONTENT_CHARS,
+    OFFSET,
+    _page,
+    _snip,
+    _topic_dict,
+    message_dict,
+    tool,
+)
+
+
+class Level(IntEnum):
+    FULL = 0
+    SUMMARY = 1
+    META = 2
+    ARCHIVE = 3
+
+
+LEVEL_NAMES = [level.name for level in Level]
+SNAPSHOTS_MEASURED = 500  # the latest turns get_conversation_stats measures
+
+
+@dataclass(frozen=True)
+class Boundaries:
+    """Where the levels start: the (timestamp, id) of the message `k` back, for each threshold
+    (None: memory does not reach that far back). `active` is False while memory holds at most
+    HIERARCHY_SUMMARY_THRESHOLD messages: then everything is FULL."""
+
+    active: bool
+    summary: tuple[dt.datetime, str] | None  # the newest SUMMARY message
+    meta: tuple[dt.datetime, str] | None  # the newest META message
+    archive: tuple[dt.datetime, str] | None  # the newest ARCHIVE message
+
+    def start(self, level: Level) -> tuple[dt.datetime, str] | None:
+        return {Level.SUMMARY: self.summary, Level.META: self.meta, Level.ARCHIVE: self.archive}.get(
+            level
+        )
+
+    def level_of(self, timestamp: dt.datetime, ident: str) -> Level:
+        key = (timestamp, ident)
+        for level in (Level.ARCHIVE, Level.META, Level.SUMMARY):
+            start = self.start(level)
+            if start is not None and key <= start:
+                return level
+        return Level.FULL
+
+    def topic_level(self, topic: Topic) -> Level:
+        """A group is as coarse as its newest message: it is compressed once all of it is old."""
+        if topic.period_end is None:
+            return Level.FULL
+        for level in (Level.ARCHIVE, Level.META, Level.SUMMARY):
+            start = self.start(level)
+            if start is not None and topic.period_end <= start[0]:
+                return level
+        return Level.FULL
+
+
+def _live(owner):
+    return Message.objects.visible_to(owner).logical()
+
+
+def _key_at(owner, back: int) -> tuple[dt.datetime, str] | None:
+    row = (
+        _live(owner).order_by("-timestamp", "-id").values_list("timestamp", "id")[back : back + 1]
+    )
+    row = list(row)
+    return (row[0][0], row[0][1]) if row else None
+
+
+def boundaries(owner) -> Boundaries:
+    threshold = settings.HIERARCHY_SUMMARY_THRESHOLD
+    active = _live(owner).order_by("-timestamp")[threshold : threshold + 1].exists()
+    if not active:
+        return Boundaries(False, None, None, None)
+    return Boundaries(
+        True,
+        _key_at(owner, settings.HIERARCHY_RECENT_NODES),
+        _key_at(owner, settings.HIERARCHY_META_THRESHOLD),
+        _key_at(owner, settings.HIERARCHY_ARCHIVE_THRESHOLD),
+    )
+
+
+def _at_or_before(key: tuple[dt.datetime, str]) -> Q:
+    return Q(timestamp__lt=key[0]) | Q(timestamp=key[0], id__lte=key[1])
+
+
+def messages_at(owner, b: Boundaries, level: Level):
+    """The owner's visible messages at `level` (None when no message is at that level)."""
+    qs = _live(owner)
+    if not b.active:
+        return qs if level == Level.FULL else qs.none()
+    start, coarser = b.start(level), b.start(Level(level + 1)) if level < Level.ARCHIVE else None
+    if level != Level.FULL:
+        if start is None:
+            return qs.none()
+        qs = qs.filter(_at_or_before(start))
+    elif b.summary is not None:
+        qs = qs.exclude(_at_or_before(b.summary))
+    if coarser is not None:
+        qs = qs.exclude(_at_or_before(coarser))
+    return qs
+
+
+def topics_at(owner, b: Boundaries, level: Level):
+    """META: leaf topics whose newest message is META-aged. ARCHIVE: the largest subtrees whose
+    newest message is ARCHIVE-aged (their parent, if any, reaches into younger memory)."""
+    qs = Topic.objects.owned_by(owner).exclude(period_end=None)
+    if level == Level.META and b.meta is not None:
+        qs = qs.filter(children__isnull=True, period_end__lte=b.meta[0])
+        return qs.filter(period_end__gt=b.archive[0]) if b.archive is not None else qs
+    if level == Level.ARCHIVE and b.archive is not None:
+        return qs.filter(period_end__lte=b.archive[0]).filter(
+            Q(parent=None) | Q(parent__period_end__gt=b.archive[0])
+        )
+    return qs.none()
+
+
+def message_summary(m: Message, limit: int = 160) -> str:
+    """Seed 004's one-sentence summary: a written one when some upkeep stored it, else the
+    message's first sentence."""
+    written = (m.metadata or {}).get("summary")
+    if isinstance(written, str) and written.strip():
+        return _snip(written, limit)
+    from memory.topics import _first_sentence
+
+    return _first_sentence(m.content or "", limit)
+
+
+def _ages(level: Level) -> str:
+    recent, meta, archive = (
+        settings.HIERARCHY_RECENT_NODES,
+        settings.HIERARCHY_META_THRESHOLD,
+        settings.HIERARCHY_ARCHIVE_THRESHOLD,
+    )
+    return {
+        Level.FULL: f"the newest {recent} messages",
+        Level.SUMMARY: f"messages {recent + 1}-{meta} back",
+        Level.META: f"messages {meta + 1}-{archive} back",
+        Level.ARCHIVE: f"messages more than {archive} back",
+    }[level]
+
+
+def _day(ts) -> str:
+    return timezone.localtime(ts).strftime("%Y-%m-%d")
+
+
+def _period(t: Topic) -> str:
+    return f"{_day(t.period_start)}..{_day(t.period_end)}" if t.period_start and t.period_end else ""
+
+
+# --- the memory index --------------------------------------------------------------------------
+
+
+def write_pinned(owner, plan, writer, included: list[str], recent_ids: set[str]) -> None:
+    """The pinned section, first in the memory index: every pinned message that is not deleted,
+    newest pin first, in full while the section stays within half the memory zone (a long one
+    as a quote), past that as a short quote with its id, so each one gets in while any room is
+    left and the rest of the index keeps room too."""
+    pinned = list(
+        _live(owner).pinned().order_by("-pinned_at", "-timestamp")[: settings.INDEX_PINNED_MAX]
+    )
+    plan.pinned_ids = []
+    if not pinned:
+        return
+    writer.add("Pinned (marked important by the user; always shown):")
+    in_full_until = writer.allowance // 2
+    for m in pinned:
+        if m.pk in plan.skip_ids:
+            continue
+        head = f"[{m.pk}] [{_day(m.timestamp)}] {m.role}:"
+        if m.pk in recent_ids:
+            line = f"- {m.pk} (pinned; {m.role} message in the recent conversation)"
+        else:
+            line = f"{head} {m.content.strip()}"
+            if count_tokens(line) > max(200, writer.allowance // 4):
+                quote = _snip(m.content, 400).replace('"', "'")
+                line = f'{head} "{quote}" (long message, {m.token_count} tokens: get_message_by_id)'
+            if writer.used + count_tokens(line) > in_full_until:
+                short = _snip(m.content, settings.INDEX_SNIPPET_LENGTH).replace('"', "'")
+                line = f'{head} "{short}" (pinned; read with get_message_by_id)'
+        if writer.add(line):
+            included.append(m.pk)
+            plan.pinned_ids.append(m.pk)
+    writer.add("")
+
+
+def levels_room(plan, writer) -> int:
+    """Tokens kept for the levels section while the strategy writes (none for the full strategy,
+    which shows every message anyway, nor before the levels start)."""
+    if plan.strategy == "full" or plan.history_size <= settings.HIERARCHY_SUMMARY_THRESHOLD:
+        return 0
+    return int(max(0, writer.allowance - writer.used) * settings.HIERARCHY_INDEX_SHARE)
+
+
+def _fit_newest(writer_type, lines: list[str], allowance: int) -> list[str]:
+    """The newest lines (last in `lines`) that fit `allowance`, in their original order."""
+    sub = writer_type(allowance)
+    kept = [line for line in reversed(lines) if sub.add(line)]
+    return list(reversed(kept))
+
+
+def write_levels(owner, plan, writer, included: list[str], recent_ids: set[str]) -> None:
+    """Older memory at coarser levels, oldest first: ARCHIVE topics, META topic groups, then
+    one-sentence SUMMARY lines of the messages the index does not show already."""
+    b = boundaries(owner)
+    plan.levels = {"active": b.active}
+    if not b.active or b.summary is None:
+        return
+    # Messages already in the chat history or pinned are not repeated; the full strategy has
+    # shown every message it had room for, so those neither. Search matches are: the levels
+    # are a map of memory in time order, the matches a pick by relevance.
+    shown = recent_ids | plan.skip_ids | set(plan.pinned_ids)
+    if plan.strategy == "full":
+        shown |= set(included)
+    room = writer.allowance - writer.used
+    sections: list[tuple[Level, list[str], list[str]]] = []
+    for level in (Level.ARCHIVE, Level.META):
+        rows = list(topics_at(owner, b, level).order_by("-period_end")[: settings.TOPIC_MAX_CHILDREN * 2])
+        rows.reverse()
+        lines = [
+            f'  - topic {t.pk} "{t.label}" ({t.message_count:,} messages {_period(t)}): '
+            f"{_snip(t.summary, 200)}"
+            for t in rows
+        ]
+        sections.append((level, lines, [t.pk for t in rows]))
+    span = settings.HIERARCHY_META_THRESHOLD - settings.HIERARCHY_RECENT_NODES
+    summary_rows = [
+        m
+        for m in reversed(
+            list(messages_at(owner, b, Level.SUMMARY).order_by("-timestamp", "-id")[:span])
+        )
+        if m.pk not in shown
+    ]
+    sections.append(
+        (
+            Level.SUMMARY,
+            [f"  - {m.pk} [{_day(m.timestamp)}] {m.role}: {message_summary(m)}" for m in summary_rows],
+            [m.pk for m in summary_rows],
+        )
+    )
+    sections = [s for s in sections if s[1]]
+    plan.levels["shown"] = {}
+    if not sections:
+        return
+    header = (
+        "Memory Levels (older memory at coarser levels, oldest first; expand_node(id) opens any "
+        "message or topic, browse_hierarchy(level) lists a level):"
+    )
+    if not writer.add("") or not writer.add(header):
+        return
+    for i, (level, lines, ids) in enumerate(sections):
+        # Each level gets an even share of what is left, so the coarse ones always show.
+        left = writer.allowance - writer.used
+        share = left // (len(sections) - i)
+        title = f"{level.name} ({_ages(level)}):"
+        kept = _fit_newest(type(writer), lines, share - count_tokens(title + "\n"))
+        if not kept or not writer.add(title):
+            continue
+        count = 0
+        for line in kept:
+            if writer.add(line):
+                count += 1
+        kept_ids = ids[len(ids) - count :] if count else []
+        plan.levels["shown"][level.name] = len(kept_ids)
+        if level == Level.SUMMARY:
+            included.extend(kept_ids)
+    plan.levels["room"] = room
+
+
+# --- tools ---------------------------------------------------------------------------------------
+
+
+def _message_node(owner, b: Boundaries, m: Message) -> dict[str, Any]:
+    return {
+        "id": m.pk,
+        "node_type": "message",
+        "role": m.role,
+        "timestamp": m.timestamp.isoformat(),
+        "level": b.level_of(m.timestamp, m.pk).name,
+        "pinned": m.pinned,
+        "summary": message_summary(m),
+        "tokens": m.token_count,
+    }
+
+
+def _topic_node(b: Boundaries, t: Topic, *, children: int | None = None) -> dict[str, Any]:
+    out = _topic_dict(t, children=children)
+    out["node_type"] = "topic"
+    out["level"] = b.topic_level(t).name
+    return out
+
+
+@tool(
+    "expand_node",
+    "Open any node of the memory hierarchy by id: a message with its components (chunks, tool "
+    "calls, errors), summary, level and topic; or a topic with its summary and children (its "
+    "sub-topics, or for a leaf topic its messages). Children page with offset and limit.",
+    {"id": {**ID, "description": "a message id or a topic id"}, "limit": LIMIT, "offset": OFFSET},
+    required=["id"],
+    keywords=("expand", "node", "open", "detail", "summary", "level"),
+)
+def expand_node(owner, *, id: str, limit: int = 20, offset: int = 0, conversation=None):
+    b = boundaries(owner)
+    m = Message.objects.visible_to(owner).filter(pk=id).first()
+    if m is not None:
+        return _expand_message(owner, b, m, limit, offset)
+    t = Topic.objects.owned_by(owner).filter(pk=id).first()
+    if t is not None:
+        return _expand_topic(owner, b, t, limit, offset)
+    raise NotFound("node", id)
+
+
+def _expand_message(owner, b: Boundaries, m: Message, limit: int, offset: int):
+    node = _message_node(owner, b, m)
+    node["message"] = message_dict(m, max_chars=MAX_CONTENT_CHARS)
+    logical = m.chunk_parent if m.is_chunk else m
+    chunks_qs = Message.objects.owned_by(owner).filter(chunk_parent=logical, is_chunk=True)
+    chunks, next_offset = _page(chunks_qs.order_by("chunk_index"), limit, offset)
+    calls = list(
+        ToolCall.objects.owned_by(owner).logical().filter(message=logical).order_by("timestamp")[:20]
+    )
+    node["components"] = {
+        "chunk_count": chunks_qs.count(),
+        "chunks": [
+            {"id": c.pk, "chunkIndex": c.chunk_index, "tokens": c.token_count, "snippet": _snip(c.content)}
+            for c in chunks
+        ],
+        "tool_calls": [
+            {"id": c.pk, "toolName": c.tool_name, "isError": c.is_error, "result": _snip(c.result)}
+            for c in calls
+        ],
+        "errors": [logical.metadata["error"]] if (logical.metadata or {}).get("error") else [],
+    }
+    membership = logical.topic_memberships.select_related("topic").first()
+    node["topic"] = (
+        {"id": membership.topic_id, "label": membership.topic.label} if membership else None
+    )
+    node["offset"] = offset
+    if next_offset is not None:
+        node["next_offset"] = next_offset
+        node["note"] = f"more chunks: expand_node(id={m.pk!r}, offset={next_offset})"
+    return node, f"expanded message {m.pk} ({node['level']})"
+
+
+def _expand_topic(owner, b: Boundaries, t: Topic, limit: int, offset: int):
+    node = _topic_node(b, t)
+    node["parent"] = {"id": t.parent_id, "label": t.parent.label} if t.parent_id else None
+    kids = Topic.objects.owned_by(owner).filter(parent=t)
+    if kids.exists():
+        rows, next_offset = _page(kids.order_by("order"), limit, offset)
+        counts = dict(
+            Topic.objects.owned_by(owner)
+            .filter(parent__in=rows)
+            .values("parent_id")
+            .annotate(n=Count("id"))
+            .values_list("parent_id", "n")
+        )
+        node["children"] = [_topic_node(b, k, children=counts.get(k.pk, 0)) for k in rows]
+    else:
+        members = _live(owner).filter(topic_memberships__topic=t).order_by("timestamp", "id")
+        rows, next_offset = _page(members, limit, offset)
+        node["children"] = [_message_node(owner, b, m) for m in rows]
+    node["offset"] = offset
+    if next_offset is not None:
+        node["next_offset"] = next_offset
+    return node, f'expanded topic "{_snip(t.label, 50)}" ({len(rows)} children)'
+
+
+@tool(
+    "browse_hierarchy",
+    "List the nodes of one level of memory, oldest first: FULL (the newest messages), SUMMARY "
+    "(older messages as one-sentence summaries), META (topic groups of older messages) or "
+    "ARCHIVE (the coarsest topics of the oldest memory). Open a node with expand_node.",
+    {
+        "level": {"type": "string", "enum": LEVEL_NAMES, "description": "FULL, SUMMARY, META or ARCHIVE"},
+        "limit": LIMIT,
+        "offset": OFFSET,
+    },
+    required=["level"],
+    keywords=("browse", "hierarchy", "level", "levels", "archive", "older", "overview"),
+)
+def browse_hierarchy(owner, *, level: str, limit: int = 20, offset: int = 0, conversation=None):
+    lvl = Level[level]
+    b = boundaries(owner)
+    result: dict[str, Any] = {"level": lvl.name, "level_number": int(lvl), "holds": _ages(lvl)}
+    if lvl in (Level.FULL, Level.SUMMARY):
+        qs = messages_at(owner, b, lvl).order_by("timestamp", "id")
+        rows, next_offset = _page(qs, limit, offset)
+        nodes = [_message_node(owner, b, m) for m in rows]
+        if lvl == Level.FULL:
+            for node, m in zip(nodes, rows, strict=True):
+                node["content"] = _snip(m.content, 1500)
+    else:
+        qs = topics_at(owner, b, lvl).order_by("period_start", "id")
+        rows, next_offset = _page(qs, limit, offset)
+        nodes = [_topic_node(b, t) for t in rows]
+    result.update({"node_count": qs.count(), "offset": offset, "items": nodes})
+    if next_offset is not None:
+        result["next_offset"] = next_offset
+    if not b.active:
+        result["note"] = (
+            f"memory holds at most HIERARCHY_SUMMARY_THRESHOLD={settings.HIERARCHY_SUMMARY_THRESHOLD} "
+            "messages, so every message is FULL"
+        )
+    elif not nodes and lvl in (Level.META, Level.ARCHIVE):
+        result["note"] = (
+            f"no {lvl.name} nodes: memory does not reach that far back, or its topics are not "
+            "built yet (background upkeep)"
+        )
+    return result, f"browsed {lvl.name} ({len(nodes)} of {result['node_count']} nodes)"
+
+
+# --- get_conversation_stats ----------------------------------------------------------------------
+
+
+def level_counts(owner, conversation=None) -> dict[str, int]:
+    """Messages per level (of one conversation, when given)."""
+    b = boundaries(owner)
+    out = {}
+    for level in Level:
+        qs = messages_at(owner, b, level)
+        if conversation is not None:
+            qs = qs.filter(conversation=conversation)
+        out[level.name] = qs.count()
+    return out
+
+
+def measured_savings(owner, conversation=None) -> dict[str, Any]:
+    """Tokens saved, measured on the latest turns' context snapshots: the past the plan actually
+    sent (every zone but system, tools and the unsent reserve: the memory index and the recent
+    history) against all the memory that existed at that turn, in full."""
+    conv_filter = " AND conversation_id = %s" if conversation is not None else ""
+    # One pass in time order: messages and snapshots on one timeline, a running sum of message
+    # tokens read off at each snapshot (a snapshot sorts before a message of the same instant, so
+    # only earlier messages count), less the turn's own user message. O(messages), like the
+    # token total beside it, instead of a scan of memory per turn.
+    sql = f"""
+        WITH s AS (
+            SELECT created_at, tokens_by_zone, user_message_id FROM memory_contextsnapshot
+            WHERE owner_id = %s{conv_filter} ORDER BY created_at DESC LIMIT %s
+        ), timeline AS (
+            SELECT created_at AS ts, 0 AS kind, 0 AS tokens, tokens_by_zone, user_message_id
+            FROM s
+            UNION ALL
+            SELECT timestamp, 1, token_count, NULL, NULL FROM memory_message
+            WHERE owner_id = %s AND NOT deleted AND NOT is_chunk
+              AND timestamp < (SELECT max(created_at) FROM s)
+        ), running AS (
+            SELECT kind, ts, tokens_by_zone, user_message_id,
+                   sum(tokens) OVER (ORDER BY ts, kind ROWS UNBOUNDED PRECEDING) AS history
+            FROM timeline
+        )
+        SELECT r.tokens_by_zone,
+               r.history - coalesce(CASE WHEN u.timestamp < r.ts THEN u.token_count END, 0)
+        FROM running r
+        LEFT JOIN memory_message u
+          ON u.id = r.user_message_id AND NOT u.deleted AND NOT u.is_chunk
+        WHERE r.kind = 0
+        ORDER BY r.ts DESC
+    """
+    params: list[Any] = [owner.pk]
+    if conversation is not None:
+        params.append(conversation.pk)
+    params += [SNAPSHOTS_MEASURED, owner.pk]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    sent_total = history_total = 0
+    last = None
+    for zones, history in rows:
+        zones = json.loads(zones) if isinstance(zones, str) else zones
+        zones = zones if isinstance(zones, dict) else {}
+        sent = sum(
+            int(v) for k, v in zones.items() if k not in {"system", "tools", "reserve"} and isinstance(v, int)
+        )
+        sent_total += sent
+        history_total += int(history)
+        if last is None:
+            last = {"history_tokens": int(history), "sent_tokens": sent, "saved": int(history) - sent}
+    return {
+        "turns_measured": len(rows),
+        "history_tokens_at_turns": history_total,
+        "context_tokens_sent": sent_total,
+        "total_tokens_saved": history_total - sent_total,
+        "compression_ratio": round(history_total / sent_total, 2) if sent_total else None,
+        "last_turn": last,
+    }
+
