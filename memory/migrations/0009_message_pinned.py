@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('memory', '0007_passage_halfvec_hnsw'),
+        ('memory', '0008_graph_upkeep'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
