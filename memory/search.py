@@ -580,25 +580,33 @@ def _term_stats(
     if not lexemes:
         return {}, True, {}, 1.0
     lx = _LEXEMES if lexemes_of_words else "SELECT unnest(%s::text[]) AS lex"
+    # At most as many lexemes as words (or the 24 _LEXEMES keeps); a position past the end of
+    # the array is a NULL tsquery, which matches nothing.
+    slots = min(24, len(lexemes.split()) if lexemes_of_words else len(lexemes))
+    # Each lexeme's tsquery is an uncorrelated subquery: built once, not once per sampled row.
+    counts = ", ".join(
+        f"count(*) FILTER (WHERE s.search_vector @@ (SELECT to_tsquery('english', quote_literal(lexes[{i}])) "
+        "FROM lx))"
+        for i in range(1, slots + 1)
+    )
     with connection.cursor() as cursor:
-        # One row per lexeme, each with the sample's size and mean length; the sample is read
-        # once (a CTE used twice is computed once).
+        # One pass over the sample.
         cursor.execute(
-            f"WITH lx AS ({lx}), s AS (SELECT search_vector FROM memory_passage "
-            "WHERE owner_id = %s AND NOT deleted ORDER BY timestamp DESC LIMIT %s), "
-            "total AS (SELECT count(*) AS n, avg(length(search_vector)) AS avgdl FROM s) "
-            "SELECT lx.lex, total.n, total.avgdl, (SELECT count(*) FROM s WHERE s.search_vector "
-            "@@ to_tsquery('english', quote_literal(lx.lex))) FROM lx, total",
+            "WITH lx AS MATERIALIZED (SELECT array_agg(lex ORDER BY lex COLLATE \"C\") AS lexes "
+            f"FROM ({lx}) l) "
+            f"SELECT (SELECT lexes FROM lx), count(*), avg(length(s.search_vector)), {counts} FROM "
+            "(SELECT search_vector FROM memory_passage WHERE owner_id = %s AND NOT deleted "
+            "ORDER BY timestamp DESC LIMIT %s) s",
             [lexemes, owner.pk, DF_SAMPLE],
         )
-        rows = cursor.fetchall()
-    n = int(rows[0][1]) if rows else 0
-    if n == 0:
+        row = cursor.fetchone()
+    if row is None or not row[0] or not row[1]:
         return {}, True, {}, 1.0
-    avgdl = max(1.0, float(rows[0][2] or 1.0))
+    n = int(row[1])
+    avgdl = max(1.0, float(row[2] or 1.0))
     complete = n < DF_SAMPLE
     weights, shares = {}, {}
-    for lex, _, _, df in sorted(rows, key=lambda r: r[0]):
+    for lex, df in zip(row[0], row[3:], strict=False):
         df = int(df)
         if complete and df == 0:
             continue  # exact: the term is nowhere in this owner's memory
