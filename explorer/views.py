@@ -40,7 +40,7 @@ from explorer.filters import (
     parse_date,
     parse_filters,
 )
-from memory import store
+from memory import semantic_cache, store
 from memory.errors import MemoryStoreError
 from memory.models import (
     ContextSnapshot,
@@ -375,6 +375,8 @@ def overview(request: HttpRequest) -> HttpResponse:
         },
         "upkeep": upkeep,
         "periods": _temporal_overview(user),
+        "cache": semantic_cache.stats(user),
+        "response_cache": settings.RESPONSE_CACHE,
     }
     return render(request, "explorer/overview.html", context)
 
