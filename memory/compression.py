@@ -125,6 +125,8 @@ def compress(
             out.matched = "start"
             scores = [-i for i in range(len(spans))]
     order = sorted(range(len(spans)), key=lambda i: (-scores[i], i))
+    if out.matched == "words":
+        order = [i for i in order if scores[i] > 0]  # sentences sharing no word add nothing
     chosen: list[int] = []
     used = 0
     for i in order:

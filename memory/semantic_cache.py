@@ -122,8 +122,8 @@ def search(owner, query: str, *, limit: int, filters=None, conversation=None):
     query = (query or "").strip()
     if not settings.SEMANTIC_CACHE or not query or owner is None or not getattr(owner, "pk", None):
         return hybrid_search(owner, query, limit=limit, filters=filters)
-    version = versions.current(owner.pk)  # before the search: a result never outlives its version
-    vector = query_vector(query)
+    version = versions.settled(owner.pk)  # before the search: a result never outlives its version
+    vector = query_vector(query) if version is not None else None
     if vector is None:
         return hybrid_search(owner, query, limit=limit, filters=filters)
     from memory.search import _EXCLUDED  # the calling turn's own message, left out of results

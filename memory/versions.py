@@ -36,3 +36,18 @@ def current(owner_id: int) -> int:
         cursor.execute("SELECT version FROM memory_memoryversion WHERE owner_id = %s", [owner_id])
         row = cursor.fetchone()
     return int(row[0]) if row else 0
+
+
+def settled(owner_id: int) -> int | None:
+    """The version, or None while the calling transaction has itself written memory it has not
+    committed yet (a cache must then neither answer nor keep anything: the version it would
+    be filed under is not final, and one transaction bumps only once)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT version, txid = txid_current_if_assigned() FROM memory_memoryversion WHERE owner_id = %s",
+            [owner_id],
+        )
+        row = cursor.fetchone()
+    if row is None:
+        return 0
+    return None if row[1] else int(row[0])
