@@ -83,9 +83,33 @@ def branch_ids(leaf_id: str) -> list[str]:
         return [row[0] for row in cursor.fetchall()]
 
 
+def tip(conversation_id: str, message_id: str) -> str:
+    """The newest message down the thread from `message_id` (following the newest reply each
+    time): upkeep that runs late, or out of order, still summarizes the whole branch."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            WITH RECURSIVE down(id, depth) AS (
+                SELECT %s::varchar, 0
+                UNION ALL
+                SELECT (
+                    SELECT c.id FROM memory_message c
+                    WHERE c.parent_id = down.id AND c.conversation_id = %s AND NOT c.is_chunk
+                    ORDER BY c.position DESC LIMIT 1
+                ), down.depth + 1
+                FROM down WHERE down.id IS NOT NULL AND down.depth < 100000
+            )
+            SELECT id FROM down WHERE id IS NOT NULL ORDER BY depth DESC LIMIT 1
+            """,
+            [message_id, conversation_id],
+        )
+        return cursor.fetchone()[0]
+
+
 def _branch(owner, conversation_id: str, leaf_id: str | None) -> list[Message]:
-    """The visible messages of the thread ending at `leaf_id` (default: the conversation's
-    newest message), oldest first; Recollect's own text (offline recall) left out."""
+    """The visible messages of the thread through `leaf_id` (default: the conversation's
+    newest message) down to its newest reply, oldest first; Recollect's own text (offline
+    recall) left out."""
     if leaf_id is None:
         leaf_id = (
             Message.objects.visible_to(owner).logical().filter(conversation_id=conversation_id)
@@ -93,7 +117,7 @@ def _branch(owner, conversation_id: str, leaf_id: str | None) -> list[Message]:
         )
     if leaf_id is None:
         return []
-    ids = branch_ids(leaf_id)
+    ids = branch_ids(tip(conversation_id, leaf_id))
     rows = (
         Message.objects.visible_to(owner).logical().filter(conversation_id=conversation_id, pk__in=ids)
         .only("id", "role", "content", "timestamp", "position", "metadata")
