@@ -23,7 +23,7 @@ from django.utils import timezone
 from memory import versions
 from memory.embeddings import get_embedder, text_hash
 from memory.errors import ChunkEditError, DeletedMessageError, InvalidContent, NotFound
-from memory.models import Conversation, Message, Passage, Role, ToolCall, new_ulid
+from memory.models import Conversation, Message, Passage, Role, SemanticCacheEntry, ToolCall, new_ulid
 from memory.tokens import count_tokens, token_windows
 
 logger = logging.getLogger(__name__)
@@ -605,8 +605,6 @@ def _memory_changed(owner, message: Message) -> None:
     moves on (no cache answers from before it) and the conversation's rolling summary loses the
     blocks from the one covering it onwards (upkeep writes them again)."""
     from memory import rolling_summary
-    from memory.models import SemanticCacheEntry
-
     versions.bump(owner.pk)
     # Cached results and replies may quote it: none is reused past this version, and none is
     # kept either (a forgotten message's words must not stay in any row).
@@ -817,7 +815,9 @@ def delete_conversation(owner, conversation_id: str) -> None:
         members = TopicMembership.objects.owned_by(owner).filter(message__conversation=conversation)
         topic_ids = set(members.values_list("topic_id", flat=True))
         conversation.delete()
+        # Cached results of other conversations may quote it: reused no more, and kept no more.
         versions.bump(owner.pk)
+        SemanticCacheEntry.objects.filter(owner_id=owner.pk).delete()
         # A topic that only showed one of them as a sample is re-derived too.
         topic_ids |= {
             pk for pk, samples in Topic.objects.owned_by(owner).values_list("pk", "sample_message_ids")

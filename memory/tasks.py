@@ -122,6 +122,8 @@ def topic_upkeep(owner_id: int, message_ids: list[str]) -> dict[str, Any]:
 def update_conversation_summaries(owner, ids: list[str]) -> None:
     """The rolling summaries of these messages' conversations (seed 003 A4), after topic upkeep
     and in transactions of their own: a failure here leaves the topics done."""
+    if not settings.CONVERSATION_SUMMARY:
+        return
     # A failure is recorded as a failed run (and logged); the next upkeep tries again.
     with contextlib.suppress(Exception):
         _record(owner.pk, "conversation_summary", lambda: rolling_summary.update_for_messages(owner, ids))

@@ -103,3 +103,15 @@ def test_a_transaction_that_wrote_memory_bypasses_the_cache(owner, conversation)
         second = store_message(owner, conversation, "user", "the Lisbon train leaves at ten thirty")
         assert second.pk in _search(owner, conversation, SAME_AGAIN)
     assert semantic_cache.stats(owner)["search"]["hits"] == 0
+
+
+def test_deleting_a_conversation_empties_the_cache_of_its_words(owner, conversation):
+    from memory.store import delete_conversation
+
+    elsewhere = Conversation.objects.create(owner=owner)
+    add_turns(owner, elsewhere, EVERYDAY_TEXTS)
+    assert _search(owner, conversation, QUESTION)  # found in the other conversation, kept here
+    assert SemanticCacheEntry.objects.filter(owner_id=owner.pk, conversation=conversation).exists()
+    delete_conversation(owner, elsewhere.pk)
+    assert not SemanticCacheEntry.objects.filter(owner_id=owner.pk).exists()
+    assert _search(owner, conversation, SAME_AGAIN) == []
