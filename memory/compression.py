@@ -19,6 +19,7 @@ from typing import Any
 # A sentence ends at . ! ? (followed by a space or the end) or at a line break.
 _SENTENCE = re.compile(r"[^\n]+?(?:[.!?]+(?=\s|$)|(?=\n)|$)", re.S)
 _WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9_'-]*")
+WEAK_MATCH = 0.5  # a sentence scoring below this share of the best one is left out
 LONG_SENTENCE = 400  # characters; longer "sentences" (lists, logs, code) are cut in pieces
 STOP_WORDS = frozenset(
     [
@@ -126,7 +127,9 @@ def compress(
             scores = [-i for i in range(len(spans))]
     order = sorted(range(len(spans)), key=lambda i: (-scores[i], i))
     if out.matched == "words":
-        order = [i for i in order if scores[i] > 0]  # sentences sharing no word add nothing
+        # Sentences sharing no word, or far weaker matches than the best, add only noise.
+        floor = max(scores) * WEAK_MATCH
+        order = [i for i in order if scores[i] > 0 and scores[i] >= floor]
     chosen: list[int] = []
     used = 0
     for i in order:
