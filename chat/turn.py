@@ -39,7 +39,7 @@ from django.utils import timezone
 
 from chat import branches, drafts, llm
 from chat.rendering import message_html, tool_label
-from memory import budget, store
+from memory import budget, semantic_cache, store
 from memory.models import Conversation, Message, new_ulid
 
 logger = logging.getLogger(__name__)
@@ -128,6 +128,7 @@ class Reply:
     status: str = "complete"  # complete | stopped | failed
     error: str = ""
     mode: str = "llm"  # llm | offline_recall
+    cached_from: str = ""  # the earlier reply reused (RESPONSE_CACHE)
     tool_outcomes: list[ToolOutcome] = field(default_factory=list)
     tool_result_chars: int = 0  # of tool results sent to the model (MAX_TOOL_RESULT_CHARS_PER_TURN)
     usage: dict[str, int] = field(default_factory=dict)
@@ -228,6 +229,12 @@ async def run_turn(
         # 3. The answer.
         if not llm.is_configured():
             await _offline_recall(owner, user_message, reply, emit, stop)
+        elif cached := await db(durable(semantic_cache.cached_reply, atomic=False))(
+            owner, conversation, user_message
+        ):
+            # RESPONSE_CACHE: the same question with memory unchanged since its answer.
+            reply.text, reply.cached_from = cached["text"], cached["message_id"]
+            await emit({"type": "chat.token", "message_id": reply.id, "delta": reply.text})
         else:
             reply.prompt = prompt = budget.Prompt.for_message(allocation, plan, user_message)
             tools = list(getattr(plan, "tools", None) or [])
@@ -589,6 +596,8 @@ def _store_reply(owner, conversation: Conversation, user_message: Message, reply
         metadata["error"] = reply.error
     if snapshot is not None:
         metadata["strategy"] = snapshot.strategy
+    if reply.cached_from:
+        metadata["cached_from"] = reply.cached_from
     if reply.mode == "offline_recall":
         # Quotes of memory and how-to-configure text: not memory itself.
         metadata["system_text"] = True
@@ -608,6 +617,8 @@ def _store_reply(owner, conversation: Conversation, user_message: Message, reply
         # The reply's vectors come from background work; keyword search finds it at once.
         embed=False,
     )
+    if reply.status == "complete" and reply.mode == "llm":
+        semantic_cache.remember_reply(owner, conversation, user_message, assistant, reply.text)
     for outcome in reply.tool_outcomes:
         store.store_tool_call(
             owner,

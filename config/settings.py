@@ -349,6 +349,21 @@ CHAT_MODEL = env_str("CHAT_MODEL", "gpt-4o-mini")
 SUMMARY_MODEL = env_str("SUMMARY_MODEL", CHAT_MODEL)
 # Topics whose summaries one background run has the model rewrite (see memory/summaries.py).
 SUMMARY_TOPICS_PER_RUN = env_int("SUMMARY_TOPICS_PER_RUN", 20, minimum=1)
+# Seed 003 A4: the rolling summary of a conversation beyond its recent window (memory/rolling_summary.py).
+CONVERSATION_SUMMARY = env_bool("CONVERSATION_SUMMARY", True)
+CONVERSATION_SUMMARY_EVERY = env_int("CONVERSATION_SUMMARY_EVERY", 5, minimum=1)
+CONVERSATION_SUMMARY_BLOCK_TOKENS = env_int("CONVERSATION_SUMMARY_BLOCK_TOKENS", 200, minimum=20)
+CONVERSATION_SUMMARY_MAX_TOKENS = env_int("CONVERSATION_SUMMARY_MAX_TOKENS", 800, minimum=20)
+# Seed 003 A5: long messages in search results cut to their best sentences (memory/compression.py).
+RESULT_COMPRESSION = env_bool("RESULT_COMPRESSION", True)
+RESULT_COMPRESSION_MIN_CHARS = env_int("RESULT_COMPRESSION_MIN_CHARS", 1500, minimum=100)
+RESULT_COMPRESSION_CHARS = env_int("RESULT_COMPRESSION_CHARS", 600, minimum=50)
+# Seed 003 A3: search results (and, if RESPONSE_CACHE, replies) reused for near-identical queries
+# at an unchanged memory version (memory/semantic_cache.py).
+SEMANTIC_CACHE = env_bool("SEMANTIC_CACHE", True)
+SEMANTIC_CACHE_SIMILARITY = env_float("SEMANTIC_CACHE_SIMILARITY", 0.95, low=0.5, high=1.0)
+SEMANTIC_CACHE_MAX_ENTRIES = env_int("SEMANTIC_CACHE_MAX_ENTRIES", 200, minimum=1)
+RESPONSE_CACHE = env_bool("RESPONSE_CACHE", False)
 LLM_TIMEOUT_SECONDS = env_float("LLM_TIMEOUT_SECONDS", 60.0, low=1.0)
 LLM_MAX_RETRIES = env_int("LLM_MAX_RETRIES", 3, minimum=0)
 # The model's context window in tokens (issue 13 §2): the prompt's zones are cut from it

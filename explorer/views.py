@@ -36,7 +36,7 @@ from explorer.filters import (
     day_start,
     parse_filters,
 )
-from memory import store, topic_tree
+from memory import semantic_cache, store, topic_tree
 from memory.errors import MemoryStoreError
 from memory.models import (
     ContextSnapshot,
@@ -304,6 +304,8 @@ def overview(request: HttpRequest) -> HttpResponse:
         },
         "upkeep": upkeep,
         "periods": _temporal_overview(user),
+        "cache": semantic_cache.stats(user),
+        "response_cache": settings.RESPONSE_CACHE,
     }
     return render(request, "explorer/overview.html", context)
 

@@ -33,7 +33,7 @@ from django.db import connection
 from django.utils import timezone
 from pgvector.django import CosineDistance
 
-from memory import entities, hierarchy, sessions
+from memory import entities, hierarchy, rolling_summary, sessions
 from memory.models import ContextSnapshot, Message, PeriodSummary, Topic
 from memory.search import SearchFilters, SearchHit, search
 from memory.tokens import count_tokens
@@ -67,6 +67,8 @@ class ContextPlan:
     reason: str
     text: str = ""
     instructions: str = ""
+    summary: str = ""  # the rolling summary of the conversation before `recent` (seed 003 A4)
+    summary_covers: dict[str, Any] = field(default_factory=dict)
     recent: list[Message] = field(default_factory=list)
     tokens_by_zone: dict[str, int] = field(default_factory=dict)
     zone_budgets: dict[str, int] = field(default_factory=dict)
@@ -92,7 +94,7 @@ class ContextPlan:
 
     def system_prompt(self) -> str:
         """The memory part of the system prompt: instructions, then the index."""
-        return "\n\n".join(p for p in (self.instructions, self.text) if p)
+        return "\n\n".join(p for p in (self.instructions, self.summary, self.text) if p)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -105,6 +107,8 @@ class ContextPlan:
             "total_tokens": self.total_tokens,
             "history_size": self.history_size,
             "instructions": self.instructions,
+            "summary": self.summary,
+            "summary_covers": self.summary_covers,
             "text": self.text,
             "recent_ids": [m.pk for m in self.recent],
             "included_ids": self.included_ids,
@@ -284,7 +288,16 @@ def prepare_context(
         exclude=exclude,
         active_message_ids=active_message_ids,
     )
-    history_tokens = 0
+    # Before the window, the conversation's rolling summary (kept by background upkeep): at most
+    # a third of the history zone, taken first so the window cannot crowd it out.
+    plan.summary, plan.summary_covers = rolling_summary.for_plan(
+        owner,
+        conversation,
+        window_start=window[-1].position if window else None,
+        active_message_ids=active_message_ids,
+        allowance=zones["history"] // 3,
+    )
+    history_tokens = count_tokens(plan.summary) if plan.summary else 0
     left_out: list[Message] = []
     for m in window:
         cost = m.token_count + 4  # role and separators of a chat message

@@ -599,3 +599,73 @@ Message.record_edit = _record_edit
 Message.soft_delete = _soft_delete
 Message.restore = _restore
 Message.forget = _forget
+
+
+# --- seed 003 A3 and A4: the rolling conversation summary, the memory version, the caches ------
+
+
+class ConversationSummary(models.Model):
+    """The rolling summary of a conversation beyond its recent window (seed 003 A4), kept by
+    background upkeep (memory.rolling_summary). `blocks` is the chain, oldest first: each block
+    digests a stretch of the conversation's branch, {first_id, last_id, first_position,
+    last_position, count, text, source}. An edit, delete or forget drops the blocks from the
+    one covering it onwards in its own transaction, so no removed text is ever shown."""
+
+    conversation = models.OneToOneField(
+        Conversation, primary_key=True, on_delete=models.CASCADE, related_name="rolling_summary"
+    )
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    blocks = models.JSONField(default=list, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = OwnedQuerySet.as_manager()
+
+
+class MemoryVersion(models.Model):
+    """A counter per owner, bumped once by every transaction that stores, edits, deletes,
+    restores or forgets memory (memory.versions): cached search results and replies are only
+    reused at the version they were made at."""
+
+    owner = models.OneToOneField(
+        settings.AUTH_USER_MODEL, primary_key=True, on_delete=models.CASCADE, related_name="+"
+    )
+    version = models.BigIntegerField(default=0)
+    # The transaction that made the last bump: one transaction bumps once.
+    txid = models.BigIntegerField(default=0)
+
+
+class SemanticCacheEntry(models.Model):
+    """A memory search's results, or a reply, kept for near-identical queries of the same owner
+    and conversation at the same memory version (memory.semantic_cache)."""
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    conversation = models.ForeignKey(
+        Conversation, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    kind = models.CharField(max_length=16)  # search | response
+    key = models.CharField(max_length=64)  # the search's parameters, hashed
+    version = models.BigIntegerField()
+    query = models.TextField()
+    vector = VectorField()
+    payload = models.JSONField(default=dict)
+    hits = models.IntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = OwnedQuerySet.as_manager()
+
+    class Meta:
+        indexes = [models.Index(fields=["owner", "kind", "version"], name="semcache_owner_kind_version")]
+
+
+class CacheCounter(models.Model):
+    """Hits and misses of one owner's semantic caches, for the explorer."""
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    kind = models.CharField(max_length=16)
+    hits = models.BigIntegerField(default=0)
+    misses = models.BigIntegerField(default=0)
+
+    objects = OwnedQuerySet.as_manager()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["owner", "kind"], name="cache_counter_unique")]

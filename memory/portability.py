@@ -25,6 +25,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from memory import versions
 from memory.embeddings import get_embedder
 from memory.errors import MemoryStoreError
 from memory.models import (
@@ -781,6 +782,7 @@ def import_memory(
             _embed(passages, progress)
             report.embedded = len(passages)
         Passage.objects.bulk_create(passages, batch_size=500)
+        versions.bump(owner.pk)
         if passages and not embed:
             owner_id = owner.pk
             transaction.on_commit(lambda: queue_embedding(owner_id))

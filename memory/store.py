@@ -20,9 +20,10 @@ from django.db.models import Q, TextField
 from django.db.models.functions import Cast
 from django.utils import timezone
 
+from memory import versions
 from memory.embeddings import get_embedder, text_hash
 from memory.errors import ChunkEditError, DeletedMessageError, InvalidContent, NotFound
-from memory.models import Conversation, Message, Passage, Role, ToolCall, new_ulid
+from memory.models import Conversation, Message, Passage, Role, SemanticCacheEntry, ToolCall, new_ulid
 from memory.tokens import count_tokens, token_windows
 
 logger = logging.getLogger(__name__)
@@ -230,6 +231,9 @@ def store_messages(
             for unit in units:
                 passages.extend(_message_passages(message, unit, parent_text))
         _save_passages(passages, embed=embed)
+        version = versions.bump(owner.pk)
+    for message in messages:
+        message.memory_version = version  # what a cached reply is checked against
     return messages
 
 
@@ -381,6 +385,7 @@ def store_tool_call(
         for unit in units:
             passages.extend(_tool_call_passages(unit, message))
         _save_passages(passages, embed=embed)
+        versions.bump(owner.pk)
     return call
 
 
@@ -555,6 +560,7 @@ def update_message(owner, message_id: str, new_content: str) -> Message:
         message.save(
             update_fields=["content", "snippet", "token_count", "edited", "edit_history", "metadata"]
         )
+        _memory_changed(owner, message)
         # Old chunks (and with them their passages) go; the text is re-chunked either way, so
         # crossing the threshold in either direction is handled by the same path.
         message.chunks.all().delete()
@@ -594,6 +600,18 @@ def bounded_history(history: list[dict]) -> tuple[list[dict], int]:
     return kept, len(history) - len(kept)
 
 
+def _memory_changed(owner, message: Message) -> None:
+    """An edit, delete, restore or forget of `message`, in its transaction: the memory version
+    moves on (no cache answers from before it) and the conversation's rolling summary loses the
+    blocks from the one covering it onwards (upkeep writes them again)."""
+    from memory import rolling_summary
+    versions.bump(owner.pk)
+    # Cached results and replies may quote it: none is reused past this version, and none is
+    # kept either (a forgotten message's words must not stay in any row).
+    SemanticCacheEntry.objects.filter(owner_id=owner.pk).delete()
+    rolling_summary.invalidate(message.conversation_id, message.position)
+
+
 def _set_deleted(owner, message_id: str, deleted: bool) -> Message:
     with transaction.atomic():
         try:
@@ -605,6 +623,7 @@ def _set_deleted(owner, message_id: str, deleted: bool) -> Message:
         message.deleted = deleted
         message.deleted_at = timezone.now() if deleted else None
         message.save(update_fields=["deleted", "deleted_at"])
+        _memory_changed(owner, message)
         message.chunks.update(deleted=deleted, deleted_at=message.deleted_at)
         Passage.objects.filter(logical_message_id=message.pk).update(deleted=deleted)
         if deleted:
@@ -656,6 +675,7 @@ def forget_message(owner, message_id: str) -> None:
         Message.objects.filter(parent_id=message.pk, is_chunk=False).update(parent_id=message.parent_id)
         Message.objects.filter(parent_id=message.pk, is_chunk=True).update(parent_id=message.parent_id)
         message.delete()
+        _memory_changed(owner, message)
         refresh_reply_context(owner, None, reply_ids=replies)
         _scrub_quotes(owner, message.pk, quotes)
         if topic_ids:
@@ -796,6 +816,9 @@ def delete_conversation(owner, conversation_id: str) -> None:
         for start in range(0, len(ids), 500):  # their mentions, edges and the names only they held
             remove_mentions(owner, ids[start : start + 500])
         conversation.delete()
+        # Cached results of other conversations may quote it: reused no more, and kept no more.
+        versions.bump(owner.pk)
+        SemanticCacheEntry.objects.filter(owner_id=owner.pk).delete()
         # A topic that only showed one of them as a sample is re-derived too.
         topic_ids |= {
             pk for pk, samples in Topic.objects.owned_by(owner).values_list("pk", "sample_message_ids")

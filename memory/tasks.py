@@ -11,6 +11,7 @@ A task a database worker runs holds a lease that its worker renews while the tas
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import logging
 import threading
@@ -26,7 +27,7 @@ from django.db.models.functions import Now
 from django.utils import timezone
 from django_tasks import TaskResult, TaskResultStatus, task
 
-from memory import entities, store, summaries, topics
+from memory import entities, rolling_summary, store, summaries, topics
 from memory.models import Message, TaskLease, UpkeepRun
 
 logger = logging.getLogger(__name__)
@@ -104,9 +105,20 @@ def topic_upkeep(owner_id: int, message_ids: list[str]) -> dict[str, Any]:
             return run_upkeep(owner, message_ids)
 
     detail = _record(owner_id, "topic_upkeep", work)
+    update_conversation_summaries(owner, message_ids)
     queue_summaries(owner_id)
     queue_graph_upkeep(owner_id)
     return detail
+
+
+def update_conversation_summaries(owner, ids: list[str]) -> None:
+    """The rolling summaries of these messages' conversations (seed 003 A4), after topic upkeep
+    and in transactions of their own: a failure here leaves the topics done."""
+    if not settings.CONVERSATION_SUMMARY:
+        return
+    # A failure is recorded as a failed run (and logged); the next upkeep tries again.
+    with contextlib.suppress(Exception):
+        _record(owner.pk, "conversation_summary", lambda: rolling_summary.update_for_messages(owner, ids))
 
 
 @task()

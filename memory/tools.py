@@ -30,7 +30,7 @@ from django.db import DatabaseError, connection, transaction
 from django.db.models import Count, Exists, Max, Min, OuterRef, Q, Sum
 from django.utils import timezone
 
-from memory import sessions
+from memory import compression, sessions
 from memory.errors import MemoryStoreError, NotFound
 from memory.models import (
     Conversation,
@@ -695,8 +695,9 @@ def get_message_with_chunks(owner, *, id: str, offset: int = 0, limit: int = 3, 
     return result, f"read message {m.pk} chunks {offset}-{offset + shown - 1} of {total}"
 
 
-def _search(owner, query, limit, *, conversation_id=None, role=None, start=None, end=None):
-    from memory.search import SearchFilters, search
+def _search(owner, query, limit, *, conversation=None, conversation_id=None, role=None, start=None, end=None):
+    from memory import semantic_cache
+    from memory.search import SearchFilters
 
     conv = _conversation(owner, conversation_id)
     filters = SearchFilters(
@@ -705,7 +706,8 @@ def _search(owner, query, limit, *, conversation_id=None, role=None, start=None,
         start=_position(owner, start),
         end=_position(owner, end, end=True),
     )
-    return search(owner, query, limit=limit, filters=filters)
+    # Near-identical queries of this conversation at an unchanged memory reuse their results.
+    return semantic_cache.search(owner, query, limit=limit, filters=filters, conversation=conversation)
 
 
 SEARCH_FILTERS = {
@@ -730,8 +732,8 @@ SEARCH_FILTERS = {
     core=True,
 )
 def vector_search(owner, *, query: str, limit: int = 10, conversation=None, **filters):
-    results = _search(owner, query, limit, **filters)
-    out = {"query": query, "results": [h.as_result() for h in results.hits]}
+    results = _search(owner, query, limit, conversation=conversation, **filters)
+    out = {"query": query, "results": compression.search_results(owner, query, results.hits)}
     if results.fallbacks:
         out["fallbacks"] = results.fallbacks
     return out, f'searched memory for "{_snip(query, 60)}" — {len(results.hits)} hits'
@@ -755,7 +757,7 @@ def vector_search(owner, *, query: str, limit: int = 10, conversation=None, **fi
     core=True,
 )
 def search_and_retrieve(owner, *, query: str, auto_limit: int = 5, conversation=None, **filters):
-    results = _search(owner, query, auto_limit * 2, **filters)
+    results = _search(owner, query, auto_limit * 2, conversation=conversation, **filters)
     ids = list(dict.fromkeys(h.message_id for h in results.hits))[:auto_limit]
     found = {m.pk: m for m in Message.objects.visible_to(owner).filter(pk__in=ids)}
     per = max(800, MAX_CONTENT_CHARS // max(1, len(found)))
@@ -764,7 +766,7 @@ def search_and_retrieve(owner, *, query: str, auto_limit: int = 5, conversation=
         m = found.get(h_id)
         if m is None:
             continue
-        item = message_dict(m, max_chars=per)
+        item = compression.message_item(m, query, max_chars=per) or message_dict(m, max_chars=per)
         item["session"] = [
             {"id": n.pk, "role": n.role, "snippet": _snip(n.content)}
             for n in sessions.neighbours(owner, m, before=1, after=1)

@@ -1,0 +1,117 @@
+"""The semantic cache (seed 003 A3): near-identical memory queries of a conversation reuse their
+results while the owner's memory is unchanged, and never bring back what was deleted."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import transaction
+
+from memory import semantic_cache, versions
+from memory.models import Conversation, SemanticCacheEntry
+from memory.store import delete_message, forget_message, store_message, update_message
+from memory.tools import execute_tool
+from tests.memory.conftest import EVERYDAY_TEXTS, add_turns
+
+# Versions count transactions: each write here must commit on its own, as in the app.
+pytestmark = pytest.mark.django_db(transaction=True)
+
+QUESTION = "When does the train to Lisbon leave?"
+SAME_AGAIN = "when does the train to Lisbon leave"
+
+
+def _search(owner, conversation, query, **extra):
+    outcome = execute_tool(owner, "vector_search", {"query": query, **extra}, conversation=conversation)
+    assert outcome.ok, outcome.error
+    return [h["message_id"] for h in outcome.result["results"]]
+
+
+def test_every_writing_transaction_moves_the_version_on_once(owner, conversation, stranger):
+    assert versions.current(owner.pk) == 0
+    [a, b] = add_turns(owner, conversation, ["one", "two"])  # one transaction
+    assert versions.current(owner.pk) == 1 and a.memory_version == b.memory_version == 1
+    with transaction.atomic():
+        store_message(owner, conversation, "user", "three")
+        store_message(owner, conversation, "user", "four")
+    assert versions.current(owner.pk) == 2
+    update_message(owner, a.pk, "one, edited")
+    delete_message(owner, b.pk)
+    forget_message(owner, a.pk)
+    assert versions.current(owner.pk) == 5
+    assert versions.current(stranger.pk) == 0
+
+
+def test_a_near_identical_query_reuses_the_results_while_memory_is_unchanged(owner, conversation):
+    add_turns(owner, conversation, EVERYDAY_TEXTS)
+    first = _search(owner, conversation, QUESTION)
+    assert first
+    again = _search(owner, conversation, SAME_AGAIN)
+    assert again == first
+    assert semantic_cache.stats(owner)["search"] == {"hits": 1, "misses": 1, "rate": 0.5}
+    # Another query, other parameters or another conversation is a miss.
+    _search(owner, conversation, "sourdough starter feeding")
+    _search(owner, conversation, QUESTION, limit=3)
+    _search(owner, Conversation.objects.create(owner=owner), QUESTION)
+    assert semantic_cache.stats(owner)["search"]["hits"] == 1
+    # A new message moves the version on: the search runs again and finds it.
+    new = store_message(owner, conversation, "user", "the train to Lisbon now leaves at ten")
+    assert new.pk in _search(owner, conversation, QUESTION)
+    assert semantic_cache.stats(owner)["search"] == {"hits": 1, "misses": 5, "rate": 1 / 6}
+
+
+def test_deleted_or_edited_words_never_come_back_from_the_cache(owner, conversation):
+    messages = add_turns(owner, conversation, EVERYDAY_TEXTS)
+    lisbon = next(m for m in messages if "Lisbon" in m.content)
+    assert lisbon.pk in _search(owner, conversation, QUESTION)
+    delete_message(owner, lisbon.pk)
+    assert not SemanticCacheEntry.objects.filter(owner_id=owner.pk).exists()  # nothing kept
+    assert lisbon.pk not in _search(owner, conversation, SAME_AGAIN)
+    porto = next(m for m in messages if "Porto" in m.content)
+    porto_query = {"query": "train tickets to Porto"}
+    outcome = execute_tool(owner, "vector_search", porto_query, conversation=conversation)
+    assert "Porto" in str(outcome.result["results"])
+    update_message(owner, porto.pk, "book the ferry to Madeira")
+    outcome = execute_tool(owner, "vector_search", porto_query, conversation=conversation)
+    assert "Porto" not in str(outcome.result["results"])
+    assert semantic_cache.stats(owner)["search"]["hits"] == 0
+
+
+def test_the_cache_is_never_shared_across_owners(owner, conversation, stranger, stranger_conversation):
+    add_turns(owner, conversation, EVERYDAY_TEXTS)
+    assert _search(owner, conversation, QUESTION)
+    assert _search(stranger, stranger_conversation, QUESTION) == []
+    assert _search(stranger, None, QUESTION) == []
+    assert semantic_cache.stats(stranger)["search"]["hits"] == 0
+    assert not SemanticCacheEntry.objects.filter(owner_id=stranger.pk).exclude(payload={"hits": []}).exists()
+
+
+def test_entries_are_bounded_per_owner(owner, conversation, settings):
+    settings.SEMANTIC_CACHE_MAX_ENTRIES = 3
+    add_turns(owner, conversation, EVERYDAY_TEXTS)
+    for text in EVERYDAY_TEXTS:
+        _search(owner, conversation, text)
+    assert SemanticCacheEntry.objects.filter(owner_id=owner.pk).count() == 3
+
+
+def test_a_transaction_that_wrote_memory_bypasses_the_cache(owner, conversation):
+    add_turns(owner, conversation, EVERYDAY_TEXTS)
+    _search(owner, conversation, QUESTION)
+    with transaction.atomic():
+        first = store_message(owner, conversation, "user", "the train to Lisbon now leaves at ten")
+        assert first.pk in _search(owner, conversation, SAME_AGAIN)
+        # One transaction bumps the version once: a result kept after its first write would be
+        # stale after its second, so nothing is kept or reused until it commits.
+        second = store_message(owner, conversation, "user", "the Lisbon train leaves at ten thirty")
+        assert second.pk in _search(owner, conversation, SAME_AGAIN)
+    assert semantic_cache.stats(owner)["search"]["hits"] == 0
+
+
+def test_deleting_a_conversation_empties_the_cache_of_its_words(owner, conversation):
+    from memory.store import delete_conversation
+
+    elsewhere = Conversation.objects.create(owner=owner)
+    add_turns(owner, elsewhere, EVERYDAY_TEXTS)
+    assert _search(owner, conversation, QUESTION)  # found in the other conversation, kept here
+    assert SemanticCacheEntry.objects.filter(owner_id=owner.pk, conversation=conversation).exists()
+    delete_conversation(owner, elsewhere.pk)
+    assert not SemanticCacheEntry.objects.filter(owner_id=owner.pk).exists()
+    assert _search(owner, conversation, SAME_AGAIN) == []
