@@ -229,8 +229,10 @@ async def run_turn(
         # 3. The answer.
         if not llm.is_configured():
             await _offline_recall(owner, user_message, reply, emit, stop)
-        elif cached := await db(durable(semantic_cache.cached_reply, atomic=False))(
-            owner, conversation, user_message
+        elif settings.RESPONSE_CACHE and (
+            cached := await db(durable(semantic_cache.cached_reply, atomic=False))(
+                owner, conversation, user_message
+            )
         ):
             # RESPONSE_CACHE: the same question with memory unchanged since its answer.
             reply.text, reply.cached_from = cached["text"], cached["message_id"]

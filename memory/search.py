@@ -182,6 +182,11 @@ def excluding(message_ids: Iterable[str]) -> Iterator[None]:
         _EXCLUDED.reset(token)
 
 
+def excluded_ids() -> frozenset[str]:
+    """The message ids `excluding()` leaves out of searches in this context (a turn's own)."""
+    return _EXCLUDED.get()
+
+
 def search(
     owner,
     query: str,

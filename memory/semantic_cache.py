@@ -126,13 +126,13 @@ def search(owner, query: str, *, limit: int, filters=None, conversation=None):
     vector = query_vector(query) if version is not None else None
     if vector is None:
         return hybrid_search(owner, query, limit=limit, filters=filters)
-    from memory.search import _EXCLUDED  # the calling turn's own message, left out of results
+    from memory.search import excluded_ids  # the calling turn's own message, left out of results
 
     key = _key(
         {
             "limit": limit,
             "filters": vars(filters) if filters is not None else None,
-            "exclude": sorted(_EXCLUDED.get()),
+            "exclude": sorted(excluded_ids()),
             "tool_calls": settings.INDEX_INCLUDE_TOOL_CALLS,
         }
     )
