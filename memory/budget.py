@@ -283,7 +283,14 @@ class Prompt:
         """The messages for the next request; `used` then holds each zone's tokens."""
         a = self.allocation
         used: dict[str, int] = {"tools": tools_tokens(tools or [])}
-        recent, used["recent"] = self._recent(a["recent"])
+        # The conversation's rolling summary (what came before the recent turns) is history:
+        # it takes at most half the recent zone, and the recent turns what it leaves.
+        summary = getattr(self.plan, "summary", "") or ""
+        if summary and count_tokens(summary) > a["recent"] // 2:
+            summary = _fit_lines(summary, a["recent"] // 2)
+        summary_tokens = count_tokens(summary) if summary else 0
+        recent, used["recent"] = self._recent(max(0, a["recent"] - summary_tokens))
+        used["recent"] += summary_tokens
         # The index has what system, tools and recent turns leave of their four zones, as
         # prepare_context fitted it (after a shrink, the halved zones cut it further).
         wrapper = system_wrapper_tokens()
@@ -291,10 +298,10 @@ class Prompt:
         room = a["system"] + a["tools"] + a["index"] + a["recent"]
         room -= wrapper + instructions + used["tools"] + used["recent"]
         index = _fit_lines(self.plan.text, max(0, room - 2))
-        system = _system_text("\n\n".join(p for p in (self.plan.instructions, index) if p))
+        system = _system_text("\n\n".join(p for p in (self.plan.instructions, summary, index) if p))
         messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
         used["index"] = count_tokens(index)
-        used["system"] = message_tokens(messages[0]) - used["index"] + PRIMING
+        used["system"] = message_tokens(messages[0]) - used["index"] - summary_tokens + PRIMING
         messages += recent
         current = {"role": "user", "content": self._current(a["current"] - MESSAGE_OVERHEAD)}
         used["current"] = message_tokens(current)
