@@ -90,3 +90,13 @@ def test_the_embedded_server_settings_are_written_once_and_included(tmp_path):
     assert lines[0] == "max_connections = 100"
     assert lines.count(f"include_if_exists = '{SETTINGS_FILE}'") == 1
     assert "shared_buffers = '" in (tmp_path / SETTINGS_FILE).read_text()
+
+
+def test_provider_settings_are_read_as_unset_whatever_the_shell_exported(monkeypatch):
+    from tests.conftest import _provider_settings_when_unset
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-bogus")
+    monkeypatch.setenv("EMBEDDING_BACKEND", "openai")
+    unset = _provider_settings_when_unset()
+    assert unset["OPENAI_API_KEY"] == "" and unset["EMBEDDING_API_KEY"] == ""
+    assert (unset["EMBEDDING_BACKEND"], unset["EMBEDDING_DIMENSIONS"]) == ("e5", 384)

@@ -5,7 +5,6 @@ Screenshots of every step are kept in test-artifacts/explorer/.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -18,10 +17,6 @@ from tests.browser import CHROMIUM, CHROMIUM_ARGS, MISSING
 from tests.explorer.conftest import build_memory
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-# Playwright's sync API runs an event loop in this thread; the ORM calls below are still
-# plain synchronous test code.
-os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
 ARTIFACTS = Path(settings.BASE_DIR) / "test-artifacts" / "explorer"
 ARGS = CHROMIUM_ARGS
@@ -36,9 +31,12 @@ def mem_live(owner, conversation):
 
 
 @pytest.fixture
-def page(live_server, owner):
+def page(live_server, owner, monkeypatch):
     from playwright.sync_api import sync_playwright
 
+    # Playwright's sync API runs an event loop in this thread; the ORM calls of these tests are
+    # still plain synchronous code. Allowed while the browser runs, for this fixture only.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     client = Client()
     client.force_login(owner)
     session = client.cookies[settings.SESSION_COOKIE_NAME].value
