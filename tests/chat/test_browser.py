@@ -18,7 +18,7 @@ from django.contrib.auth import get_user_model
 
 from chat import llm as chat_llm
 from tests import llm_server
-from tests.browser import CHROMIUM, CHROMIUM_ARGS, MISSING
+from tests.browser import CHROMIUM, CHROMIUM_ARGS, MISSING, serious_accessibility_violations
 from tests.servers import ARTIFACTS, ROOT, free_port
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -254,3 +254,33 @@ def test_a_tab_whose_connection_dropped_catches_up_when_it_reconnects(person, pa
         timeout=20_000
     )
     other.screenshot(path=str(ARTIFACTS / "chat-caught-up-after-reconnect.png"), full_page=True)
+
+
+def test_the_chat_pages_pass_axe_and_a_streamed_reply_shows_highlighted_code(
+    person, page, live_daphne, browser_llm
+):
+    code = "Here:\n\n```python\ndef greet(name):\n    return 'hi ' + name  # friendly\n```\n"
+    browser_llm.state.add_script("greeting function", [{"text": code, "delay": 0.05}], False)
+    found: dict[str, list[str]] = {}
+    for name in ("login", "signup"):
+        page.goto(f"{live_daphne}/{name}/")
+        found[name] = serious_accessibility_violations(page)
+    sign_in_and_open_chat(page, live_daphne, person)
+    thread = page.locator("#thread")
+    assert thread.get_attribute("aria-live") == "polite"
+    send(page, "write a greeting function")
+    page.wait_for_function("() => document.getElementById('thread').getAttribute('aria-busy') === 'true'")
+    reply = page.locator("li.message.assistant:not(.streaming)").first
+    reply.wait_for()
+    # Streamed as plain text; the stored reply that replaces it is highlighted by the server.
+    assert reply.locator(".highlight span.k").first.inner_text() == "def"
+    assert reply.locator(".highlight span.c1").inner_text() == "# friendly"
+    assert thread.get_attribute("aria-busy") == "false"
+    found["conversation"] = serious_accessibility_violations(page)
+    page.emulate_media(color_scheme="dark")
+    found["conversation (dark)"] = serious_accessibility_violations(page)
+    page.screenshot(path=str(ARTIFACTS / "chat-highlighted-code-dark.png"), full_page=True)
+    page.emulate_media(color_scheme="light")
+    page.goto(live_daphne + "/")
+    found["conversation list"] = serious_accessibility_violations(page)
+    assert not any(found.values()), "\n".join(f"{name}: {v}" for name, vs in found.items() for v in vs)
