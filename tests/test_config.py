@@ -100,3 +100,12 @@ def test_provider_settings_are_read_as_unset_whatever_the_shell_exported(monkeyp
     unset = _provider_settings_when_unset()
     assert unset["OPENAI_API_KEY"] == "" and unset["EMBEDDING_API_KEY"] == ""
     assert (unset["EMBEDDING_BACKEND"], unset["EMBEDDING_DIMENSIONS"]) == ("e5", 384)
+
+
+def test_a_test_sees_no_provider_whatever_the_shell_exported(settings):
+    # Meaningful when run with e.g. OPENAI_API_KEY=sk-bogus EMBEDDING_BACKEND=openai exported.
+    import os
+
+    assert not [name for name in os.environ if name.startswith(("OPENAI_", "EMBEDDING_"))]
+    assert (settings.OPENAI_API_KEY, settings.OPENAI_BASE_URL, settings.EMBEDDING_API_KEY) == ("", "", "")
+    assert (settings.EMBEDDING_BACKEND, settings.EMBEDDING_DIMENSIONS) == ("e5", 384)
