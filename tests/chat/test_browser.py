@@ -262,9 +262,12 @@ def test_the_chat_pages_pass_axe_and_a_streamed_reply_shows_highlighted_code(
     code = "Here:\n\n```python\ndef greet(name):\n    return 'hi ' + name  # friendly\n```\n"
     browser_llm.state.add_script("greeting function", [{"text": code, "delay": 0.05}], False)
     found: dict[str, list[str]] = {}
-    for name in ("login", "signup"):
-        page.goto(f"{live_daphne}/{name}/")
-        found[name] = serious_accessibility_violations(page)
+    for scheme in ("light", "dark"):
+        page.emulate_media(color_scheme=scheme)
+        for name in ("login", "signup"):
+            page.goto(f"{live_daphne}/{name}/")
+            found[f"{name} ({scheme})"] = serious_accessibility_violations(page)
+    page.emulate_media(color_scheme="light")
     sign_in_and_open_chat(page, live_daphne, person)
     thread = page.locator("#thread")
     assert thread.get_attribute("aria-live") == "polite"
@@ -280,6 +283,8 @@ def test_the_chat_pages_pass_axe_and_a_streamed_reply_shows_highlighted_code(
     page.emulate_media(color_scheme="dark")
     found["conversation (dark)"] = serious_accessibility_violations(page)
     page.screenshot(path=str(ARTIFACTS / "chat-highlighted-code-dark.png"), full_page=True)
+    page.goto(live_daphne + "/")
+    found["conversation list (dark)"] = serious_accessibility_violations(page)
     page.emulate_media(color_scheme="light")
     page.goto(live_daphne + "/")
     found["conversation list"] = serious_accessibility_violations(page)

@@ -184,12 +184,11 @@ def test_open_the_context_inspector_of_a_turn(page, mem_live):
 
 def test_every_page_passes_axe_with_no_serious_violations(page, mem_live):
     found = {}
-    for name, (url, _) in explorer_pages(mem_live).items():
-        page.goto(page.base + url)
-        found[name] = serious_accessibility_violations(page)
-    page.goto(page.base + reverse("explorer:timeline"))
-    page.emulate_media(color_scheme="dark")
-    found["timeline (dark)"] = serious_accessibility_violations(page)
+    for scheme in ("light", "dark"):
+        page.emulate_media(color_scheme=scheme)
+        for name, (url, _) in explorer_pages(mem_live).items():
+            page.goto(page.base + url)
+            found[f"{name} ({scheme})"] = serious_accessibility_violations(page)
     assert not any(found.values()), "\n".join(f"{name}: {v}" for name, vs in found.items() for v in vs)
 
 
