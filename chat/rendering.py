@@ -19,6 +19,7 @@ from django.utils.safestring import SafeString, mark_safe
 from memory.models import Message, ToolCall
 
 ALLOWED_TAGS = {
+    "div",
     "p",
     "br",
     "hr",
@@ -50,6 +51,7 @@ ALLOWED_TAGS = {
 }
 ALLOWED_ATTRIBUTES = {
     "a": {"href", "title"},
+    "div": {"class"},
     "code": {"class"},
     "span": {"class"},
     "th": {"align"},
@@ -105,8 +107,13 @@ def cited_ids(text: str) -> set[str]:
 
 
 def _markdown() -> markdown.Markdown:
-    """A Markdown converter that shows raw HTML as text (a person typing <b> sees <b>)."""
-    md = markdown.Markdown(extensions=["fenced_code", "tables", "sane_lists"], output_format="html")
+    """A Markdown converter that shows raw HTML as text (a person typing <b> sees <b>), and
+    highlights fenced code by its language (Pygments' classes; static/recollect/code.css)."""
+    md = markdown.Markdown(
+        extensions=["fenced_code", "codehilite", "tables", "sane_lists"],
+        extension_configs={"codehilite": {"css_class": "highlight", "guess_lang": False}},
+        output_format="html",
+    )
     md.preprocessors.deregister("html_block")
     md.inlinePatterns.deregister("html")
     return md

@@ -102,3 +102,22 @@ def test_memory_levels_out_of_order_fail_loudly():
     )
     assert run.returncode != 0
     assert "HIERARCHY_RECENT_NODES < HIERARCHY_META_THRESHOLD < HIERARCHY_ARCHIVE_THRESHOLD" in run.stderr
+
+
+def test_provider_settings_are_read_as_unset_whatever_the_shell_exported(monkeypatch):
+    from tests.conftest import _provider_settings_when_unset
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-bogus")
+    monkeypatch.setenv("EMBEDDING_BACKEND", "openai")
+    unset = _provider_settings_when_unset()
+    assert unset["OPENAI_API_KEY"] == "" and unset["EMBEDDING_API_KEY"] == ""
+    assert (unset["EMBEDDING_BACKEND"], unset["EMBEDDING_DIMENSIONS"]) == ("e5", 384)
+
+
+def test_a_test_sees_no_provider_whatever_the_shell_exported(settings):
+    # Meaningful when run with e.g. OPENAI_API_KEY=sk-bogus EMBEDDING_BACKEND=openai exported.
+    import os
+
+    assert not [name for name in os.environ if name.startswith(("OPENAI_", "EMBEDDING_"))]
+    assert (settings.OPENAI_API_KEY, settings.OPENAI_BASE_URL, settings.EMBEDDING_API_KEY) == ("", "", "")
+    assert (settings.EMBEDDING_BACKEND, settings.EMBEDDING_DIMENSIONS) == ("e5", 384)

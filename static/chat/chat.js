@@ -131,6 +131,8 @@
     sendButton.disabled = busy;
     stopButton.hidden = !busy;
     root.dataset.busy = busy ? "true" : "false";
+    // Screen readers hold a streaming reply back and read it once, whole.
+    thread().setAttribute("aria-busy", busy ? "true" : "false");
   }
 
   function rowOf(id) { return document.getElementById("msg-" + id); }

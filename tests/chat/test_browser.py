@@ -18,7 +18,7 @@ from django.contrib.auth import get_user_model
 
 from chat import llm as chat_llm
 from tests import llm_server
-from tests.browser import CHROMIUM, CHROMIUM_ARGS, MISSING
+from tests.browser import CHROMIUM, CHROMIUM_ARGS, MISSING, serious_accessibility_violations
 from tests.servers import ARTIFACTS, ROOT, free_port
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -281,3 +281,38 @@ def test_a_person_pins_a_message_and_the_model_is_shown_it(person, page, live_da
     user_row.get_by_role("button", name="Unpin").click()
     user_row.get_by_role("button", name="Pin", exact=True).wait_for()
     assert user_row.locator(".badge.pinned").count() == 0
+
+
+def test_the_chat_pages_pass_axe_and_a_streamed_reply_shows_highlighted_code(
+    person, page, live_daphne, browser_llm
+):
+    code = "Here:\n\n```python\ndef greet(name):\n    return 'hi ' + name  # friendly\n```\n"
+    browser_llm.state.add_script("greeting function", [{"text": code, "delay": 0.05}], False)
+    found: dict[str, list[str]] = {}
+    for scheme in ("light", "dark"):
+        page.emulate_media(color_scheme=scheme)
+        for name in ("login", "signup"):
+            page.goto(f"{live_daphne}/{name}/")
+            found[f"{name} ({scheme})"] = serious_accessibility_violations(page)
+    page.emulate_media(color_scheme="light")
+    sign_in_and_open_chat(page, live_daphne, person)
+    thread = page.locator("#thread")
+    assert thread.get_attribute("aria-live") == "polite"
+    send(page, "write a greeting function")
+    page.wait_for_function("() => document.getElementById('thread').getAttribute('aria-busy') === 'true'")
+    reply = page.locator("li.message.assistant:not(.streaming)").first
+    reply.wait_for()
+    # Streamed as plain text; the stored reply that replaces it is highlighted by the server.
+    assert reply.locator(".highlight span.k").first.inner_text() == "def"
+    assert reply.locator(".highlight span.c1").inner_text() == "# friendly"
+    assert thread.get_attribute("aria-busy") == "false"
+    found["conversation"] = serious_accessibility_violations(page)
+    page.emulate_media(color_scheme="dark")
+    found["conversation (dark)"] = serious_accessibility_violations(page)
+    page.screenshot(path=str(ARTIFACTS / "chat-highlighted-code-dark.png"), full_page=True)
+    page.goto(live_daphne + "/")
+    found["conversation list (dark)"] = serious_accessibility_violations(page)
+    page.emulate_media(color_scheme="light")
+    page.goto(live_daphne + "/")
+    found["conversation list"] = serious_accessibility_violations(page)
+    assert not any(found.values()), "\n".join(f"{name}: {v}" for name, vs in found.items() for v in vs)

@@ -1,14 +1,21 @@
 from __future__ import annotations
 
+from html.parser import HTMLParser
+
+import pytest
+from django.urls import reverse
+
 from chat.rendering import render_markdown, tool_label
 from memory import store
+from tests.chat.conftest import connect, receive_until
 
 
 def test_it_links_only_the_readers_own_message_ids(owner, stranger, conversation, stranger_conversation):
     mine = store.store_message(owner, conversation, "user", "mine", embed=False)
     theirs = store.store_message(stranger, stranger_conversation, "user", "theirs", embed=False)
     html = render_markdown(f"See {mine.pk} and {theirs.pk}, and `{mine.pk}` in code.", owner=owner)
-    assert f'<a class="msg-ref" href="/m/{mine.pk}/">{mine.pk}</a>' in html or "msg-ref" in html
+    link = reverse("explorer:message", args=[mine.pk])
+    assert f'<a class="msg-ref" href="{link}">{mine.pk}</a>' in html
     assert html.count('class="msg-ref"') == 1
     assert f">{theirs.pk}</a>" not in html
 
@@ -29,3 +36,58 @@ def test_tool_calls_read_as_actions():
     assert tool_label("expand_node", {"id": "01JTOPIC"}) == "expanded memory node 01JTOPIC"
     assert tool_label("browse_hierarchy", {"level": "META"}) == "browsed the META level of memory"
     assert tool_label("get_conversation_stats", {}) == "looked at memory statistics"
+
+
+FENCED_PYTHON = 'Try this:\n\n```python\ndef greet(name):\n    return f"hi {name}"  # say hi\n```\n'
+
+
+def test_a_fenced_python_block_is_highlighted():
+    html = render_markdown(FENCED_PYTHON)
+    assert '<div class="highlight"><pre>' in html
+    assert '<span class="k">def</span>' in html  # keyword
+    assert '<span class="nf">greet</span>' in html  # function name
+    assert '<span class="c1"># say hi</span>' in html  # comment
+
+
+class _Elements(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: set[tuple[str, tuple]] = set()
+        self.text = ""
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.add((tag, tuple(name for name, _ in attrs)))
+
+    def handle_data(self, data):
+        self.text += data
+
+
+def test_code_blocks_stay_inert(owner):
+    payload = "<script>alert(1)</script></code></pre><img src=x onerror=alert(1)>"
+    for text in (f"```python\nx = '{payload}'\n```", f"```html\n{payload}\n```", f"```\n{payload}\n```"):
+        parsed = _Elements()
+        parsed.feed(render_markdown(text, owner=owner))
+        # Only the highlighter's own elements, with a class at most; the payload is text.
+        assert {tag for tag, _ in parsed.tags} <= {"div", "pre", "code", "span"}, text
+        assert {attrs for _, attrs in parsed.tags} <= {(), ("class",)}, text
+        assert payload in parsed.text, text
+
+
+def test_the_code_colours_file_is_up_to_date():
+    from chat.management.commands.code_css import CSS_PATH, code_css
+
+    css = CSS_PATH.read_text()
+    assert css == code_css(), "run `manage.py code_css`"
+    assert ".highlight .k {" in css and "@media (prefers-color-scheme: dark)" in css
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_streamed_reply_is_highlighted_once_stored(owner, conversation, scripted_llm):
+    scripted_llm.script({"text": FENCED_PYTHON, "delay": 0.001})
+    ws = await connect(owner, conversation.pk)
+    await ws.send_json_to({"type": "send", "content": "show me a greeting function"})
+    events = await receive_until(ws, "reply_done")
+    # While streaming, tokens are plain text; the stored reply the page swaps in is highlighted.
+    assert "".join(e["delta"] for e in events if e["type"] == "token") == FENCED_PYTHON
+    assert '<span class="nf">greet</span>' in events[-1]["html"]
+    await ws.disconnect()

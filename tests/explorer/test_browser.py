@@ -5,7 +5,7 @@ Screenshots of every step are kept in test-artifacts/explorer/.
 
 from __future__ import annotations
 
-import os
+import re
 from pathlib import Path
 
 import pytest
@@ -14,14 +14,10 @@ from django.test import Client
 from django.urls import reverse
 
 from memory.models import Message, Topic
-from tests.browser import CHROMIUM, CHROMIUM_ARGS, MISSING
+from tests.browser import CHROMIUM, CHROMIUM_ARGS, MISSING, serious_accessibility_violations
 from tests.explorer.conftest import build_memory
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-# Playwright's sync API runs an event loop in this thread; the ORM calls below are still
-# plain synchronous test code.
-os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
 ARTIFACTS = Path(settings.BASE_DIR) / "test-artifacts" / "explorer"
 ARGS = CHROMIUM_ARGS
@@ -36,9 +32,12 @@ def mem_live(owner, conversation):
 
 
 @pytest.fixture
-def page(live_server, owner):
+def page(live_server, owner, monkeypatch):
     from playwright.sync_api import sync_playwright
 
+    # Playwright's sync API runs an event loop in this thread; the ORM calls of these tests are
+    # still plain synchronous code. Allowed while the browser runs, for this fixture only.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     client = Client()
     client.force_login(owner)
     session = client.cookies[settings.SESSION_COOKIE_NAME].value
@@ -64,9 +63,9 @@ def shot(page, name: str) -> None:
     page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
 
 
-def test_every_page_opens_with_its_content(page, mem_live):
-    m = mem_live
-    pages = {
+def explorer_pages(m) -> dict[str, tuple[str, str]]:
+    """Every explorer page: its URL and a text it shows."""
+    return {
         "overview": (reverse("explorer:overview"), "The next turn would use the"),
         "topics": (reverse("explorer:topics"), "Map of level 0"),
         "topic": (reverse("explorer:topic", args=[m.root.pk]), "Sub-topics"),
@@ -79,8 +78,13 @@ def test_every_page_opens_with_its_content(page, mem_live):
         "search": (reverse("explorer:search") + "?q=rotate+password", "How do we rotate"),
         "entities": (reverse("explorer:entities"), "Postgres"),
         "entity": (reverse("explorer:entity", args=[m.pg.pk]), "Neighbours"),
+        "forget": (reverse("explorer:forget", args=[m.answer.pk]), "Forget this message for good?"),
     }
-    for name, (url, text) in pages.items():
+
+
+def test_every_page_opens_with_its_content(page, mem_live):
+    m = mem_live
+    for name, (url, text) in explorer_pages(m).items():
         page.goto(page.base + url)
         assert page.locator("main").get_by_text(text).locator("visible=true").first.is_visible(), name
         shot(page, f"page-{name}")
@@ -188,3 +192,28 @@ def test_pin_and_unpin_a_message(page, mem_live):
     page.get_by_role("button", name="Pin (always show to the assistant)").wait_for()
     assert Message.objects.get(pk=mem_live.question.pk).pinned is False
     assert not page.js_errors
+
+
+def test_every_page_passes_axe_with_no_serious_violations(page, mem_live):
+    found = {}
+    for scheme in ("light", "dark"):
+        page.emulate_media(color_scheme=scheme)
+        for name, (url, _) in explorer_pages(mem_live).items():
+            page.goto(page.base + url)
+            found[f"{name} ({scheme})"] = serious_accessibility_violations(page)
+    assert not any(found.values()), "\n".join(f"{name}: {v}" for name, vs in found.items() for v in vs)
+
+
+def test_the_timeline_bars_and_the_topic_map_are_links_a_screen_reader_reaches(page, mem_live):
+    page.goto(page.base + reverse("explorer:timeline"))
+    chart = page.get_by_role("group", name="Messages per period")
+    bar = chart.get_by_role("link", name=re.compile(r": 4 messages$")).first
+    bar.click()
+    page.locator("#period-messages .msg-row").first.wait_for()
+    assert page.locator("#period-messages .msg-row").count() == 4
+    page.goto(page.base + reverse("explorer:topics"))
+    page.get_by_role("group", name="Map of topics at level 0").get_by_role(
+        "link", name=re.compile(r"^Databases \(\d+ messages\)$")
+    ).click()
+    page.wait_for_url("**/topics/*/")
+    assert page.locator("h1.topic-title").inner_text() == "Databases"

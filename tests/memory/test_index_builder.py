@@ -105,10 +105,18 @@ def test_the_snapshot_stores_what_the_model_saw(owner, conversation):
 def test_a_build_past_its_timeout_falls_back_to_the_simple_format(owner, conversation, settings):
     settings.INDEX_BUILD_TIMEOUT_MS = 1
     settings.INDEX_FULL_MAX = 0
-    add_turns(owner, conversation, [f"kites and wind {i}" for i in range(5)], embed=False)
+    settings.INDEX_RECENT_WINDOW = 2
+    earlier = Conversation.objects.create(owner=owner, title="earlier")
+    add_turns(owner, earlier, [f"kites and wind {i}" for i in range(5)], embed=False)
+    add_turns(owner, conversation, ["flying today", "enjoy it"], embed=False)
     plan = prepare_context(owner, conversation, "kites")
     assert any(f["kind"] == "index_timeout" for f in plan.fallbacks)
-    assert "Historical Matches" in plan.text or plan.text.startswith("Recent")
+    # Seed 000 §7.2's simple format: the recent header and one line per match, nothing else
+    # (no blank lines between sections, no "Best Matches" of the snippets format).
+    lines = plan.text.splitlines()
+    assert lines[0] == "Recent Conversation: the last 2 messages follow as chat history."
+    assert lines[1] == "Historical Matches (retrieve with get_message_by_id):"
+    assert len(lines) > 2 and all(line.startswith("- ") and "kites and wind" in line for line in lines[2:])
 
 
 @pytest.mark.django_db

@@ -161,8 +161,12 @@ def test_the_tools_recently_used_are_this_conversations_and_read_with_a_bound(ow
     store_tool_call(owner, there, "find", {"pattern": "x"}, {"ok": 1}, embed=False)
     assert _recent_tool_names(owner, conversation) == ["memory_graph_query"]
     assert _recent_tool_names(owner, Conversation.objects.create(owner=owner, title="new")) == []
+    # Only the conversation's latest 25 replies count: a call made 25 replies ago is forgotten.
+    for i in range(24):
+        store_message(owner, conversation, "assistant", f"reply {i}", embed=False)
+    assert _recent_tool_names(owner, conversation) == ["memory_graph_query"]
+    store_message(owner, conversation, "assistant", "reply 24", embed=False)
+    assert _recent_tool_names(owner, conversation) == []
     with CaptureQueriesContext(connection) as queries:
         _recent_tool_names(owner, conversation)
-    # The tool calls of the conversation's latest replies (a bounded subquery): one query, and no
-    # walk over the owner's other tool calls.
-    assert len(queries) == 1 and "LIMIT 25" in queries[0]["sql"]
+    assert len(queries) == 1
