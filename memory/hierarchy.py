@@ -4,8 +4,8 @@ A message's level follows its age, counted in messages back from the newest one 
 owner's memory (seed 004's node counts, HIERARCHY_* settings): the newest are FULL, then come
 one-sentence SUMMARY lines, then META (the topic groups of seed 002's tree, by their newest
 message) and finally ARCHIVE (the coarsest topics wholly older than the archive threshold).
-Nothing is rewritten when a message ages: a level is read off three boundary messages, each
-found with one indexed `OFFSET k LIMIT 1` query, so the cost stays flat as memory grows.
+Nothing is rewritten when a message ages: a level is read off three boundary messages, found
+in one indexed walk of the newest keys, so the cost stays flat as memory grows.
 
 Here too: the levels section and the pinned section of the memory index (`write_levels`,
 `write_pinned`, called by memory.index_builder), the tools expand_node and browse_hierarchy,
@@ -91,24 +91,25 @@ def _live(owner):
     return Message.objects.visible_to(owner).logical()
 
 
-def _key_at(owner, back: int) -> tuple[dt.datetime, str] | None:
-    row = (
-        _live(owner).order_by("-timestamp", "-id").values_list("timestamp", "id")[back : back + 1]
-    )
-    row = list(row)
-    return (row[0][0], row[0][1]) if row else None
-
-
 def boundaries(owner) -> Boundaries:
-    threshold = settings.HIERARCHY_SUMMARY_THRESHOLD
-    active = _live(owner).order_by("-timestamp")[threshold : threshold + 1].exists()
-    if not active:
+    """Where each level starts: the keys of the messages HIERARCHY_RECENT_NODES, _META_THRESHOLD
+    and _ARCHIVE_THRESHOLD back, read in one indexed walk of the newest keys."""
+    keys = list(
+        _live(owner)
+        .order_by("-timestamp", "-id")
+        .values_list("timestamp", "id")[: settings.HIERARCHY_ARCHIVE_THRESHOLD + 1]
+    )
+    if len(keys) <= settings.HIERARCHY_SUMMARY_THRESHOLD:
         return Boundaries(False, None, None, None)
+
+    def key_at(back: int) -> tuple[dt.datetime, str] | None:
+        return (keys[back][0], keys[back][1]) if back < len(keys) else None
+
     return Boundaries(
         True,
-        _key_at(owner, settings.HIERARCHY_RECENT_NODES),
-        _key_at(owner, settings.HIERARCHY_META_THRESHOLD),
-        _key_at(owner, settings.HIERARCHY_ARCHIVE_THRESHOLD),
+        key_at(settings.HIERARCHY_RECENT_NODES),
+        key_at(settings.HIERARCHY_META_THRESHOLD),
+        key_at(settings.HIERARCHY_ARCHIVE_THRESHOLD),
     )
 
 
