@@ -438,7 +438,7 @@ async def test_tokens_that_queue_up_share_events_and_keep_their_order(owner, con
 
 
 def test_merge_tokens_joins_consecutive_deltas_of_one_reply():
-    from chat.consumers import merge_tokens
+    from chat.frames import merge_tokens
 
     events = [
         {"type": "chat.token", "message_id": "A", "delta": "one "},
