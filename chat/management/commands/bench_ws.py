@@ -43,14 +43,25 @@ from memory.models import Conversation, Message
 
 BENCH_PREFIX = "bench_ws_"
 _PROFILED_DAPHNE = """
-import cProfile, sys, time
+import cProfile, pstats, sys, threading, time
 from config.serving import main
 out = sys.argv.pop(1)
-profile = cProfile.Profile(time.thread_time)
+profiles = []
+
+def _start(*args):
+    # Each thread (the event loop, the database and embedding pools) gets a profile of its own.
+    profile = cProfile.Profile(time.thread_time)
+    profiles.append(profile)
+    profile.enable()
+
+threading.setprofile(_start)
+_start()
 try:
-    profile.runcall(main, sys.argv[1:])
+    main(sys.argv[1:])
 finally:
-    profile.dump_stats(out)
+    for profile in profiles:
+        profile.disable()
+    pstats.Stats(*profiles).dump_stats(out)
 """
 
 
@@ -185,8 +196,8 @@ class Command(BaseCommand):
             "--profile-server",
             default="",
             metavar="PATH",
-            help="run the (first) started daphne under cProfile, its event-loop thread's profile "
-            "written to PATH when it stops (read it with python -m pstats PATH)",
+            help="run the (first) started daphne (with --baseline: Recollect's) under cProfile, the "
+            "CPU time of all its threads written to PATH when it stops (python -m pstats PATH)",
         )
         parser.add_argument(
             "--llm-only",
@@ -376,7 +387,7 @@ class Command(BaseCommand):
                     "EMBEDDING_DIMENSIONS": str(settings.EMBEDDING_DIMENSIONS),
                 }
             )
-        # The profile counts CPU time of the event-loop thread, not wall time: on a busy machine
+        # The profile counts CPU time of each thread, not wall time: on a busy machine
         # wall time would charge every preemption to whatever call was running.
         # Both take daphne's command line (its websocket limits) from config.serving.
         launcher = (
