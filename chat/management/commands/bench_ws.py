@@ -203,7 +203,7 @@ class Command(BaseCommand):
             "--llm-only",
             action="store_true",
             help="no server and no websockets: stream --clients replies at once through the chat's "
-            "LLM client (the openai package) in this process and print its CPU per streamed chunk, "
+            "LLM client (the openai package) in this process and print its CPU per streamed token, "
             "the floor under any relay built on it",
         )
         parser.add_argument(
@@ -224,6 +224,13 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--cpu-clients", type=int, default=20, help="--baseline: turns at once when measuring CPU"
+        )
+        parser.add_argument(
+            "--cpu-hold",
+            type=float,
+            default=6.0,
+            help="--baseline: seconds the test LLM holds each request of the CPU runs before it "
+            "streams (long enough for all of them to arrive)",
         )
         parser.add_argument(
             "--remote-embeddings",
@@ -333,26 +340,30 @@ class Command(BaseCommand):
             self._llm_only_run(chat_llm, n, opts)
 
     def _llm_only_run(self, chat_llm, n: int, opts) -> None:
-        async def one() -> int:
-            chunks = 0
+        async def one() -> tuple[int, int]:
+            tokens = pieces = 0
             async for event in chat_llm.stream_chat([{"role": "user", "content": "[bench] go"}]):
-                chunks += isinstance(event, chat_llm.TextDelta)
-            return chunks
+                if isinstance(event, chat_llm.TextDelta):
+                    # A piece is all the text of one network read: one token or several.
+                    tokens += len(event.text.split())
+                    pieces += 1
+            return tokens, pieces
 
-        async def all_at_once(k: int) -> int:
-            return sum(await asyncio.gather(*[one() for _ in range(k)]))
+        async def all_at_once(k: int) -> tuple[int, int]:
+            counts = await asyncio.gather(*[one() for _ in range(k)])
+            return sum(t for t, _ in counts), sum(p for _, p in counts)
 
         asyncio.run(all_at_once(2))  # imports and the client's first connection
         cpu, started = time.process_time(), time.perf_counter()
-        chunks = asyncio.run(all_at_once(n))
+        tokens, pieces = asyncio.run(all_at_once(n))
         cpu, wall = time.process_time() - cpu, time.perf_counter() - started
-        per_chunk = cpu / max(1, chunks)
+        per_token = cpu / max(1, tokens)
         self.stdout.write(
-            f"LLM client only: {n} streams at once, {chunks} chunks in {wall:.1f} s; "
-            f"CPU {cpu:.2f} s = {per_chunk * 1e6:.0f} us per chunk"
+            f"LLM client only: {n} streams at once, {tokens} tokens ({pieces} pieces) in {wall:.1f} s; "
+            f"CPU {cpu:.2f} s = {per_token * 1e6:.0f} us per token"
         )
         self.stdout.write(
-            f"at {opts['rate']:g} tokens/s per stream, {n} streams need {n * opts['rate'] * per_chunk:.2f} "
+            f"at {opts['rate']:g} tokens/s per stream, {n} streams need {n * opts['rate'] * per_token:.2f} "
             "CPU seconds per second for reading the model's streams alone (one event loop: at most 1)"
         )
 
@@ -629,9 +640,6 @@ class Command(BaseCommand):
 
 RELAY_APP = "chat.bench_relay:application"
 FIRST_TOKEN_GOAL_MS = 1000
-# The CPU phase: the test LLM holds every request this long before streaming, so the servers'
-# CPU up to the moment all requests have arrived is the turns' CPU before the first token.
-CPU_HOLD_SECONDS = 6.0
 
 
 @dataclass
@@ -812,10 +820,10 @@ class Baseline:
     # --- CPU per turn before the first token, and per streamed token -------------------------------
 
     def _measure_cpu(self, server: _Server) -> None:
-        """Two runs of --cpu-clients turns at once, the LLM holding every request CPU_HOLD_SECONDS
-        before it streams: CPU until all requests arrived = CPU before the first token; the
-        difference between a short and a long reply = CPU per streamed token."""
-        k = self.opts["cpu_clients"]
+        """Two runs of --cpu-clients turns at once, the LLM holding every request --cpu-hold
+        seconds before it streams: CPU until all requests arrived = CPU before the first token;
+        the difference between a short and a long reply = CPU per streamed token."""
+        k, hold = self.opts["cpu_clients"], self.opts["cpu_hold"]
         short, long = 10, 10 + 2 * self.opts["tokens"]
         totals = {}
         firsts = []
@@ -823,7 +831,7 @@ class Baseline:
             marker = f"[cpu{tokens}]"
             users = self._users(server, k)
             self.llm.post("/_reset", {})
-            self._script(marker, tokens, hold=CPU_HOLD_SECONDS)
+            self._script(marker, tokens, hold=hold)
             marks: dict[str, float] = {}
 
             async def run(users=users, marker=marker, marks=marks):
@@ -850,7 +858,7 @@ class Baseline:
             lost = self._lost(server, users, results, tokens)
             if lost or "arrived" not in marks:
                 server.cpu_note = f"lost {lost} in the CPU runs"
-            elif marks["spread"] >= CPU_HOLD_SECONDS:
+            elif marks["spread"] >= hold:
                 server.cpu_note = "approximate: turns reached the LLM further apart than its hold"
             firsts.append((marks.get("arrived", marks["end"]) - marks["go"]) / k)
             totals[tokens] = marks["end"] - marks["go"]
