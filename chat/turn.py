@@ -136,6 +136,7 @@ class Reply:
     timings_ms: dict[str, float] = field(default_factory=dict)
     draft_saved_at: float = field(default_factory=time.monotonic)
     draft_saving: asyncio.Future | None = None
+    draft_begun: asyncio.Future | None = None  # the draft's row is written (with the snapshot)
 
     def mark(self, name: str, since: float) -> None:
         """Milliseconds from the start of the turn to a step (kept in the reply's metadata)."""
@@ -154,11 +155,13 @@ class Reply:
         if self.draft_saving is not None and not self.draft_saving.done():
             return
         self.draft_saved_at = now
-        self.draft_saving = asyncio.ensure_future(_save_draft(self.id, self.text))
+        self.draft_saving = asyncio.ensure_future(_save_draft(self.id, self.text, self.draft_begun))
 
 
-async def _save_draft(reply_id: str, text: str) -> None:
+async def _save_draft(reply_id: str, text: str, begun: asyncio.Future | None = None) -> None:
     try:
+        if begun is not None:
+            await asyncio.shield(begun)
         await db(drafts.save)(reply_id, text)
     except Exception:  # noqa: BLE001 - the next save, or the stored reply, catches up
         logger.warning("could not save the draft of reply %s", reply_id)
@@ -214,13 +217,17 @@ async def run_turn(
     )
 
     snapshot = None
+    snapshot_saving: asyncio.Future | None = None
     try:
-        # 2. What the model will see, saved as this turn's snapshot. It waits for the message's
-        # vector only when it searches, so the embedding also overlaps its first queries.
-        plan, snapshot = await db(durable(_prepare_context, atomic=False))(
-            owner, conversation, user_message, reply
-        )
+        # 2. What the model will see. It waits for the message's vector only when it searches,
+        # so the embedding also overlaps its first queries. The plan is saved as this turn's
+        # snapshot (with the reply's draft) while the model is asked: the first token waits
+        # for neither, and both are written before the reply is.
+        plan = await db(durable(_prepare_context, atomic=False))(owner, conversation, user_message)
         reply.mark("context", started)
+        snapshot_saving = reply.draft_begun = asyncio.ensure_future(
+            db(durable(_save_snapshot))(owner, conversation, user_message, reply, plan)
+        )
 
         # 3. The answer.
         if not llm.is_configured():
@@ -302,6 +309,12 @@ async def run_turn(
         reply.status = "failed"
         reply.error = reply.error or "Something went wrong on the server while answering."
 
+    if snapshot_saving is not None:
+        try:
+            snapshot = await snapshot_saving
+        except Exception:
+            # The reply matters more than the record of its context: it is stored without.
+            logger.exception("could not save the context snapshot in conversation %s", conversation.pk)
     # 4. The assistant message, its tool calls, the snapshot link, the active branch.
     assistant, html = await db(_stored_and_rendered)(
         durable(_store_reply), owner, conversation, user_message, reply, snapshot
@@ -375,24 +388,29 @@ def _store_user_message(owner, conversation: Conversation, content: Any, parent_
     return message
 
 
-def _prepare_context(owner, conversation: Conversation, user_message: Message, reply: Reply):
-    """The plan and its snapshot, and the reply's draft (saved as it streams). The plan only
-    reads and needs no transaction; the snapshot and the draft are written in one."""
-    from memory.index_builder import prepare_context, save_snapshot
+def _prepare_context(owner, conversation: Conversation, user_message: Message):
+    """The plan: it only reads, and needs no transaction."""
+    from memory.index_builder import prepare_context
 
     active_ids = branches._ancestor_ids(user_message.pk)
-    plan = prepare_context(
+    return prepare_context(
         owner,
         conversation,
         user_message.content,
         user_message=user_message,
         active_message_ids=active_ids,
     )
-    with transaction.atomic():
-        snapshot = save_snapshot(plan, owner, conversation, user_message)
-        mode = "llm" if llm.is_configured() else "offline_recall"
-        drafts.begin(owner, conversation, reply.id, user_message, snapshot, mode)
-    return plan, snapshot
+
+
+def _save_snapshot(owner, conversation: Conversation, user_message: Message, reply: Reply, plan):
+    """The plan as the turn's snapshot, and the reply's draft (saved as it streams); run by
+    `durable`, so both in one transaction."""
+    from memory.index_builder import save_snapshot
+
+    snapshot = save_snapshot(plan, owner, conversation, user_message)
+    mode = "llm" if llm.is_configured() else "offline_recall"
+    drafts.begin(owner, conversation, reply.id, user_message, snapshot, mode)
+    return snapshot
 
 
 def _messages_for_model(plan, user_message: Message) -> list[dict[str, Any]]:
