@@ -337,11 +337,12 @@ class ChatConsumer(AsyncWebsocketConsumer):
         elif event["type"] == "chat.reply_done":
             self.reply_id = None
             self.busy = False
+        known_title = event.pop("conversation_title", None)
         await self._deliver(event)
         if event["type"] == "chat.message" and not self.conversation.title:
             # The turn names an untitled conversation after its first message: every tab shows
             # the new title in its header and conversation list.
-            title = await db(_title)(self.conversation.pk)
+            title = known_title or await db(_title)(self.conversation.pk)
             if title:
                 self.conversation.title = title
                 await self._deliver(

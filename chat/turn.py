@@ -202,6 +202,8 @@ async def run_turn(
                 "parent_id": user_message.parent_id,
                 "client_id": client_id,
                 "html": html,
+                # For the consumer (not sent on): the title, so it need not read it back.
+                "conversation_title": user_message.conversation.title,
             }
         )
     else:
@@ -384,7 +386,8 @@ def _store_user_message(owner, conversation: Conversation, content: Any, parent_
     if not conversation.title:
         # An untitled conversation is named after its first message.
         title = " ".join(message.content[:200].split())[:60]
-        Conversation.objects.filter(pk=conversation.pk, title="").update(title=title)
+        if Conversation.objects.filter(pk=conversation.pk, title="").update(title=title):
+            conversation.title = title
     return message
 
 

@@ -802,20 +802,24 @@ class Baseline:
         return self._fresh_conversations(users) if server.stores else users
 
     def _try_rate(self, server: _Server, rate: float) -> None:
-        step = self._step(server, rate)
-        ok = step["lost"] == 0 and step["p95"] < FIRST_TOKEN_GOAL_MS
-        if ok:
-            server.best, server.best_step = rate, step
-        else:
-            server.over, server.lost = rate, step["lost"]
-        load = Path("/proc/loadavg").read_text().split()[0]
-        error = f", first error: {step['error']}" if step["error"] else ""
-        self.out.write(
-            f"  {server.name:<10} {rate:>6g} turns/s: {step['turns']} turns, first token p50 "
-            f"{step['p50']:.0f} / p95 {step['p95']:.0f} ms, lost {step['lost']}, server CPU "
-            f"{step['cpu_ms']:.0f} ms per turn, load {load} -> {'ok' if ok else 'over the goal'}{error}"
-        )
-        self.out.flush()
+        """A rate passes when one of two tries meets the goal (the machine is shared: one busy
+        moment must not end the stepping)."""
+        for attempt in (1, 2):
+            step = self._step(server, rate)
+            ok = step["lost"] == 0 and step["p95"] < FIRST_TOKEN_GOAL_MS
+            load = Path("/proc/loadavg").read_text().split()[0]
+            error = f", first error: {step['error']}" if step["error"] else ""
+            self.out.write(
+                f"  {server.name:<10} {rate:>6g} turns/s{' again' if attempt > 1 else ''}: {step['turns']} "
+                f"turns, first token p50 {step['p50']:.0f} / p95 {step['p95']:.0f} ms, lost {step['lost']}, "
+                f"server CPU {step['cpu_ms']:.0f} ms per turn, load {load} -> "
+                f"{'ok' if ok else 'over the goal'}{error}"
+            )
+            self.out.flush()
+            if ok:
+                server.best, server.best_step = rate, step
+                return
+        server.over, server.lost = rate, step["lost"]
 
     # --- CPU per turn before the first token, and per streamed token -------------------------------
 
