@@ -39,7 +39,8 @@ conversation's Channels group (with the in-process layer, tokens go through the 
 when another tab is there; with Redis, always: a tab on another server may not be known yet).
 A `token` event carries whatever text arrived since the last one: a socket gets at most one
 token frame per CHAT_TOKEN_FRAME_SECONDS (~15 ms), the tokens that arrived meanwhile joined
-(chat/frames.py), so a busy server sends fewer, larger frames instead of falling behind.
+(chat/frames.py), so a busy server sends fewer, larger frames instead of falling behind; the
+other tabs get theirs through the group at most every CHAT_GROUP_TOKEN_FRAME_SECONDS (~100 ms).
 """
 
 from __future__ import annotations
@@ -148,7 +149,10 @@ class ChatConsumer(AsyncWebsocketConsumer):
         self.stop_event = asyncio.Event()
         self.reply_id: str | None = None
         self.busy = False  # from a send until its reply is done (upkeep queueing may follow)
-        self.token_frames = TokenFrames(self._deliver)
+        self.token_frames = TokenFrames(self._send_tokens)  # to this socket
+        # To the other tabs, through the channel layer: fewer, larger frames (with Redis each
+        # is a few round trips out, and one back in for every socket of the conversation).
+        self.group_tokens = TokenFrames(self._tell_group, settings.CHAT_GROUP_TOKEN_FRAME_SECONDS)
         if self.user is None or not self.user.is_authenticated:
             await self.close(code=4401)
             return
@@ -325,13 +329,15 @@ class ChatConsumer(AsyncWebsocketConsumer):
         """Send an event to this socket at once, and to the conversation's other sockets.
 
         Tokens are coalesced (chat/frames.py): at most one token frame per
-        CHAT_TOKEN_FRAME_SECONDS. Any other event first sends the waiting tokens, so events
-        keep their order."""
+        CHAT_TOKEN_FRAME_SECONDS to this socket, and one per CHAT_GROUP_TOKEN_FRAME_SECONDS to
+        the other tabs. Any other event first sends the waiting tokens, so events keep their
+        order."""
         event = {**event, "origin": self.channel_name}
         if event["type"] == "chat.token":
             self.token_frames.add(event)
             return
         await self.token_frames.drain()
+        await self.group_tokens.drain()
         if event["type"] == "chat.reply_started":
             self.reply_id = event["message_id"]
         elif event["type"] == "chat.reply_done":
@@ -351,14 +357,21 @@ class ChatConsumer(AsyncWebsocketConsumer):
 
     async def _deliver(self, event: dict[str, Any]) -> None:
         await self._relay(event, force=True)
+        await self._tell_group(event)
+
+    async def _send_tokens(self, event: dict[str, Any]) -> None:
+        await self._relay(event, force=True)
         # Alone on the conversation (the usual case), the group has no one else to tell.
-        if self.peers or self.tokens_to_group or event["type"] != "chat.token":
-            try:
-                await self.channel_layer.group_send(self.group, event)
-            except Exception:
-                # The other tabs miss this event (they catch up on reload); this tab and the
-                # stored reply do not depend on the channel layer.
-                logger.warning("could not relay %s to the conversation's other tabs", event["type"])
+        if self.peers or self.tokens_to_group:
+            self.group_tokens.add(event)
+
+    async def _tell_group(self, event: dict[str, Any]) -> None:
+        try:
+            await self.channel_layer.group_send(self.group, event)
+        except Exception:
+            # The other tabs miss this event (they catch up on reload); this tab and the
+            # stored reply do not depend on the channel layer.
+            logger.warning("could not relay %s to the conversation's other tabs", event["type"])
 
     # --- group events (type "chat.x" → handler chat_x) -------------------------------------------
 
