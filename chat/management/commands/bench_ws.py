@@ -16,6 +16,12 @@ By default it starts the test LLM in this process and daphne in a subprocess on 
 With --servers N (N > 1) it starts a loopback redis-server and N daphne processes sharing it as
 the channel layer; clients alternate between servers, and each client also watches its
 conversation through a second socket on another server, so every token also crosses Redis.
+
+With --baseline it measures, in one run and side by side, a bare relay (chat/bench_relay.py)
+and Recollect: the highest turn rate each sustains (stepping --rates, --step-seconds each, a
+new user's turn arriving every 1/rate s) with the first token's p95 under 1 s and nothing lost,
+and the server processes' CPU (from /proc) per turn before the first token and per streamed
+token. The machine is shared, so the figures to read are the ratios between the two rows.
 """
 
 from __future__ import annotations
