@@ -37,9 +37,10 @@ past it; one socket runs one turn at a time).
 The tab that started a turn gets its events directly; other tabs get them through the
 conversation's Channels group (with the in-process layer, tokens go through the group only
 when another tab is there; with Redis, always: a tab on another server may not be known yet).
-A `token` event carries whatever text arrived since the last one: one token while the server
-keeps up, several when tokens arrive faster than they can be sent (never more than one event
-in flight per socket, so a busy server sends fewer, larger frames instead of falling behind).
+A `token` event carries whatever text arrived since the last one: a socket gets at most one
+token frame per CHAT_TOKEN_FRAME_SECONDS (~15 ms), the tokens that arrived meanwhile joined
+(chat/frames.py), so a busy server sends fewer, larger frames instead of falling behind; the
+other tabs get theirs through the group at most every CHAT_GROUP_TOKEN_FRAME_SECONDS (~100 ms).
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ from channels.layers import InMemoryChannelLayer
 from django.conf import settings
 
 from chat import drafts, turn
+from chat.frames import TokenFrames
 from chat.models import ChatAllowance, LimitReached, RunningTurn
 from chat.rendering import message_html
 from memory import store
@@ -130,18 +132,6 @@ def _regeneration_target(user, conversation, message_id) -> Message:
     return message
 
 
-def merge_tokens(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Consecutive token events of one reply as one event with their deltas joined."""
-    merged: list[dict[str, Any]] = []
-    for event in events:
-        last = merged[-1] if merged else None
-        if last is not None and last["message_id"] == event["message_id"]:
-            merged[-1] = {**last, "delta": last["delta"] + event["delta"]}
-        else:
-            merged.append(event)
-    return merged
-
-
 async def _keep_renewed(slot: str) -> None:
     """Renew a running turn's slot until cancelled, so it does not lapse while the turn runs."""
     while True:
@@ -159,8 +149,10 @@ class ChatConsumer(AsyncWebsocketConsumer):
         self.stop_event = asyncio.Event()
         self.reply_id: str | None = None
         self.busy = False  # from a send until its reply is done (upkeep queueing may follow)
-        self.pending_tokens: list[dict[str, Any]] = []  # token events not yet sent
-        self.token_sender: asyncio.Task | None = None
+        self.token_frames = TokenFrames(self._send_tokens)  # to this socket
+        # To the other tabs, through the channel layer: fewer, larger frames (with Redis each
+        # is a few round trips out, and one back in for every socket of the conversation).
+        self.group_tokens = TokenFrames(self._tell_group, settings.CHAT_GROUP_TOKEN_FRAME_SECONDS)
         if self.user is None or not self.user.is_authenticated:
             await self.close(code=4401)
             return
@@ -336,49 +328,50 @@ class ChatConsumer(AsyncWebsocketConsumer):
     async def _broadcast(self, event: dict[str, Any]) -> None:
         """Send an event to this socket at once, and to the conversation's other sockets.
 
-        Tokens are queued and sent by one sender task, which merges the tokens that queued up
-        while it was sending; any other event first waits until the queued tokens are out, so
-        events keep their order."""
+        Tokens are coalesced (chat/frames.py): at most one token frame per
+        CHAT_TOKEN_FRAME_SECONDS to this socket, and one per CHAT_GROUP_TOKEN_FRAME_SECONDS to
+        the other tabs. Any other event first sends the waiting tokens, so events keep their
+        order."""
         event = {**event, "origin": self.channel_name}
         if event["type"] == "chat.token":
-            self.pending_tokens.append(event)
-            if self.token_sender is None or self.token_sender.done():
-                self.token_sender = asyncio.ensure_future(self._send_tokens())
+            self.token_frames.add(event)
             return
-        while self.token_sender is not None and not self.token_sender.done():
-            await asyncio.shield(self.token_sender)
+        await self.token_frames.drain()
+        await self.group_tokens.drain()
         if event["type"] == "chat.reply_started":
             self.reply_id = event["message_id"]
         elif event["type"] == "chat.reply_done":
             self.reply_id = None
             self.busy = False
+        known_title = event.pop("conversation_title", None)
         await self._deliver(event)
         if event["type"] == "chat.message" and not self.conversation.title:
             # The turn names an untitled conversation after its first message: every tab shows
             # the new title in its header and conversation list.
-            title = await db(_title)(self.conversation.pk)
+            title = known_title or await db(_title)(self.conversation.pk)
             if title:
                 self.conversation.title = title
                 await self._deliver(
                     {"type": "chat.conversation_updated", "title": title, "origin": self.channel_name}
                 )
 
-    async def _send_tokens(self) -> None:
-        while self.pending_tokens:
-            batch, self.pending_tokens = self.pending_tokens, []
-            for event in merge_tokens(batch):
-                await self._deliver(event)
-
     async def _deliver(self, event: dict[str, Any]) -> None:
         await self._relay(event, force=True)
+        await self._tell_group(event)
+
+    async def _send_tokens(self, event: dict[str, Any]) -> None:
+        await self._relay(event, force=True)
         # Alone on the conversation (the usual case), the group has no one else to tell.
-        if self.peers or self.tokens_to_group or event["type"] != "chat.token":
-            try:
-                await self.channel_layer.group_send(self.group, event)
-            except Exception:
-                # The other tabs miss this event (they catch up on reload); this tab and the
-                # stored reply do not depend on the channel layer.
-                logger.warning("could not relay %s to the conversation's other tabs", event["type"])
+        if self.peers or self.tokens_to_group:
+            self.group_tokens.add(event)
+
+    async def _tell_group(self, event: dict[str, Any]) -> None:
+        try:
+            await self.channel_layer.group_send(self.group, event)
+        except Exception:
+            # The other tabs miss this event (they catch up on reload); this tab and the
+            # stored reply do not depend on the channel layer.
+            logger.warning("could not relay %s to the conversation's other tabs", event["type"])
 
     # --- group events (type "chat.x" → handler chat_x) -------------------------------------------
 

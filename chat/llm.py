@@ -107,33 +107,81 @@ def describe_error(exc: BaseException) -> str:
     return f"The model stream failed: {type(exc).__name__}."
 
 
-async def _chunks(stream) -> AsyncIterator[dict[str, Any]]:
-    """The stream's chunks as plain dicts.
+def _api_error(stream, error: Any) -> openai.APIError:
+    message = error.get("message") if isinstance(error, dict) else None
+    return openai.APIError(
+        message if isinstance(message, str) and message else "An error occurred during streaming",
+        request=stream.response.request,
+        body=error,
+    )
 
-    The package builds a typed object per chunk (a few hundred microseconds of the event loop
-    each, thousands of times a second with a hundred replies streaming); the server-sent events
-    are read directly when the package exposes them, and typed chunks are the fallback.
+
+async def _chunk_batches(stream) -> AsyncIterator[list[dict[str, Any]]]:
+    """The stream's chunks as plain dicts, a list per read from the network.
+
+    The package builds a typed object per chunk and a server-sent-event object per line (a few
+    hundred microseconds of the event loop per chunk, thousands of times a second with a
+    hundred replies streaming). Here each read is split into its events once, and the caller
+    hands on all the text of one read as one piece. Typed chunks are the fallback when the
+    package does not expose the response.
     """
-    events = getattr(stream, "_iter_events", None)
-    if events is None:
+    response = getattr(stream, "response", None)
+    if response is None or not hasattr(response, "aiter_bytes"):
         async for chunk in stream:
-            yield chunk.model_dump()
+            yield [chunk.model_dump()]
         return
-    async for sse in events():
-        if sse.data.startswith("[DONE]"):
-            break
-        data = json.loads(sse.data)
-        if not isinstance(data, dict):
+    buffer = b""
+    async for block in response.aiter_bytes():
+        buffer += block
+        if b"\r\n" in buffer:
+            buffer = buffer.replace(b"\r\n", b"\n")
+        if b"\n\n" not in buffer:
             continue
-        if data.get("error"):
-            error = data["error"]
-            message = error.get("message") if isinstance(error, dict) else None
-            raise openai.APIError(
-                message if isinstance(message, str) and message else "An error occurred during streaming",
-                request=stream.response.request,
-                body=error,
-            )
-        yield data
+        *events, buffer = buffer.split(b"\n\n")
+        batch = []
+        for event in events:
+            lines = [line[5:] for line in event.split(b"\n") if line.startswith(b"data:")]
+            if not lines:
+                continue  # a comment or a keep-alive
+            data = b"\n".join(line[1:] if line.startswith(b" ") else line for line in lines)
+            if data.startswith(b"[DONE]"):
+                if batch:
+                    yield batch
+                return
+            chunk = json.loads(data)
+            if not isinstance(chunk, dict):
+                continue
+            if chunk.get("error"):
+                raise _api_error(stream, chunk["error"])
+            batch.append(chunk)
+        if batch:
+            yield batch
+
+
+def _read_chunk(chunk: dict[str, Any], end: RoundEnd, calls: dict[int, dict[str, str]]) -> str:
+    """One chunk's usage, tool-call pieces and finish reason folded into `end` and `calls`;
+    returns its text."""
+    usage = chunk.get("usage")
+    if usage:
+        end.usage = {
+            "prompt_tokens": usage.get("prompt_tokens") or 0,
+            "completion_tokens": usage.get("completion_tokens") or 0,
+            "total_tokens": usage.get("total_tokens") or 0,
+        }
+    text = ""
+    for choice in chunk.get("choices") or []:
+        delta = choice.get("delta") or {}
+        text += delta.get("content") or ""
+        for tc in delta.get("tool_calls") or []:
+            slot = calls.setdefault(tc.get("index") or 0, {"id": "", "name": "", "arguments": ""})
+            if tc.get("id"):
+                slot["id"] = tc["id"]
+            function = tc.get("function") or {}
+            slot["name"] += function.get("name") or ""
+            slot["arguments"] += function.get("arguments") or ""
+        if choice.get("finish_reason"):
+            end.finish_reason = choice["finish_reason"]
+    return text
 
 
 async def stream_chat(
@@ -143,48 +191,37 @@ async def stream_chat(
     model: str | None = None,
     max_tokens: int | None = None,
 ) -> AsyncIterator[TextDelta | RoundEnd]:
-    """Stream one model response: TextDelta pieces, then exactly one RoundEnd.
+    """Stream one model response: TextDelta pieces (all the text of one network read as one
+    piece), then exactly one RoundEnd.
 
     max_tokens: the most the reply may take (the answer's share of the context window).
     Raises ContextTooLong when the provider says the prompt is over the model's window, and
     LLMError if the request otherwise fails or the stream breaks.
     """
+    # The messages and tools go as extra_body, sent as they are: the package would otherwise
+    # walk every message and tool schema against its typed parameters first (milliseconds of
+    # the event loop per request with a memory index in the system prompt).
+    body: dict[str, Any] = {"messages": messages}
+    if tools:
+        body["tools"] = tools
     kwargs: dict[str, Any] = {
         "model": model or settings.CHAT_MODEL,
-        "messages": messages,
+        "messages": [],
         "stream": True,
         "stream_options": {"include_usage": True},
+        "extra_body": body,
     }
     if max_tokens:
         kwargs["max_tokens"] = max_tokens
-    if tools:
-        kwargs["tools"] = tools
     calls: dict[int, dict[str, str]] = {}
     end = RoundEnd()
     try:
         stream = await client().chat.completions.create(**kwargs)
         try:
-            async for chunk in _chunks(stream):
-                usage = chunk.get("usage")
-                if usage:
-                    end.usage = {
-                        "prompt_tokens": usage.get("prompt_tokens") or 0,
-                        "completion_tokens": usage.get("completion_tokens") or 0,
-                        "total_tokens": usage.get("total_tokens") or 0,
-                    }
-                for choice in chunk.get("choices") or []:
-                    delta = choice.get("delta") or {}
-                    if delta.get("content"):
-                        yield TextDelta(delta["content"])
-                    for tc in delta.get("tool_calls") or []:
-                        slot = calls.setdefault(tc.get("index") or 0, {"id": "", "name": "", "arguments": ""})
-                        if tc.get("id"):
-                            slot["id"] = tc["id"]
-                        function = tc.get("function") or {}
-                        slot["name"] += function.get("name") or ""
-                        slot["arguments"] += function.get("arguments") or ""
-                    if choice.get("finish_reason"):
-                        end.finish_reason = choice["finish_reason"]
+            async for batch in _chunk_batches(stream):
+                text = "".join([_read_chunk(chunk, end, calls) for chunk in batch])
+                if text:
+                    yield TextDelta(text)
         finally:
             await stream.close()
     except openai.OpenAIError as exc:

@@ -139,6 +139,7 @@ class Reply:
     draft_saving: asyncio.Future | None = None
     prompt: budget.Prompt | None = None  # what the model is sent, zone by zone
     retried: bool = False  # the prompt was refused as too long once and sent again, halved
+    draft_begun: asyncio.Future | None = None  # the draft's row is written (with the snapshot)
 
     def mark(self, name: str, since: float) -> None:
         """Milliseconds from the start of the turn to a step (kept in the reply's metadata)."""
@@ -157,11 +158,13 @@ class Reply:
         if self.draft_saving is not None and not self.draft_saving.done():
             return
         self.draft_saved_at = now
-        self.draft_saving = asyncio.ensure_future(_save_draft(self.id, self.text))
+        self.draft_saving = asyncio.ensure_future(_save_draft(self.id, self.text, self.draft_begun))
 
 
-async def _save_draft(reply_id: str, text: str) -> None:
+async def _save_draft(reply_id: str, text: str, begun: asyncio.Future | None = None) -> None:
     try:
+        if begun is not None:
+            await asyncio.shield(begun)
         await db(drafts.save)(reply_id, text)
     except Exception:  # noqa: BLE001 - the next save, or the stored reply, catches up
         logger.warning("could not save the draft of reply %s", reply_id)
@@ -202,6 +205,8 @@ async def run_turn(
                 "parent_id": user_message.parent_id,
                 "client_id": client_id,
                 "html": html,
+                # For the consumer (not sent on): the title, so it need not read it back.
+                "conversation_title": user_message.conversation.title,
             }
         )
     else:
@@ -217,14 +222,20 @@ async def run_turn(
     )
 
     snapshot = None
+    snapshot_saving: asyncio.Future | None = None
     try:
-        # 2. What the model will see, saved as this turn's snapshot. It waits for the message's
-        # vector only when it searches, so the embedding also overlaps its first queries.
+        # 2. What the model will see. It waits for the message's vector only when it searches,
+        # so the embedding also overlaps its first queries. The plan is saved as this turn's
+        # snapshot (with the reply's draft) while the model is asked: the first token waits
+        # for neither, and both are written before the reply is.
         allocation = budget.allocate()
-        plan, snapshot = await db(durable(_prepare_context, atomic=False))(
-            owner, conversation, user_message, reply, allocation
+        plan = await db(durable(_prepare_context, atomic=False))(
+            owner, conversation, user_message, allocation
         )
         reply.mark("context", started)
+        snapshot_saving = reply.draft_begun = asyncio.ensure_future(
+            db(durable(_save_snapshot))(owner, conversation, user_message, reply, plan)
+        )
 
         # 3. The answer.
         if not llm.is_configured():
@@ -311,6 +322,12 @@ async def run_turn(
         reply.status = "failed"
         reply.error = reply.error or "Something went wrong on the server while answering."
 
+    if snapshot_saving is not None:
+        try:
+            snapshot = await snapshot_saving
+        except Exception:
+            # The reply matters more than the record of its context: it is stored without.
+            logger.exception("could not save the context snapshot in conversation %s", conversation.pk)
     # 4. The assistant message, its tool calls, the snapshot link, the active branch.
     assistant, html = await db(_stored_and_rendered)(
         durable(_store_reply), owner, conversation, user_message, reply, snapshot
@@ -380,20 +397,17 @@ def _store_user_message(owner, conversation: Conversation, content: Any, parent_
     if not conversation.title:
         # An untitled conversation is named after its first message.
         title = " ".join(message.content[:200].split())[:60]
-        Conversation.objects.filter(pk=conversation.pk, title="").update(title=title)
+        if Conversation.objects.filter(pk=conversation.pk, title="").update(title=title):
+            conversation.title = title
     return message
 
 
-def _prepare_context(
-    owner, conversation: Conversation, user_message: Message, reply: Reply, allocation: budget.Allocation
-):
-    """The plan (within its zones of `allocation`) and its snapshot, and the reply's draft (saved
-    as it streams). The plan only reads and needs no transaction; the snapshot and the draft are
-    written in one."""
-    from memory.index_builder import prepare_context, save_snapshot
+def _prepare_context(owner, conversation: Conversation, user_message: Message, allocation: budget.Allocation):
+    """The plan, within its zones of `allocation`: it only reads, and needs no transaction."""
+    from memory.index_builder import prepare_context
 
     active_ids = branches._ancestor_ids(user_message.pk)
-    plan = prepare_context(
+    return prepare_context(
         owner,
         conversation,
         user_message.content,
@@ -401,11 +415,17 @@ def _prepare_context(
         active_message_ids=active_ids,
         zones=allocation.index_zones(),
     )
-    with transaction.atomic():
-        snapshot = save_snapshot(plan, owner, conversation, user_message)
-        mode = "llm" if llm.is_configured() else "offline_recall"
-        drafts.begin(owner, conversation, reply.id, user_message, snapshot, mode)
-    return plan, snapshot
+
+
+def _save_snapshot(owner, conversation: Conversation, user_message: Message, reply: Reply, plan):
+    """The plan as the turn's snapshot, and the reply's draft (saved as it streams); run by
+    `durable`, so both in one transaction."""
+    from memory.index_builder import save_snapshot
+
+    snapshot = save_snapshot(plan, owner, conversation, user_message)
+    mode = "llm" if llm.is_configured() else "offline_recall"
+    drafts.begin(owner, conversation, reply.id, user_message, snapshot, mode)
+    return snapshot
 
 
 async def _stream_round(prompt: budget.Prompt, tools, reply: Reply, emit: Emit, stop: asyncio.Event):

@@ -392,6 +392,11 @@ CHAT_MAX_CONCURRENT_TURNS = env_int("CHAT_MAX_CONCURRENT_TURNS", 2, minimum=1)
 # A running turn renews its slot every third of this; the slot of a server that died without
 # giving it back lapses this long after its last renewal (at once when that server ran here).
 CHAT_TURN_HOLD_SECONDS = env_int("CHAT_TURN_HOLD_SECONDS", 120, minimum=10)
+# Token events of a socket go out at most once this often, the tokens that arrived meanwhile as
+# one frame (0: a frame per token while the server keeps up). See chat/frames.py.
+CHAT_TOKEN_FRAME_SECONDS = env_float("CHAT_TOKEN_FRAME_SECONDS", 0.015, low=0.0, high=1.0)
+# The same for the conversation's other tabs, whose tokens cross the channel layer (Redis).
+CHAT_GROUP_TOKEN_FRAME_SECONDS = env_float("CHAT_GROUP_TOKEN_FRAME_SECONDS", 0.1, low=0.0, high=1.0)
 # A reply being written is saved this often, so a server that dies mid-stream loses at most
 # this much of it; a draft another host has not saved for REPLY_DRAFT_ORPHAN_SECONDS is stored
 # as an interrupted reply (on this host, a dead writer is noticed at once).

@@ -370,12 +370,21 @@ def requeue_abandoned(older_than: dt.timedelta = ABANDONED_AFTER) -> int:
     return len(ids)
 
 
+REQUEUE_SWEEP_SECONDS = 30.0
+_requeue_swept_at = -REQUEUE_SWEEP_SECONDS
+
+
 def queue_upkeep(owner_id: int, message_ids: Iterable[str]) -> bool:
     """Enqueue topic upkeep for these messages. Cheap, and never fails the caller: a queue
     problem is logged and reported as False (the next rebuild catches up). Tasks abandoned by
     a dead worker are requeued on the way, so the queue heals without an operator."""
+    global _requeue_swept_at
     try:
-        requeue_abandoned()
+        # A sweep is a locked query over the task table: once in a while is enough (a
+        # hundred turns a second each sweeping would cost more than their upkeep).
+        if time.monotonic() - _requeue_swept_at >= REQUEUE_SWEEP_SECONDS:
+            _requeue_swept_at = time.monotonic()
+            requeue_abandoned()
         ids = [str(i) for i in message_ids if i]
         if not ids:
             return False

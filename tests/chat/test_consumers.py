@@ -438,7 +438,7 @@ async def test_tokens_that_queue_up_share_events_and_keep_their_order(owner, con
 
 
 def test_merge_tokens_joins_consecutive_deltas_of_one_reply():
-    from chat.consumers import merge_tokens
+    from chat.frames import merge_tokens
 
     events = [
         {"type": "chat.token", "message_id": "A", "delta": "one "},
@@ -450,6 +450,28 @@ def test_merge_tokens_joins_consecutive_deltas_of_one_reply():
         {"type": "chat.token", "message_id": "B", "delta": "three"},
     ]
     assert merge_tokens([]) == []
+
+
+async def test_coalesced_token_frames_carry_the_same_text_as_a_frame_per_token(owner, scripted_llm, settings):
+    words = " ".join(f"word{i}" for i in range(40))
+    seen = {}
+    for interval in (0.0, 0.05):
+        settings.CHAT_TOKEN_FRAME_SECONDS = interval
+        conversation = await database_sync_to_async(Conversation.objects.create)(owner=owner, title="")
+        scripted_llm.script({"text": words, "delay": 0.005})
+        ws = await connect(owner, conversation.pk)
+        await ws.send_json_to({"type": "send", "content": "say the words"})
+        events = await receive_until(ws, "reply_done")
+        await ws.disconnect()
+        deltas = [e["delta"] for e in events if e["type"] == "token"]
+        rows = await messages_of(conversation)
+        # The page appends each delta to the reply's text, whatever its length.
+        seen[interval] = {"page": "".join(deltas), "stored": rows[-1].content, "frames": len(deltas)}
+    one_per_token, coalesced = seen[0.0], seen[0.05]
+    assert one_per_token["page"] == one_per_token["stored"] == words
+    assert coalesced["page"] == coalesced["stored"] == words
+    assert coalesced["frames"] < len(words.split())
+    assert coalesced["frames"] < one_per_token["frames"]
 
 
 async def test_a_turns_messages_get_their_vectors_from_the_queued_upkeep(owner, conversation, scripted_llm):

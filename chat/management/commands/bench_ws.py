@@ -16,6 +16,12 @@ By default it starts the test LLM in this process and daphne in a subprocess on 
 With --servers N (N > 1) it starts a loopback redis-server and N daphne processes sharing it as
 the channel layer; clients alternate between servers, and each client also watches its
 conversation through a second socket on another server, so every token also crosses Redis.
+
+With --baseline it measures, in one run and side by side, a bare relay (chat/bench_relay.py)
+and Recollect: the highest turn rate each sustains (stepping --rates, --step-seconds each, a
+new user's turn arriving every 1/rate s) with the first token's p95 under 1 s and nothing lost,
+and the server processes' CPU (from /proc) per turn before the first token and per streamed
+token. The machine is shared, so the figures to read are the ratios between the two rows.
 """
 
 from __future__ import annotations
@@ -30,25 +36,38 @@ import sys
 import time
 import urllib.request
 import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from django.conf import settings
 from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
 from django.contrib.sessions.backends.db import SessionStore
 from django.core.management.base import BaseCommand, CommandError
+from django.db import connection
 
 from memory.models import Conversation, Message
 
 BENCH_PREFIX = "bench_ws_"
 _PROFILED_DAPHNE = """
-import cProfile, sys, time
+import cProfile, pstats, sys, threading, time
 from config.serving import main
 out = sys.argv.pop(1)
-profile = cProfile.Profile(time.thread_time)
+profiles = []
+
+def _start(*args):
+    # Each thread (the event loop, the database and embedding pools) gets a profile of its own.
+    profile = cProfile.Profile(time.thread_time)
+    profiles.append(profile)
+    profile.enable()
+
+threading.setprofile(_start)
+_start()
 try:
-    profile.runcall(main, sys.argv[1:])
+    main(sys.argv[1:])
 finally:
-    profile.dump_stats(out)
+    for profile in profiles:
+        profile.disable()
+    pstats.Stats(*profiles).dump_stats(out)
 """
 
 
@@ -183,15 +202,41 @@ class Command(BaseCommand):
             "--profile-server",
             default="",
             metavar="PATH",
-            help="run the (first) started daphne under cProfile, its event-loop thread's profile "
-            "written to PATH when it stops (read it with python -m pstats PATH)",
+            help="run the (first) started daphne (with --baseline: Recollect's) under cProfile, the "
+            "CPU time of all its threads written to PATH when it stops (python -m pstats PATH)",
         )
         parser.add_argument(
             "--llm-only",
             action="store_true",
             help="no server and no websockets: stream --clients replies at once through the chat's "
-            "LLM client (the openai package) in this process and print its CPU per streamed chunk, "
+            "LLM client (the openai package) in this process and print its CPU per streamed token, "
             "the floor under any relay built on it",
+        )
+        parser.add_argument(
+            "--baseline",
+            action="store_true",
+            help="in one run, a bare relay (chat/bench_relay.py: the same clients, LLM client and "
+            "token frames, no memory, storage or tools) and Recollect: for each, the highest turn "
+            "rate (stepping --rates) with first-token p95 under 1 s and nothing lost, the server "
+            "CPU per turn before the first token and per streamed token",
+        )
+        parser.add_argument(
+            "--rates",
+            default="2,4,6,8,12,16,24,32,48,64,96",
+            help="--baseline: turns per second to step through, each for --step-seconds",
+        )
+        parser.add_argument(
+            "--step-seconds", type=float, default=5.0, help="--baseline: seconds per rate step"
+        )
+        parser.add_argument(
+            "--cpu-clients", type=int, default=20, help="--baseline: turns at once when measuring CPU"
+        )
+        parser.add_argument(
+            "--cpu-hold",
+            type=float,
+            default=6.0,
+            help="--baseline: seconds the test LLM holds each request of the CPU runs before it "
+            "streams (long enough for all of them to arrive)",
         )
         parser.add_argument(
             "--remote-embeddings",
@@ -220,6 +265,14 @@ class Command(BaseCommand):
                 self._llm_only(llm, n, opts)
             finally:
                 llm.stop()
+            return
+        if opts["baseline"]:
+            try:
+                Baseline(self, llm, opts).run()
+            finally:
+                llm.stop()
+                if not opts["keep"]:
+                    get_user_model().objects.filter(username__startswith=BENCH_PREFIX).delete()
             return
         procs: list[subprocess.Popen] = []
         redis = None
@@ -293,26 +346,30 @@ class Command(BaseCommand):
             self._llm_only_run(chat_llm, n, opts)
 
     def _llm_only_run(self, chat_llm, n: int, opts) -> None:
-        async def one() -> int:
-            chunks = 0
+        async def one() -> tuple[int, int]:
+            tokens = pieces = 0
             async for event in chat_llm.stream_chat([{"role": "user", "content": "[bench] go"}]):
-                chunks += isinstance(event, chat_llm.TextDelta)
-            return chunks
+                if isinstance(event, chat_llm.TextDelta):
+                    # A piece is all the text of one network read: one token or several.
+                    tokens += len(event.text.split())
+                    pieces += 1
+            return tokens, pieces
 
-        async def all_at_once(k: int) -> int:
-            return sum(await asyncio.gather(*[one() for _ in range(k)]))
+        async def all_at_once(k: int) -> tuple[int, int]:
+            counts = await asyncio.gather(*[one() for _ in range(k)])
+            return sum(t for t, _ in counts), sum(p for _, p in counts)
 
         asyncio.run(all_at_once(2))  # imports and the client's first connection
         cpu, started = time.process_time(), time.perf_counter()
-        chunks = asyncio.run(all_at_once(n))
+        tokens, pieces = asyncio.run(all_at_once(n))
         cpu, wall = time.process_time() - cpu, time.perf_counter() - started
-        per_chunk = cpu / max(1, chunks)
+        per_token = cpu / max(1, tokens)
         self.stdout.write(
-            f"LLM client only: {n} streams at once, {chunks} chunks in {wall:.1f} s; "
-            f"CPU {cpu:.2f} s = {per_chunk * 1e6:.0f} us per chunk"
+            f"LLM client only: {n} streams at once, {tokens} tokens ({pieces} pieces) in {wall:.1f} s; "
+            f"CPU {cpu:.2f} s = {per_token * 1e6:.0f} us per token"
         )
         self.stdout.write(
-            f"at {opts['rate']:g} tokens/s per stream, {n} streams need {n * opts['rate'] * per_chunk:.2f} "
+            f"at {opts['rate']:g} tokens/s per stream, {n} streams need {n * opts['rate'] * per_token:.2f} "
             "CPU seconds per second for reading the model's streams alone (one event loop: at most 1)"
         )
 
@@ -320,11 +377,13 @@ class Command(BaseCommand):
 
     def _start_daphne(
         self, llm_url: str, remote_embeddings: bool, conn_max_age: int, threads: int, redis_url: str = "",
-        profile: str = "",
+        profile: str = "", application: str = "",
     ):
         port = _free_port()
         env = {
             **os.environ,
+            # The database this command uses (a test's, under pytest).
+            "RECOLLECT_DB_NAME": connection.settings_dict["NAME"],
             "OPENAI_BASE_URL": llm_url,
             "OPENAI_API_KEY": "bench",
             "CHAT_MODEL": "test-llm",
@@ -345,12 +404,14 @@ class Command(BaseCommand):
                     "EMBEDDING_DIMENSIONS": str(settings.EMBEDDING_DIMENSIONS),
                 }
             )
-        # The profile counts CPU time of the event-loop thread, not wall time: on a busy machine
+        # The profile counts CPU time of each thread, not wall time: on a busy machine
         # wall time would charge every preemption to whatever call was running.
         # Both take daphne's command line (its websocket limits) from config.serving.
         launcher = (
             ["-c", _PROFILED_DAPHNE, str(Path(profile).resolve())] if profile else ["-m", "config.serving"]
         )
+        if application:
+            launcher += ["--application", application]
         proc = subprocess.Popen(
             [sys.executable, *launcher, "-b", "127.0.0.1", "-p", str(port)],
             cwd=settings.BASE_DIR,
@@ -392,7 +453,8 @@ class Command(BaseCommand):
     # --- clients ---------------------------------------------------------------------------------
 
     async def _run_clients(
-        self, urls: list[str], users: list[dict], opts, warmup: bool = False
+        self, urls: list[str], users: list[dict], opts, warmup: bool = False, *, quiet: bool = False,
+        marker: str = "[bench]", on_go=None, watchers: bool = True,
     ) -> list[dict]:
         import websockets
 
@@ -426,14 +488,14 @@ class Command(BaseCommand):
 
         async def client(i: int, u: dict) -> dict:
             nonlocal ready
-            text = f"[bench] client {i} {uuid.uuid4().hex} tell me something"
+            text = f"{marker} client {i} {uuid.uuid4().hex} tell me something"
             result = {"text": text, "tokens": [], "events": 0, "user_stored": False, "done": None,
                       "error": None, "watched_tokens": 0, "watched_done": False, "watching": False}
             url = urls[i % len(urls)]
             watcher = None
             try:
                 ws = await connect(url, u)
-                if len(urls) > 1 and not warmup:
+                if len(urls) > 1 and not warmup and watchers:
                     watcher = await connect(urls[(i + 1) % len(urls)], u)
                     result["watching"] = True
                 async with ws:
@@ -475,8 +537,10 @@ class Command(BaseCommand):
         deadline = time.time() + 120
         while ready < len(users) and time.time() < deadline and not all(t.done() for t in tasks):
             await asyncio.sleep(0.05)
-        if not warmup:
+        if not warmup and not quiet:
             self.stdout.write(f"{ready}/{len(users)} clients connected; sending")
+        if on_go is not None:
+            on_go()
         go.set()
         return await asyncio.gather(*tasks)
 
@@ -576,3 +640,273 @@ class Command(BaseCommand):
             lines.append(f"mean relay {statistics.mean(per_token):.1f} ms")
         for line in lines:
             self.stdout.write(line)
+
+
+# --- --baseline: a bare relay and Recollect in one run ---------------------------------------------
+
+RELAY_APP = "chat.bench_relay:application"
+FIRST_TOKEN_GOAL_MS = 1000
+
+
+@dataclass
+class _Server:
+    name: str
+    application: str  # "" is Recollect (config.asgi)
+    urls: list[str] = field(default_factory=list)
+    procs: list[subprocess.Popen] = field(default_factory=list)
+    best: float = 0.0  # the highest rate passed so far
+    over: float | None = None  # the lowest rate failed
+    best_step: dict | None = None
+    cpu_first_ms: float | None = None
+    cpu_token_us: float | None = None
+    cpu_note: str = ""
+    lost: int = 0
+
+    @property
+    def stores(self) -> bool:
+        return not self.application
+
+    def cpu(self) -> float:
+        return sum(_cpu_seconds(p.pid) or 0.0 for p in self.procs)
+
+
+class Baseline:
+    """`bench_ws --baseline`: see the option's help. Both servers run side by side, and each
+    rate is tried on one and then the other, so both meet the same machine load."""
+
+    def __init__(self, command: Command, llm: _LLMProcess, opts) -> None:
+        self.command = command
+        self.llm = llm
+        self.opts = opts
+        self.out = command.stdout
+        self.expected_text = "".join(f"w{i} " for i in range(opts["tokens"]))
+
+    def run(self) -> None:
+        opts = self.opts
+        try:
+            rates = sorted({float(r) for r in opts["rates"].split(",") if r.strip()})
+        except ValueError:
+            raise CommandError(f"--rates: numbers separated by commas, not {opts['rates']!r}") from None
+        if not rates or rates[0] <= 0:
+            raise CommandError("--rates needs positive rates")
+        servers = [_Server("bare relay", RELAY_APP), _Server("Recollect", "")]
+        count = max(1, opts["servers"])
+        redis = None
+        try:
+            redis_url = ""
+            if count > 1:
+                redis, redis_url = _start_redis()
+            for server in servers:
+                for _ in range(count):
+                    url, proc = self.command._start_daphne(
+                        self.llm.base_url, opts["remote_embeddings"], opts["conn_max_age"],
+                        opts["embedding_threads"], redis_url if server.stores else "",
+                        profile="" if server.procs or not server.stores else opts["profile_server"],
+                        application=server.application,
+                    )
+                    server.urls.append(url)
+                    server.procs.append(proc)
+            layer = ", Recollect's sharing a Redis channel layer" if redis else ""
+            self.out.write(
+                f"--baseline: {count} daphne process(es) each for the bare relay and Recollect{layer}; "
+                f"{opts['tokens']} tokens per reply at {opts['rate']:g}/s; first-token goal p95 < "
+                f"{FIRST_TOKEN_GOAL_MS} ms with nothing lost; {os.cpu_count()} cores"
+            )
+            most = max(opts["cpu_clients"], max(1, round(rates[-1] * opts["step_seconds"])))
+            self.out.write(f"making {most} bench users ...")
+            self.users = self.command._make_users(most)
+            for server in servers:  # the embedding model, the LLM client, database connections
+                self._step(server, 2.0, warmup=True)
+            load = [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
+            for server in servers:
+                self._measure_cpu(server)
+            for rate in rates:
+                for server in servers:
+                    if server.over is None:
+                        self._try_rate(server, rate)
+                if all(s.over is not None for s in servers):
+                    break
+            load_after = [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
+            self._table(servers, load, load_after)
+        finally:
+            for server in servers:
+                for proc in server.procs:
+                    proc.terminate()
+                    try:
+                        proc.wait(15)
+                    except subprocess.TimeoutExpired:
+                        proc.kill()
+            if redis is not None:
+                redis.terminate()
+                redis.wait(10)
+
+    # --- one step ----------------------------------------------------------------------------------
+
+    def _script(self, marker: str, tokens: int, hold: float = 0.0) -> None:
+        step = {"words": tokens, "delay": 1.0 / self.opts["rate"]}
+        if hold:
+            step["hang"] = hold
+        self.llm.post("/_scripts", {"match": marker, "repeat": True, "steps": [step]})
+
+    def _fresh_conversations(self, users: list[dict]) -> list[dict]:
+        """Each turn of a step in a conversation of its own, so what is stored can be checked."""
+        made = Conversation.objects.bulk_create(
+            [Conversation(owner=u["user"], title="") for u in users]
+        )
+        return [{**u, "conversation": c} for u, c in zip(users, made, strict=True)]
+
+    def _run(self, server: _Server, users: list[dict], spread: float, marker: str, on_go=None):
+        opts = {**self.opts, "ramp": spread}
+        return asyncio.run(
+            self.command._run_clients(
+                server.urls, users, opts, quiet=True, marker=marker, on_go=on_go, watchers=False
+            )
+        )
+
+    def _lost(self, server: _Server, users: list[dict], results: list[dict], tokens: int) -> int:
+        """Tokens not received, replies not finished, and (Recollect) messages not stored whole."""
+        expected = [f"w{i}" for i in range(tokens)]
+        lost = 0
+        for r in results:
+            words = [w for _, w in r["tokens"]]
+            lost += max(0, tokens - len(words)) + (words[: len(expected)] != expected[: len(words)])
+            lost += 0 if r["done"] and r["done"]["status"] == "complete" and not r["error"] else 1
+        if server.stores:
+            expected_text = "".join(f"w{i} " for i in range(tokens))
+            rows: dict[str, list] = {}
+            for conversation_id, role, content in (
+                Message.objects.filter(conversation__in=[u["conversation"] for u in users], is_chunk=False)
+                .order_by("position")
+                .values_list("conversation_id", "role", "content")
+            ):
+                rows.setdefault(conversation_id, []).append((role, content))
+            for u, r in zip(users, results, strict=True):
+                if rows.get(u["conversation"].pk) != [("user", r["text"]), ("assistant", expected_text)]:
+                    lost += 2
+        return lost
+
+    def _step(self, server: _Server, rate: float, warmup: bool = False) -> dict:
+        n = 1 if warmup else max(1, round(rate * self.opts["step_seconds"]))
+        users = self._users(server, n)
+        self.llm.post("/_reset", {})
+        self._script("[bench]", self.opts["tokens"])
+        cpu = {}
+        results = self._run(
+            server, users, (n - 1) / rate, "[bench]", on_go=lambda: cpu.setdefault(0, server.cpu())
+        )
+        cpu_used = server.cpu() - cpu[0]
+        first = [(r["tokens"][0][0] - r["sent"]) * 1000 for r in results if r["tokens"] and "sent" in r]
+        errors = [r["error"] for r in results if r["error"]]
+        return {
+            "rate": rate, "turns": n, "lost": self._lost(server, users, results, self.opts["tokens"]),
+            "p50": _percentile(first, 50), "p95": _percentile(first, 95) if len(first) == n else float("inf"),
+            "cpu_ms": cpu_used / n * 1000, "error": errors[0] if errors else None,
+        }
+
+    def _users(self, server: _Server, n: int) -> list[dict]:
+        users = self.users[:n]
+        return self._fresh_conversations(users) if server.stores else users
+
+    def _try_rate(self, server: _Server, rate: float) -> None:
+        """A rate passes when one of two tries meets the goal (the machine is shared: one busy
+        moment must not end the stepping)."""
+        for attempt in (1, 2):
+            step = self._step(server, rate)
+            ok = step["lost"] == 0 and step["p95"] < FIRST_TOKEN_GOAL_MS
+            load = Path("/proc/loadavg").read_text().split()[0]
+            error = f", first error: {step['error']}" if step["error"] else ""
+            self.out.write(
+                f"  {server.name:<10} {rate:>6g} turns/s{' again' if attempt > 1 else ''}: {step['turns']} "
+                f"turns, first token p50 {step['p50']:.0f} / p95 {step['p95']:.0f} ms, lost {step['lost']}, "
+                f"server CPU {step['cpu_ms']:.0f} ms per turn, load {load} -> "
+                f"{'ok' if ok else 'over the goal'}{error}"
+            )
+            self.out.flush()
+            if ok:
+                server.best, server.best_step = rate, step
+                return
+        server.over, server.lost = rate, step["lost"]
+
+    # --- CPU per turn before the first token, and per streamed token -------------------------------
+
+    def _measure_cpu(self, server: _Server) -> None:
+        """Two runs of --cpu-clients turns at once, the LLM holding every request --cpu-hold
+        seconds before it streams: CPU until all requests arrived = CPU before the first token;
+        the difference between a short and a long reply = CPU per streamed token."""
+        k, hold = self.opts["cpu_clients"], self.opts["cpu_hold"]
+        short, long = 10, 10 + 2 * self.opts["tokens"]
+        totals = {}
+        firsts = []
+        for tokens in (short, long):
+            marker = f"[cpu{tokens}]"
+            users = self._users(server, k)
+            self.llm.post("/_reset", {})
+            self._script(marker, tokens, hold=hold)
+            marks: dict[str, float] = {}
+
+            async def run(users=users, marker=marker, marks=marks):
+                clients = asyncio.ensure_future(
+                    self.command._run_clients(
+                        server.urls, users, {**self.opts, "ramp": 0}, quiet=True, marker=marker,
+                        on_go=lambda: marks.setdefault("go", server.cpu()), watchers=False,
+                    )
+                )
+                arrived: list[float] = []
+                while not clients.done():
+                    requests = await asyncio.to_thread(self.llm.requests)
+                    arrived = [r["arrived"] for r in requests if r["stream"] and marker in r["last_user"]]
+                    if len(arrived) >= k:
+                        marks["arrived"] = server.cpu()
+                        marks["spread"] = max(arrived) - min(arrived)
+                        break
+                    await asyncio.sleep(0.05)
+                results = await clients
+                marks["end"] = server.cpu()
+                return results
+
+            results = asyncio.run(run())
+            lost = self._lost(server, users, results, tokens)
+            if lost or "arrived" not in marks:
+                server.cpu_note = f"lost {lost} in the CPU runs"
+            elif marks["spread"] >= hold:
+                server.cpu_note = "approximate: turns reached the LLM further apart than its hold"
+            firsts.append((marks.get("arrived", marks["end"]) - marks["go"]) / k)
+            totals[tokens] = marks["end"] - marks["go"]
+        server.cpu_first_ms = statistics.mean(firsts) * 1000
+        server.cpu_token_us = (totals[long] - totals[short]) / (k * (long - short)) * 1e6
+        self.out.write(
+            f"  {server.name:<10} CPU: {server.cpu_first_ms:.1f} ms per turn before the first token, "
+            f"{server.cpu_token_us:.0f} us per streamed token ({k} turns at once, replies of {short} "
+            f"and {long} tokens){'; ' + server.cpu_note if server.cpu_note else ''}"
+        )
+        self.out.flush()
+
+    # --- the table ---------------------------------------------------------------------------------
+
+    def _table(self, servers: list[_Server], load: list[float], load_after: list[float]) -> None:
+        relay, recollect = servers
+        self.out.write("")
+        self.out.write(
+            f"{'server':<11} {'turns/s':>8} {'first token p95':>16} {'lost':>5} "
+            f"{'CPU/turn before 1st token':>26} {'CPU/token':>10}"
+        )
+        for s in servers:
+            rate = f"{s.best:g}" if s.over is not None else f">={s.best:g}"
+            p95 = f"{s.best_step['p95']:.0f} ms" if s.best_step else "-"
+            lost = s.best_step["lost"] if s.best_step else s.lost
+            first = f"{s.cpu_first_ms:.1f} ms" if s.cpu_first_ms is not None else "-"
+            token = f"{s.cpu_token_us:.0f} us" if s.cpu_token_us is not None else "-"
+            self.out.write(f"{s.name:<11} {rate:>8} {p95:>16} {lost:>5} {first:>26} {token:>10}")
+        if relay.best and relay.cpu_token_us:
+            self.out.write(
+                f"Recollect / bare relay: turn rate {recollect.best / relay.best:.2f}x (goal >= 0.5), "
+                f"CPU per token {recollect.cpu_token_us / relay.cpu_token_us:.2f}x (goal <= 1.5), "
+                f"CPU before the first token {recollect.cpu_first_ms / relay.cpu_first_ms:.1f}x"
+            )
+        self.out.write(
+            "load average (1/5/15 min) at the start of the steps "
+            + " ".join(f"{x:.2f}" for x in load)
+            + ", at the end "
+            + " ".join(f"{x:.2f}" for x in load_after)
+            + f"; {os.cpu_count()} cores shared with the clients, the test LLM and Postgres"
+        )
