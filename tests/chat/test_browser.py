@@ -16,8 +16,8 @@ import urllib.request
 import pytest
 from django.contrib.auth import get_user_model
 
+from bench import llm_server
 from chat import llm as chat_llm
-from tests import llm_server
 from tests.browser import CHROMIUM, CHROMIUM_ARGS, MISSING
 from tests.servers import ARTIFACTS, ROOT, free_port
 

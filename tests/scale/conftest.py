@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from tests import llm_server
+from bench import llm_server
 from tests.chat.conftest import (  # noqa: F401 - fixtures re-exported for this folder
     llm_server_instance,
     no_llm,
