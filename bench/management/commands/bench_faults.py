@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from django.conf import settings
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 from django.db import connection, connections
 from django.test import Client
 from django.utils.crypto import get_random_string
@@ -408,6 +408,10 @@ class Command(BaseCommand):
         add_database_argument(parser, "faults")
 
     def handle(self, *args, **opts) -> None:
+        try:
+            import websockets  # noqa: F401 - the killed server's tab
+        except ImportError:
+            raise CommandError("bench_faults needs the `websockets` package (the dev extra)") from None
         from django.contrib.auth import get_user_model
 
         from bench import llm_server
