@@ -36,7 +36,7 @@ from django.contrib.sessions.backends.db import SessionStore
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
-from bench.launch import LLMProcess, RedisProcess, ServerProcess
+from bench.launch import LLMProcess, RedisProcess, ServerProcess, free_port
 from bench.scratch import add_database_argument, use_database
 from memory.models import Conversation, Message
 
@@ -267,8 +267,10 @@ class Command(BaseCommand):
             "DB_CONN_MAX_AGE": str(conn_max_age),
             "EMBEDDING_THREADS": str(threads),
         }
+        port = free_port()  # names the server's log: test-artifacts/daphne-bench-ws-PORT.log
         server = ServerProcess(
-            "bench-ws", connection.settings_dict["NAME"], llm_url, redis_url=redis_url, extra_env=env,
+            f"bench-ws-{port}", connection.settings_dict["NAME"], llm_url, port=port, redis_url=redis_url,
+            extra_env=env,
             # The test LLM's embeddings separate the chat path from local model inference.
             llm_embeddings=remote_embeddings, profile=profile,
         )
