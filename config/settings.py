@@ -136,6 +136,8 @@ INSTALLED_APPS = [
     "memory",
     "chat",
     "explorer",
+    # manage.py bench_* and eval_recall; dev-only packages are imported inside the commands.
+    "bench",
 ]
 
 MIDDLEWARE = [

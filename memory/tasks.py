@@ -327,7 +327,7 @@ def _owner_argument(args_kwargs: dict) -> tuple[bool, int | None]:
     return (owner is None or isinstance(owner, int)), owner
 
 
-def requeue_abandoned(older_than: dt.timedelta = ABANDONED_AFTER) -> int:
+def requeue_abandoned(older_than: dt.timedelta = ABANDONED_AFTER, *, task_ids: Iterable | None = None) -> int:
     """Put tasks a worker claimed but never finished back in the queue, and mark their upkeep
     runs as stopped so the explorer says what happened. Returns how many tasks were requeued.
 
@@ -335,7 +335,8 @@ def requeue_abandoned(older_than: dt.timedelta = ABANDONED_AFTER) -> int:
     its lease is fresh, however long it has run. A task without a lease falls back to its
     start: abandoned once it started longer ago than `older_than`. Upkeep is idempotent
     (topic_upkeep is one transaction and skips messages that already have a topic), so running
-    such a task again is safe."""
+    such a task again is safe. With `task_ids`, only those tasks are considered (bench_faults
+    requeues the one task it abandoned, never another user's)."""
     from django_tasks_db.models import DBTaskResult
 
     cutoff = timezone.now() - older_than
@@ -346,6 +347,7 @@ def requeue_abandoned(older_than: dt.timedelta = ABANDONED_AFTER) -> int:
             DBTaskResult.objects.select_for_update(skip_locked=True)
             .filter(status=TaskResultStatus.RUNNING)
             .filter(lease_ran_out | (~Exists(leases) & Q(started_at__lt=cutoff)))
+            .filter(Q(pk__in=list(task_ids)) if task_ids is not None else Q())
             .values_list("pk", "started_at", "args_kwargs")
         )
         if not abandoned:

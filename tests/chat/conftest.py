@@ -9,9 +9,9 @@ import pytest
 from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
 
+from bench import llm_server
 from chat import llm as chat_llm
 from chat.routing import websocket_urlpatterns
-from tests import llm_server
 
 
 class ScriptedLLM:

@@ -7,6 +7,7 @@ import io
 import re
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.core.management import call_command
 
 
@@ -26,7 +27,8 @@ def test_baseline_prints_a_row_for_the_bare_relay_and_one_for_recollect():
     out = io.StringIO()
     call_command(
         "bench_ws", "--baseline", "--rates", "1", "--step-seconds", "2", "--cpu-clients", "2",
-        "--cpu-hold", "2", "--tokens", "5", "--rate", "100", "--remote-embeddings", stdout=out,
+        "--cpu-hold", "2", "--tokens", "5", "--rate", "100", "--remote-embeddings", "--database", "",
+        stdout=out,
     )
     text = out.getvalue()
     # Progress while stepping, then the table: both servers, from this one run.
@@ -37,3 +39,17 @@ def test_baseline_prints_a_row_for_the_bare_relay_and_one_for_recollect():
     assert rows == ["bare relay", "Recollect"], text
     assert re.search(r"Recollect / bare relay: turn rate [\d.]+x", text), text
     assert re.search(r"us per streamed token", text), text
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_run_deletes_only_the_users_it_made(stranger):
+    # A person whose name happens to start like the bench's users.
+    lookalike = get_user_model().objects.create_user("bench_ws_0000")
+    out = io.StringIO()
+    call_command(
+        "bench_ws", "--clients", "2", "--tokens", "3", "--rate", "100", "--remote-embeddings",
+        "--database", "", stdout=out,
+    )
+    assert "messages lost: 0 " in out.getvalue(), out.getvalue()
+    assert set(get_user_model().objects.values_list("pk", flat=True)) == {stranger.pk, lookalike.pk}

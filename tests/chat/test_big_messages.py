@@ -19,11 +19,12 @@ import pytest
 from django.conf import settings
 from websockets.exceptions import ConnectionClosed
 
+from bench import llm_server
+from bench.launch import ARTIFACTS, ServerProcess, session_cookie
 from config.serving import websocket_max_frame_bytes, websocket_max_message_bytes
 from memory.models import Message
-from tests import llm_server
 from tests.browser import CHROMIUM, CHROMIUM_ARGS, MISSING
-from tests.servers import ARTIFACTS, ServerProcess, events_until, open_socket, session_cookie
+from tests.servers import events_until, open_socket
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 

@@ -8,18 +8,14 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
-import time
-import urllib.request
 
 import pytest
 from django.contrib.auth import get_user_model
 
+from bench import llm_server
+from bench.launch import ARTIFACTS, ServerProcess
 from chat import llm as chat_llm
-from tests import llm_server
 from tests.browser import CHROMIUM, CHROMIUM_ARGS, MISSING, serious_accessibility_violations
-from tests.servers import ARTIFACTS, ROOT, free_port
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -39,41 +35,12 @@ def live_daphne(django_db_setup, django_db_blocker, browser_llm):
 
     with django_db_blocker.unblock():
         db_name = connection.settings_dict["NAME"]
-    port = free_port()
-    env = {
-        **os.environ,
-        "RECOLLECT_DB_NAME": db_name,
-        "OPENAI_BASE_URL": browser_llm.base_url,
-        "OPENAI_API_KEY": "test",
-        "CHAT_MODEL": "test-llm",
-        "RUN_WORKER_IN_SERVER": "false",
-        "RECOLLECT_TESTING": "true",
-        "XDG_RUNTIME_DIR": "/tmp",
-        "DJANGO_SETTINGS_MODULE": "config.settings",
-    }
-    ARTIFACTS.mkdir(exist_ok=True)
-    log = open(ARTIFACTS / "daphne-browser.log", "w")  # noqa: SIM115 - open for the server's life
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "config.serving", "-b", "127.0.0.1", "-p", str(port)],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
+    server = ServerProcess(
+        "browser", db_name, browser_llm.base_url, llm_embeddings=False,
+        extra_env={"OPENAI_API_KEY": "test", "LLM_MAX_RETRIES": "3", "RECOLLECT_TESTING": "true"},
     )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 90
-    while time.time() < deadline:
-        try:
-            urllib.request.urlopen(url + "/login/", timeout=2)
-            break
-        except OSError:
-            if proc.poll() is not None:
-                raise RuntimeError("daphne exited; see test-artifacts/daphne-browser.log") from None
-            time.sleep(0.5)
-    yield url
-    proc.terminate()
-    proc.wait(10)
-    log.close()
+    yield server.start(90).url
+    server.stop()
 
 
 @pytest.fixture

@@ -166,7 +166,7 @@ def test_bench_haystack_probes_a_kept_haystack_again_without_building_it():
 
     def run(**opts) -> str:
         out = io.StringIO()
-        call_command("bench_haystack", scale=0.01, user="haystack-test", stdout=out, **opts)
+        call_command("bench_haystack", scale=0.01, user="haystack-test", database="", stdout=out, **opts)
         return out.getvalue()
 
     built = run(keep=True)

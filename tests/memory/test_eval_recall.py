@@ -12,7 +12,7 @@ import pytest
 from django.core.management import call_command
 from django.db import connection
 
-from memory.management.commands.eval_recall import Dataset, load_datasets, miss_lines
+from bench.management.commands.eval_recall import Dataset, load_datasets, miss_lines
 from memory.search import search
 from tests.memory.conftest import add_turns
 

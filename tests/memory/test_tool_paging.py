@@ -235,7 +235,7 @@ def test_the_schemas_tell_the_model_how_to_page():
 
 def test_bench_retrievability_quick_finds_every_sentence():
     out = io.StringIO()
-    call_command("bench_retrievability", quick=True, user="retrievability-test", stdout=out)
+    call_command("bench_retrievability", quick=True, user="retrievability-test", database="", stdout=out)
     text = out.getvalue()
     assert "sentences found through the tools: 15/15 (100%)" in text, text
     assert "tool calls per sentence" in text

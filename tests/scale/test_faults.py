@@ -1,13 +1,13 @@
 """Faults survived: after each, every message the user sent is stored, the conversation can
 continue and the explorer shows what happened. The scenarios are the ones `manage.py
-bench_faults` runs (config/management/commands/bench_faults.py)."""
+bench_faults` runs (bench/management/commands/bench_faults.py)."""
 
 from __future__ import annotations
 
 import pytest
 
+from bench.management.commands import bench_faults
 from chat.models import ReplyDraft
-from config.management.commands import bench_faults
 from memory.models import Message
 
 pytestmark = pytest.mark.django_db(transaction=True)

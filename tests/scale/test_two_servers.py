@@ -11,8 +11,9 @@ import json
 
 import pytest
 
+from bench.launch import ServerProcess, session_cookie
 from memory.models import Conversation, Message
-from tests.scale.conftest import ServerProcess, database_name, session_cookie
+from tests.scale.conftest import database_name
 from tests.servers import events_until, open_socket
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]

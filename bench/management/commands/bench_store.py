@@ -13,6 +13,7 @@ import uuid
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
+from bench.scratch import add_database_argument, use_database
 from memory.embeddings import get_embedder
 from memory.models import Conversation
 from memory.progress import Progress
@@ -71,9 +72,11 @@ class Command(BaseCommand):
         parser.add_argument("--turns", type=int, default=50, help="single-message turns to time")
         parser.add_argument("--repeat", type=int, default=3, help="runs per figure (median reported)")
         parser.add_argument("--batch", type=int, default=200, help="messages per store call (import path)")
+        add_database_argument(parser, "store")
 
     def handle(self, *args, **opts) -> None:
         out = self.stdout
+        use_database(opts["database"], out)
         user = get_user_model().objects.create_user(f"bench-store-{uuid.uuid4().hex[:8]}")
         try:
             self._run(user, opts, out)

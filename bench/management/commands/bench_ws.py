@@ -12,7 +12,8 @@ sends one message at the same moment as the others; the test LLM streams each re
   time to first token (storing the message, building the context, relaying);
 - server peak RSS (VmHWM of the daphne process).
 
-By default it starts the test LLM in this process and daphne in a subprocess on a free port.
+By default it starts the test LLM and daphne in subprocesses on free ports, on a scratch
+database (--database, default recollect_bench_ws); it deletes only the users it made.
 With --servers N (N > 1) it starts a loopback redis-server and N daphne processes sharing it as
 the channel layer; clients alternate between servers, and each client also watches its
 conversation through a second socket on another server, so every token also crosses Redis.
@@ -29,12 +30,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import statistics
 import subprocess
-import sys
 import time
-import urllib.request
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,55 +43,16 @@ from django.contrib.sessions.backends.db import SessionStore
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
+from bench.launch import LLMProcess, RedisProcess, ServerProcess, free_port
+from bench.scratch import add_database_argument, use_database
 from memory.models import Conversation, Message
 
 BENCH_PREFIX = "bench_ws_"
-_PROFILED_DAPHNE = """
-import cProfile, pstats, sys, threading, time
-from config.serving import main
-out = sys.argv.pop(1)
-profiles = []
-
-def _start(*args):
-    # Each thread (the event loop, the database and embedding pools) gets a profile of its own.
-    profile = cProfile.Profile(time.thread_time)
-    profiles.append(profile)
-    profile.enable()
-
-threading.setprofile(_start)
-_start()
-try:
-    main(sys.argv[1:])
-finally:
-    for profile in profiles:
-        profile.disable()
-    pstats.Stats(*profiles).dump_stats(out)
-"""
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _start_redis() -> tuple[subprocess.Popen, str]:
-    """A throwaway redis-server on a free loopback port (no persistence)."""
-    port = _free_port()
-    proc = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.time() + 20
-    while time.time() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
-                return proc, f"redis://127.0.0.1:{port}/0"
-        except OSError:
-            time.sleep(0.1)
-    proc.kill()
-    raise CommandError("redis-server did not start (is it installed? apt-get install redis-server)")
+def _start_redis():
+    redis = RedisProcess()
+    return redis.proc, redis.url
 
 
 def _percentile(values: list[float], p: float) -> float:
@@ -126,43 +85,6 @@ def _peak_rss_mb(pid: int) -> float | None:
     return None
 
 
-class _LLMProcess:
-    """`python -m tests.llm_server` on a free port."""
-
-    def __init__(self) -> None:
-        port = _free_port()
-        self.root = f"http://127.0.0.1:{port}"
-        self.base_url = self.root + "/v1"
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.llm_server", "--port", str(port), "--delay", "0"],
-            cwd=settings.BASE_DIR,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.time() + 30
-        while time.time() < deadline:
-            try:
-                urllib.request.urlopen(self.base_url + "/models", timeout=1).read()
-                return
-            except OSError:
-                time.sleep(0.1)
-        raise CommandError("the test LLM did not start")
-
-    def post(self, path: str, payload: dict) -> None:
-        request = urllib.request.Request(
-            self.root + path, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"}
-        )
-        urllib.request.urlopen(request, timeout=10).read()
-
-    def requests(self) -> list[dict]:
-        with urllib.request.urlopen(self.root + "/_requests", timeout=30) as response:
-            return json.loads(response.read())
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(10)
-
-
 class Command(BaseCommand):
     help = "Benchmark the chat websocket: N concurrent clients, test LLM streaming."
 
@@ -192,6 +114,7 @@ class Command(BaseCommand):
             help="EMBEDDING_THREADS for the started daphne (1 suits many concurrent turns)",
         )
         parser.add_argument("--keep", action="store_true", help="keep the bench users and their data")
+        add_database_argument(parser, "ws")
         parser.add_argument(
             "--servers",
             type=int,
@@ -251,9 +174,11 @@ class Command(BaseCommand):
         except ImportError:
             raise CommandError("bench_ws needs the `websockets` package (pip install websockets)") from None
         n = opts["clients"]
+        if not opts["llm_only"]:
+            use_database(opts["database"], self.stdout)
         # The test LLM runs in a process of its own, so its timing is not disturbed by the
         # clients' event loop (and vice versa).
-        llm = _LLMProcess()
+        llm = LLMProcess(delay=0)
         script = {
             "match": "[bench]",
             "repeat": True,
@@ -276,6 +201,7 @@ class Command(BaseCommand):
             return
         procs: list[subprocess.Popen] = []
         redis = None
+        users: list[dict] = []
         urls = [opts["url"].rstrip("/")] if opts["url"] else []
         pids = [opts["server_pid"]] if opts["server_pid"] else []
         try:
@@ -294,7 +220,7 @@ class Command(BaseCommand):
                     pids.append(proc.pid)
             layer = " sharing a Redis channel layer" if redis else ""
             self.stdout.write(f"servers {', '.join(urls)}{layer}, test LLM {llm.base_url}, {n} clients")
-            users = self._make_users(n + len(urls))
+            users = self._make_users(n + len(urls), users)
             # One warm-up turn per server loads the embedding model in each server process.
             for i, url in enumerate(urls):
                 asyncio.run(self._run_clients([url], users[i : i + 1], opts, warmup=True))
@@ -335,7 +261,8 @@ class Command(BaseCommand):
                 redis.wait(10)
             llm.stop()
             if not opts["keep"]:
-                get_user_model().objects.filter(username__startswith=BENCH_PREFIX).delete()
+                # Only the users this run made: another run's, or a person's, are not ours.
+                get_user_model().objects.filter(pk__in=[u["user"].pk for u in users]).delete()
 
     def _llm_only(self, llm, n: int, opts) -> None:
         from django.test.utils import override_settings
@@ -379,66 +306,33 @@ class Command(BaseCommand):
         self, llm_url: str, remote_embeddings: bool, conn_max_age: int, threads: int, redis_url: str = "",
         profile: str = "", application: str = "",
     ):
-        port = _free_port()
         env = {
-            **os.environ,
-            # The database this command uses (a test's, under pytest).
-            "RECOLLECT_DB_NAME": connection.settings_dict["NAME"],
-            "OPENAI_BASE_URL": llm_url,
             "OPENAI_API_KEY": "bench",
-            "CHAT_MODEL": "test-llm",
-            "DJANGO_SETTINGS_MODULE": "config.settings",
+            "LLM_MAX_RETRIES": str(settings.LLM_MAX_RETRIES),
             "DB_CONN_MAX_AGE": str(conn_max_age),
             "EMBEDDING_THREADS": str(threads),
-            "REDIS_URL": redis_url,
-            # Background work would compete with the turns being measured.
-            "RUN_WORKER_IN_SERVER": "false",
         }
-        if remote_embeddings:
-            env.update(
-                {
-                    "EMBEDDING_BACKEND": "openai",
-                    "EMBEDDING_BASE_URL": llm_url,
-                    "EMBEDDING_API_KEY": "bench",
-                    "EMBEDDING_MODEL": "test-embeddings",
-                    "EMBEDDING_DIMENSIONS": str(settings.EMBEDDING_DIMENSIONS),
-                }
-            )
-        # The profile counts CPU time of each thread, not wall time: on a busy machine
-        # wall time would charge every preemption to whatever call was running.
-        # Both take daphne's command line (its websocket limits) from config.serving.
-        launcher = (
-            ["-c", _PROFILED_DAPHNE, str(Path(profile).resolve())] if profile else ["-m", "config.serving"]
+        port = free_port()  # names the server's log: test-artifacts/daphne-bench-ws-PORT.log
+        server = ServerProcess(
+            f"bench-ws-{port}", connection.settings_dict["NAME"], llm_url, port=port, redis_url=redis_url,
+            extra_env=env,
+            # The test LLM's embeddings separate the chat path from local model inference.
+            llm_embeddings=remote_embeddings, profile=profile, application=application,
         )
-        if application:
-            launcher += ["--application", application]
-        proc = subprocess.Popen(
-            [sys.executable, *launcher, "-b", "127.0.0.1", "-p", str(port)],
-            cwd=settings.BASE_DIR,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            try:
-                urllib.request.urlopen(url + "/login/", timeout=2).read()
-                return url, proc
-            except OSError:
-                if proc.poll() is not None:
-                    raise CommandError("daphne exited during startup") from None
-                time.sleep(0.3)
-        proc.kill()
-        raise CommandError("daphne did not start within 120 s")
+        try:
+            server.start()
+        except RuntimeError as exc:
+            raise CommandError(str(exc)) from None
+        return server.url, server.proc
 
-    def _make_users(self, count: int) -> list[dict]:
+    def _make_users(self, count: int, users: list[dict]) -> list[dict]:
+        """`count` users, each with a conversation and a session, appended to `users` as they
+        are made (so that a failure halfway still deletes them)."""
         User = get_user_model()
-        User.objects.filter(username__startswith=BENCH_PREFIX).delete()
-        users = []
+        run = uuid.uuid4().hex[:8]
         for i in range(count):
             # Sessions are made directly, so no (slow to hash) password is needed.
-            user = User(username=f"{BENCH_PREFIX}{i:04d}")
+            user = User(username=f"{BENCH_PREFIX}{run}_{i:04d}")
             user.set_unusable_password()
             user.save()
             conversation = Conversation.objects.create(owner=user, title=f"bench {i}")
@@ -584,7 +478,6 @@ class Command(BaseCommand):
         lost_messages = 2 * len(results) - 2 * stored_ok
         steps: dict[str, list[float]] = {}
         for timings in Message.objects.filter(
-            owner__username__startswith=BENCH_PREFIX,
             role="assistant",
             conversation__in=[u["conversation"] for u in users],
         ).values_list("metadata__timings_ms", flat=True):
@@ -674,7 +567,7 @@ class Baseline:
     """`bench_ws --baseline`: see the option's help. Both servers run side by side, and each
     rate is tried on one and then the other, so both meet the same machine load."""
 
-    def __init__(self, command: Command, llm: _LLMProcess, opts) -> None:
+    def __init__(self, command: Command, llm: LLMProcess, opts) -> None:
         self.command = command
         self.llm = llm
         self.opts = opts

@@ -6,7 +6,9 @@ the conversation can continue, and the explorer shows what happened. Prints faul
 faults survived and data lost (user messages sent but not stored; must be 0).
 
 The scenarios are plain functions so tests/scale/test_faults.py runs exactly the same ones.
-The database fault terminates this process's own database connections only.
+The command runs in a scratch database (--database, default recollect_bench_faults). Every fault
+touches only what it made: the database fault terminates this process's own connections, the
+worker fault locks its own messages' rows and requeues its own task.
 """
 
 from __future__ import annotations
@@ -21,15 +23,15 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from django.conf import settings
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 from django.db import connection, connections
 from django.test import Client
 from django.utils.crypto import get_random_string
 
-ROOT = Path(__file__).resolve().parents[3]
+from bench.launch import ROOT, ServerProcess, session_cookie
+from bench.scratch import add_database_argument, use_database
 
 
 @dataclass
@@ -232,9 +234,10 @@ def fault_worker_killed_mid_task(owner, conversation, llm) -> FaultResult:
     params = connection.get_connection_params()
     for key in ("cursor_factory", "context", "prepare_threshold"):
         params.pop(key, None)
-    # Hold the topic table so the worker blocks inside the task, then kill it there.
+    # Hold this conversation's message rows so the worker blocks inside the task (upkeep writes
+    # rows that reference them), then kill it there. Nothing else in the database waits.
     with psycopg.connect(**params) as blocker:
-        blocker.execute("LOCK TABLE memory_topic IN ACCESS EXCLUSIVE MODE")
+        blocker.execute("SELECT id FROM memory_message WHERE id = ANY(%s) FOR UPDATE", [ids])
         # Top priority: on a database with a backlog the worker takes this task first.
         task = tasks.topic_upkeep.using(priority=100).enqueue(owner.pk, ids)
         worker = _worker(db_name)
@@ -255,7 +258,7 @@ def fault_worker_killed_mid_task(owner, conversation, llm) -> FaultResult:
     # The killed worker's lease would run out by itself after TASK_LEASE_SECONDS; end it now
     # instead of waiting (a live worker's lease is renewed and never ends like this).
     TaskLease.objects.filter(task_id=task.id).update(expires_at=timezone.now())
-    requeued = tasks.requeue_abandoned(older_than=dt.timedelta(0))
+    requeued = tasks.requeue_abandoned(older_than=dt.timedelta(0), task_ids=[task.id])
     # A new worker runs the task again (first: top priority), however long the rest of the
     # queue is (a real database may have a backlog).
     worker = _worker(db_name)
@@ -309,7 +312,6 @@ def fault_server_killed_mid_stream(owner, conversation, llm) -> FaultResult:
     from chat.drafts import INTERRUPTED
     from chat.models import ReplyDraft
     from memory.models import Message
-    from tests.servers import ServerProcess, session_cookie
 
     result = FaultResult("server killed mid-stream")
     llm.state.add_script("restartfault", [{"words": 400, "delay": 0.05}], False)
@@ -359,7 +361,8 @@ def fault_server_killed_mid_stream(owner, conversation, llm) -> FaultResult:
     page = explorer_page(owner, f"/explorer/messages/{partial.pk}/") if partial else ""
     continued = bool(done) and done[-1]["type"] == "reply_done" and done[-1]["status"] == "complete"
     result.survived = bool(
-        killed and told and kept and continued and INTERRUPTED in page and not ReplyDraft.objects.exists()
+        killed and told and kept and continued and INTERRUPTED in page
+        and not ReplyDraft.objects.filter(conversation=conversation).exists()
     )
     result.notes.append(
         f"killed after {len(result.details['streamed'].split())} words streamed; "
@@ -402,14 +405,20 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("--only", help="run only faults whose name contains this text")
+        add_database_argument(parser, "faults")
 
     def handle(self, *args, **opts) -> None:
+        try:
+            import websockets  # noqa: F401 - the killed server's tab
+        except ImportError:
+            raise CommandError("bench_faults needs the `websockets` package (the dev extra)") from None
         from django.contrib.auth import get_user_model
 
+        from bench import llm_server
         from chat import llm as chat_llm
         from memory.models import Conversation
-        from tests import llm_server
 
+        use_database(opts["database"], self.stdout)
         server = llm_server.start_in_thread()
         saved = {k: getattr(settings, k) for k in ("OPENAI_BASE_URL", "OPENAI_API_KEY", "CHAT_MODEL")}
         settings.OPENAI_BASE_URL, settings.OPENAI_API_KEY, settings.CHAT_MODEL = (

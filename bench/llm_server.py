@@ -33,7 +33,7 @@ priming: `count_prompt`), and each request records its count.
 recorded (`GET /_requests`) with the times each token was written (`emitted`), so a benchmark
 can measure the relay delay of the server under test. `POST /_reset` clears everything.
 
-Run standalone: `python -m tests.llm_server --port 8911 [--delay 0.02]`.
+Run standalone: `python -m bench.llm_server --port 8911 [--delay 0.02]`.
 """
 
 from __future__ import annotations

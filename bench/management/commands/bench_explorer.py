@@ -23,6 +23,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
+from bench.scratch import add_database_argument, use_database
 from memory.models import (
     ContextSnapshot,
     Conversation,
@@ -75,6 +76,7 @@ class Command(BaseCommand):
         parser.add_argument("--messages", type=int, default=100_000)
         parser.add_argument("--runs", type=int, default=15, help="timed requests per page")
         parser.add_argument("--rebuild", action="store_true", help="drop and rebuild the memory")
+        add_database_argument(parser, "explorer")
         parser.add_argument(
             "--vector-every",
             type=int,
@@ -84,6 +86,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, **opts) -> None:
+        use_database(opts["database"], self.stdout)
         user, _ = get_user_model().objects.get_or_create(username=BENCH_USER)
         have = Message.objects.owned_by(user).logical().count()
         if opts["rebuild"] or have < opts["messages"]:

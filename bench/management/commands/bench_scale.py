@@ -27,10 +27,10 @@ import time
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
+from bench.scratch import add_database_argument, use_database
 from memory.models import PASSAGE_HNSW, passage_hnsw_sql
 from memory.progress import Progress
 from memory.tokens import count_tokens
@@ -67,10 +67,7 @@ class Command(BaseCommand):
         parser.add_argument("--sizes", default="1000,10000,100000,1000000")
         parser.add_argument("--turns", type=int, default=20)
         parser.add_argument("--user", default="bench_scale")
-        parser.add_argument(
-            "--database", default="recollect_bench",
-            help="database the bench runs in (created and migrated if missing); '' = the default one",
-        )
+        add_database_argument(parser, "scale")
         parser.add_argument(
             "--keep", action="store_true", help="keep the loaded history; the next run reuses it"
         )
@@ -85,8 +82,7 @@ class Command(BaseCommand):
             sizes = sorted(int(s) for s in opts["sizes"].split(","))
         except ValueError:
             raise CommandError("--sizes is a comma-separated list of integers") from None
-        if opts["database"]:
-            self._use_database(opts["database"])
+        use_database(opts["database"], self.stdout)
         from memory.embeddings import get_embedder
         from memory.models import Conversation
 
@@ -127,19 +123,6 @@ class Command(BaseCommand):
             user.delete()
 
     # --- database -------------------------------------------------------------------------------
-
-    def _use_database(self, name: str) -> None:
-        if not name.replace("_", "").isalnum():
-            raise CommandError("--database must be a plain identifier")
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name])
-            if cursor.fetchone() is None:
-                cursor.execute(f'CREATE DATABASE "{name}"')
-        connection.close()
-        connection.settings_dict["NAME"] = name
-        settings.DATABASES["default"]["NAME"] = name
-        call_command("migrate", verbosity=0, interactive=False)
-        self.stdout.write(f"bench database: {name}")
 
     def _stored(self, bulk) -> int:
         with connection.cursor() as cursor:

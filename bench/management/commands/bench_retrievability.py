@@ -18,10 +18,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.contrib.auth import get_user_model
-from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
+from bench.scratch import add_database_argument, use_database
 from memory.models import Conversation
 from memory.progress import Progress
 from memory.store import NewMessage, store_messages, store_tool_call
@@ -133,12 +133,12 @@ class Command(BaseCommand):
         )
         parser.add_argument("--seed", type=int, default=13)
         parser.add_argument("--user", default="bench_retrievability")
+        add_database_argument(parser, "retrievability")
         parser.add_argument("--keep", action="store_true", help="keep the user afterwards")
 
     def handle(self, *args, **opts) -> None:
         sizes = self._sizes(opts["sizes"] or (QUICK_SIZES if opts["quick"] else DEFAULT_SIZES))
-        # It often runs in a database of its own (RECOLLECT_DB_NAME): bring that one up to date.
-        call_command("migrate", verbosity=0, interactive=False)
+        use_database(opts["database"], self.stdout)
         User = get_user_model()
         User.objects.filter(username=opts["user"]).delete()
         user = User.objects.create_user(opts["user"])

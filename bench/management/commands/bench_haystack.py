@@ -12,10 +12,10 @@ import datetime as dt
 import time
 
 from django.contrib.auth import get_user_model
-from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
+from bench.scratch import add_database_argument, use_database
 from memory import corpus, entities, topics
 from memory.index_builder import prepare_context
 from memory.models import Conversation
@@ -129,6 +129,7 @@ class Command(BaseCommand):
             help="fraction of the 2M-character noise (e.g. 0.1 for a quick run)",
         )
         parser.add_argument("--user", default="bench_haystack")
+        add_database_argument(parser, "haystack")
         parser.add_argument("--keep", action="store_true", help="keep the user afterwards")
         parser.add_argument(
             "--reuse",
@@ -137,8 +138,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, **opts) -> None:
-        # It often runs in a database of its own (RECOLLECT_DB_NAME): bring that one up to date.
-        call_command("migrate", verbosity=0, interactive=False)
+        use_database(opts["database"], self.stdout)
         User = get_user_model()
         user = User.objects.filter(username=opts["user"]).first() if opts["reuse"] else None
         if user is not None:
