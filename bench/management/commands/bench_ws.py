@@ -192,12 +192,13 @@ class Command(BaseCommand):
                 llm.stop()
             return
         if opts["baseline"]:
+            baseline = Baseline(self, llm, opts)
             try:
-                Baseline(self, llm, opts).run()
+                baseline.run()
             finally:
                 llm.stop()
-                if not opts["keep"]:
-                    get_user_model().objects.filter(username__startswith=BENCH_PREFIX).delete()
+                if not opts["keep"]:  # only the users this run made
+                    get_user_model().objects.filter(pk__in=[u["user"].pk for u in baseline.users]).delete()
             return
         procs: list[subprocess.Popen] = []
         redis = None
@@ -573,6 +574,7 @@ class Baseline:
         self.opts = opts
         self.out = command.stdout
         self.expected_text = "".join(f"w{i} " for i in range(opts["tokens"]))
+        self.users: list[dict] = []  # made by this run (and deleted after it)
 
     def run(self) -> None:
         opts = self.opts
@@ -607,7 +609,7 @@ class Baseline:
             )
             most = max(opts["cpu_clients"], max(1, round(rates[-1] * opts["step_seconds"])))
             self.out.write(f"making {most} bench users ...")
-            self.users = self.command._make_users(most)
+            self.command._make_users(most, self.users)
             for server in servers:  # the embedding model, the LLM client, database connections
                 self._step(server, 2.0, warmup=True)
             load = [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
