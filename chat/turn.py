@@ -351,8 +351,7 @@ def _start_embedding(content: Any):
     if not isinstance(content, str) or not content.strip():
         return None
     try:
-        from memory.embeddings import get_embedder
-        from memory.index_builder import query_text
+        from memory.embeddings import get_embedder, query_text
 
         return get_embedder().prefetch_query([query_text(content)])
     except Exception:  # noqa: BLE001

@@ -34,6 +34,7 @@ from django.utils import timezone
 from pgvector.django import CosineDistance
 
 from memory import entities, hierarchy, rolling_summary, sessions
+from memory.embeddings import query_text
 from memory.models import ContextSnapshot, Message, PeriodSummary, Topic
 from memory.search import SearchFilters, SearchHit, search
 from memory.tokens import count_tokens
@@ -743,15 +744,6 @@ def _simple(plan, writer, hits, left_out, included) -> None:
         if not writer.add(_hit_line(h)):
             break
         included.append(h.message_id)
-
-
-# How much of a long message is embedded as the memory query.
-QUERY_MAX_CHARS = 2000
-
-
-def query_text(query: str) -> str:
-    """The text embedded as the memory query for `query` (the chat starts it early)."""
-    return (query or "").strip()[:QUERY_MAX_CHARS]
 
 
 def _query_vector(query: str):

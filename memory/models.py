@@ -17,15 +17,20 @@ from django.contrib.postgres.search import SearchVector, SearchVectorField
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Cast
-from django.dispatch import receiver
 from django.utils import timezone
-from django_tasks.signals import task_finished, task_started
 from pgvector.django import HalfVectorField, HnswIndex, VectorField
 from ulid import ULID
 
 
 def new_ulid() -> str:
     return str(ULID())
+
+
+def is_system_text(metadata: dict | None) -> bool:
+    """Text Recollect wrote (an offline-recall answer, a notice): shown in the chat, but never
+    searched, clustered into topics or mined for entities, so its boilerplate and the ids it
+    quotes do not become memory."""
+    return bool((metadata or {}).get("system_text"))
 
 
 class Role(models.TextChoices):
@@ -553,52 +558,6 @@ class TaskLease(models.Model):
         "django_tasks_database.DBTaskResult", primary_key=True, on_delete=models.CASCADE, related_name="+"
     )
     expires_at = models.DateTimeField()
-
-
-# Connected here, in a module every process loads, rather than in memory.tasks: a worker whose
-# first task comes from another module (memory.embedding_tasks) may not have imported it yet.
-@receiver(task_started, dispatch_uid="memory.take_task_lease")
-def _take_task_lease(sender, task_result, **kwargs) -> None:
-    from memory.tasks import take_lease
-
-    take_lease(task_result)
-
-
-@receiver(task_finished, dispatch_uid="memory.end_task_lease")
-def _end_task_lease(sender, task_result, **kwargs) -> None:
-    from memory.tasks import end_lease
-
-    end_lease()
-
-
-def _store():
-    # The storage functions live in memory.store, which imports these models.
-    from memory import store
-
-    return store
-
-
-def _record_edit(self: Message, new_content: str) -> Message:
-    """Edit in place: same id, previous text kept in edit_history, re-chunked, re-embedded."""
-    return _store().update_message(self.owner, self.pk, new_content)
-
-
-def _soft_delete(self: Message) -> Message:
-    return _store().delete_message(self.owner, self.pk)
-
-
-def _restore(self: Message) -> Message:
-    return _store().restore_message(self.owner, self.pk)
-
-
-def _forget(self: Message) -> None:
-    _store().forget_message(self.owner, self.pk)
-
-
-Message.record_edit = _record_edit
-Message.soft_delete = _soft_delete
-Message.restore = _restore
-Message.forget = _forget
 
 
 # --- seed 003 A3 and A4: the rolling conversation summary, the memory version, the caches ------

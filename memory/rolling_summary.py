@@ -27,8 +27,7 @@ from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 
 from memory import compression, summaries
-from memory.models import ConversationSummary, Message
-from memory.store import is_system_text
+from memory.models import ConversationSummary, Message, is_system_text
 from memory.tokens import count_tokens
 
 logger = logging.getLogger(__name__)

@@ -45,8 +45,7 @@ def _key(params: dict[str, Any]) -> str:
 
 def query_vector(query: str):
     """The query's embedding (the embedder's cache usually has it), or None if it fails."""
-    from memory.embeddings import get_embedder
-    from memory.index_builder import query_text
+    from memory.embeddings import get_embedder, query_text
 
     try:
         text = query_text(query)

@@ -20,10 +20,19 @@ from django.db.models import Q, TextField
 from django.db.models.functions import Cast
 from django.utils import timezone
 
-from memory import versions
+from memory import signals, versions
 from memory.embeddings import get_embedder, text_hash
 from memory.errors import ChunkEditError, DeletedMessageError, InvalidContent, NotFound
-from memory.models import Conversation, Message, Passage, Role, SemanticCacheEntry, ToolCall, new_ulid
+from memory.models import (
+    Conversation,
+    Message,
+    Passage,
+    Role,
+    SemanticCacheEntry,
+    ToolCall,
+    is_system_text,
+    new_ulid,
+)
 from memory.tokens import count_tokens, token_windows
 
 logger = logging.getLogger(__name__)
@@ -72,13 +81,6 @@ def make_snippet(text: str, length: int | None = None) -> str:
 CONTEXT_PARENT_CHARS = 300
 # The speaker an import recorded ("Melanie:"), searched with each of the message's passages.
 CONTEXT_SPEAKER = True
-
-
-def is_system_text(metadata: dict | None) -> bool:
-    """Text Recollect wrote (an offline-recall answer, a notice): shown in the chat, but never
-    searched, clustered into topics or mined for entities, so its boilerplate and the ids it
-    quotes do not become memory."""
-    return bool((metadata or {}).get("system_text"))
 
 
 def passage_context(message: Message, parent_text: str | None, *, first: bool) -> str:
@@ -435,22 +437,14 @@ def queue_upkeep_on_commit(owner_id: int, message_ids: Sequence[str]) -> None:
     keywords, summaries, samples, entity mentions). Every edit, delete, restore and forget
     calls this, whichever view, socket frame or tool made it."""
     ids = [str(i) for i in message_ids if i]
-
-    def queue() -> None:
-        from memory.tasks import queue_upkeep
-
-        queue_upkeep(owner_id, ids)
-
     if ids:
-        transaction.on_commit(queue)
+        transaction.on_commit(lambda: signals.messages_changed.send(None, owner_id=owner_id, message_ids=ids))
 
 
 def queue_embedding(owner_id: int) -> None:
     """Ask background work to embed what was stored without vectors; never fails the caller."""
     try:
-        from memory.embedding_tasks import embed_pending_passages
-
-        embed_pending_passages.enqueue(owner_id)
+        signals.passages_unembedded.send(None, owner_id=owner_id)
     except Exception:  # noqa: BLE001 - the passages stay findable by keyword; reembed catches up
         logger.exception("could not queue embedding work")
 

@@ -30,7 +30,7 @@ from django.db import DatabaseError, connection, transaction
 from django.db.models import Count, Exists, Max, Min, OuterRef, Q, Sum
 from django.utils import timezone
 
-from memory import compression, sessions
+from memory import compression, hierarchy, sessions
 from memory.errors import MemoryStoreError, NotFound
 from memory.models import (
     Conversation,
@@ -40,9 +40,8 @@ from memory.models import (
     PeriodSummary,
     ToolCall,
     Topic,
-    TopicMembership,
 )
-from memory.tokens import count_tokens
+from memory.tokens import count_tokens, snip
 
 logger = logging.getLogger(__name__)
 
@@ -403,6 +402,29 @@ def message_dict(m: Message, *, max_chars: int = MAX_CONTENT_CHARS, offset: int 
     return _text_page(out, "content", m.content, offset, max_chars, "get_message_by_id")
 
 
+def compressed_message_dict(message, query: str, *, max_chars: int) -> dict[str, Any] | None:
+    """A long message of a search result as its best sentences for `query`, with their
+    offsets (None: the message is short enough, or compression is off, so it is shown as is)."""
+    text = message.content
+    if not settings.RESULT_COMPRESSION or len(text) <= settings.RESULT_COMPRESSION_MIN_CHARS:
+        return None
+    cut = compression.compress(text, query, max_chars=min(max_chars, settings.RESULT_COMPRESSION_CHARS))
+    if not cut.excerpts:
+        return None
+    item = message_dict(message, max_chars=0)
+    for key in ("offset", "next_offset", "remaining_chars"):
+        item.pop(key, None)
+    item["content"] = cut.text()
+    item["excerpts"] = [{"offset": e.start, "end": e.end} for e in cut.excerpts]
+    item["truncated"] = True
+    item["compressed"] = True
+    item["note"] = (
+        f"the sentences best matching the query: {cut.kept_chars} of {cut.total_chars} characters, "
+        f"at the offsets in excerpts; read on around any with get_message_by_id(id={message.pk!r}, offset=N)"
+    )
+    return item
+
+
 def tool_call_dict(
     c: ToolCall, *, max_chars: int = MAX_CONTENT_CHARS, offset: int = 0
 ) -> dict[str, Any]:
@@ -444,11 +466,6 @@ def _topic_dict(t: Topic, *, children: int | None = None) -> dict[str, Any]:
     if children is not None:
         out["children"] = children
     return out
-
-
-def _snip(text: str, n: int = 200) -> str:
-    flat = " ".join((text or "").split())
-    return flat if len(flat) <= n else flat[: n - 1] + "…"
 
 
 # --- argument helpers ---------------------------------------------------------------------------
@@ -736,7 +753,7 @@ def vector_search(owner, *, query: str, limit: int = 10, conversation=None, **fi
     out = {"query": query, "results": compression.search_results(owner, query, results.hits)}
     if results.fallbacks:
         out["fallbacks"] = results.fallbacks
-    return out, f'searched memory for "{_snip(query, 60)}" — {len(results.hits)} hits'
+    return out, f'searched memory for "{snip(query, 60)}" — {len(results.hits)} hits'
 
 
 @tool(
@@ -766,16 +783,16 @@ def search_and_retrieve(owner, *, query: str, auto_limit: int = 5, conversation=
         m = found.get(h_id)
         if m is None:
             continue
-        item = compression.message_item(m, query, max_chars=per) or message_dict(m, max_chars=per)
+        item = compressed_message_dict(m, query, max_chars=per) or message_dict(m, max_chars=per)
         item["session"] = [
-            {"id": n.pk, "role": n.role, "snippet": _snip(n.content)}
+            {"id": n.pk, "role": n.role, "snippet": snip(n.content)}
             for n in sessions.neighbours(owner, m, before=1, after=1)
         ]
         out.append(item)
     result = {"query": query, "messages": out}
     if results.fallbacks:
         result["fallbacks"] = results.fallbacks
-    return result, f'searched and read memory for "{_snip(query, 60)}" — {len(out)} messages'
+    return result, f'searched and read memory for "{snip(query, 60)}" — {len(out)} messages'
 
 
 def _descendant_leaves(owner, topic: Topic, cap: int = 2000) -> list[str]:
@@ -839,7 +856,7 @@ def _topic_messages(owner, topic: Topic, limit: int, offset: int):
     }
     if next_offset is not None:
         result["next_offset"] = next_offset
-    return result, f'read {len(rows)} messages of topic "{_snip(topic.label, 50)}"'
+    return result, f'read {len(rows)} messages of topic "{snip(topic.label, 50)}"'
 
 
 @tool(
@@ -986,7 +1003,7 @@ def view_topic(owner, *, topic_id: str | None = None, conversation=None):
         node = _topic_dict(topic)
         node["parent_id"] = topic.parent_id
         samples = Message.objects.visible_to(owner).filter(pk__in=topic.sample_message_ids[:3])
-        node["samples"] = [{"id": m.pk, "snippet": _snip(m.content)} for m in samples]
+        node["samples"] = [{"id": m.pk, "snippet": snip(m.content)} for m in samples]
     else:
         node = {"id": None, "label": "(all memory)"}
         kids = list(Topic.objects.owned_by(owner).filter(parent=None).order_by("order")[:limit])
@@ -1000,7 +1017,7 @@ def view_topic(owner, *, topic_id: str | None = None, conversation=None):
     node["children"] = [_topic_dict(k, children=counts.get(k.pk, 0)) for k in kids]
     if not kids and not topic_id:
         node["note"] = "no topics yet; they are built in the background (manage.py build_topics)"
-    return node, f'viewed topic "{_snip(node["label"], 50)}" ({len(kids)} children)'
+    return node, f'viewed topic "{snip(node["label"], 50)}" ({len(kids)} children)'
 
 
 @tool(
@@ -1115,7 +1132,7 @@ def find(
     result = {"pattern": pattern, "offset": offset, "matches": matches}
     if more:
         result["next_offset"] = offset + limit
-    return result, f"found /{_snip(pattern, 40)}/ in {len(matches)}{'+' if more else ''} messages"
+    return result, f"found /{snip(pattern, 40)}/ in {len(matches)}{'+' if more else ''} messages"
 
 
 @tool(
@@ -1287,16 +1304,161 @@ def memory_graph_query(owner, *, entity: str, depth: int = 1, limit: int = 10, c
                 "id": mm.message_id,
                 "role": mm.message.role,
                 "timestamp": mm.message.timestamp.isoformat(),
-                "snippet": _snip(mm.message.content),
+                "snippet": snip(mm.message.content),
             }
             for mm in mentions
         ],
     }
-    return result, f'explored "{_snip(root.name, 40)}" — {len(nodes) - 1} related entities'
+    return result, f'explored "{snip(root.name, 40)}" — {len(nodes) - 1} related entities'
 
 
-# Seed 004's expand_node and browse_hierarchy live with the levels they read.
-from memory import hierarchy  # noqa: E402 - registers its tools; it imports this module
+# --- the hierarchy: expand_node, browse_hierarchy ------------------------------------------------
 
-# Keep a name for type checkers of callers.
-__all__ = ["ToolResult", "execute_tool", "select_tools", "tool_schemas", "TOOLS", "TopicMembership"]
+
+def _message_node(owner, b: hierarchy.Boundaries, m: Message) -> dict[str, Any]:
+    return {
+        "id": m.pk,
+        "node_type": "message",
+        "role": m.role,
+        "timestamp": m.timestamp.isoformat(),
+        "level": b.level_of(m.timestamp, m.pk).name,
+        "pinned": m.pinned,
+        "summary": hierarchy.message_summary(m),
+        "tokens": m.token_count,
+    }
+
+
+def _topic_node(b: hierarchy.Boundaries, t: Topic, *, children: int | None = None) -> dict[str, Any]:
+    out = _topic_dict(t, children=children)
+    out["node_type"] = "topic"
+    out["level"] = b.topic_level(t).name
+    return out
+
+
+@tool(
+    "expand_node",
+    "Open any node of the memory hierarchy by id: a message with its components (chunks, tool "
+    "calls, errors), summary, level and topic; or a topic with its summary and children (its "
+    "sub-topics, or for a leaf topic its messages). Children page with offset and limit.",
+    {"id": {**ID, "description": "a message id or a topic id"}, "limit": LIMIT, "offset": OFFSET},
+    required=["id"],
+    keywords=("expand", "node", "open", "detail", "summary", "level"),
+)
+def expand_node(owner, *, id: str, limit: int = 20, offset: int = 0, conversation=None):
+    b = hierarchy.boundaries(owner)
+    m = Message.objects.visible_to(owner).filter(pk=id).first()
+    if m is not None:
+        return _expand_message(owner, b, m, limit, offset)
+    t = Topic.objects.owned_by(owner).filter(pk=id).first()
+    if t is not None:
+        return _expand_topic(owner, b, t, limit, offset)
+    raise NotFound("node", id)
+
+
+def _expand_message(owner, b: hierarchy.Boundaries, m: Message, limit: int, offset: int):
+    node = _message_node(owner, b, m)
+    node["message"] = message_dict(m, max_chars=MAX_CONTENT_CHARS)
+    logical = m.chunk_parent if m.is_chunk else m
+    chunks_qs = Message.objects.owned_by(owner).filter(chunk_parent=logical, is_chunk=True)
+    chunks, next_offset = _page(chunks_qs.order_by("chunk_index"), limit, offset)
+    calls = list(
+        ToolCall.objects.owned_by(owner).logical().filter(message=logical).order_by("timestamp")[:20]
+    )
+    node["components"] = {
+        "chunk_count": chunks_qs.count(),
+        "chunks": [
+            {"id": c.pk, "chunkIndex": c.chunk_index, "tokens": c.token_count, "snippet": snip(c.content)}
+            for c in chunks
+        ],
+        "tool_calls": [
+            {"id": c.pk, "toolName": c.tool_name, "isError": c.is_error, "result": snip(c.result)}
+            for c in calls
+        ],
+        "errors": [logical.metadata["error"]] if (logical.metadata or {}).get("error") else [],
+    }
+    membership = logical.topic_memberships.select_related("topic").first()
+    node["topic"] = (
+        {"id": membership.topic_id, "label": membership.topic.label} if membership else None
+    )
+    node["offset"] = offset
+    if next_offset is not None:
+        node["next_offset"] = next_offset
+        node["note"] = f"more chunks: expand_node(id={m.pk!r}, offset={next_offset})"
+    return node, f"expanded message {m.pk} ({node['level']})"
+
+
+def _expand_topic(owner, b: hierarchy.Boundaries, t: Topic, limit: int, offset: int):
+    node = _topic_node(b, t)
+    node["parent"] = {"id": t.parent_id, "label": t.parent.label} if t.parent_id else None
+    kids = Topic.objects.owned_by(owner).filter(parent=t)
+    if kids.exists():
+        rows, next_offset = _page(kids.order_by("order"), limit, offset)
+        counts = dict(
+            Topic.objects.owned_by(owner)
+            .filter(parent__in=rows)
+            .values("parent_id")
+            .annotate(n=Count("id"))
+            .values_list("parent_id", "n")
+        )
+        node["children"] = [_topic_node(b, k, children=counts.get(k.pk, 0)) for k in rows]
+    else:
+        members = (
+            Message.objects.visible_to(owner)
+            .logical()
+            .filter(topic_memberships__topic=t)
+            .order_by("timestamp", "id")
+        )
+        rows, next_offset = _page(members, limit, offset)
+        node["children"] = [_message_node(owner, b, m) for m in rows]
+    node["offset"] = offset
+    if next_offset is not None:
+        node["next_offset"] = next_offset
+    return node, f'expanded topic "{snip(t.label, 50)}" ({len(rows)} children)'
+
+
+@tool(
+    "browse_hierarchy",
+    "List the nodes of one level of memory, oldest first: FULL (the newest messages), SUMMARY "
+    "(older messages as one-sentence summaries), META (topic groups of older messages) or "
+    "ARCHIVE (the coarsest topics of the oldest memory). Open a node with expand_node.",
+    {
+        "level": {
+            "type": "string",
+            "enum": hierarchy.LEVEL_NAMES,
+            "description": "FULL, SUMMARY, META or ARCHIVE",
+        },
+        "limit": LIMIT,
+        "offset": OFFSET,
+    },
+    required=["level"],
+    keywords=("browse", "hierarchy", "level", "levels", "archive", "older", "overview"),
+)
+def browse_hierarchy(owner, *, level: str, limit: int = 20, offset: int = 0, conversation=None):
+    lvl = hierarchy.Level[level]
+    b = hierarchy.boundaries(owner)
+    result: dict[str, Any] = {"level": lvl.name, "level_number": int(lvl), "holds": hierarchy.level_ages(lvl)}
+    if lvl in (hierarchy.Level.FULL, hierarchy.Level.SUMMARY):
+        qs = hierarchy.messages_at(owner, b, lvl).order_by("timestamp", "id")
+        rows, next_offset = _page(qs, limit, offset)
+        nodes = [_message_node(owner, b, m) for m in rows]
+        if lvl == hierarchy.Level.FULL:
+            for node, m in zip(nodes, rows, strict=True):
+                node["content"] = snip(m.content, 1500)
+    else:
+        qs = hierarchy.topics_at(owner, b, lvl).order_by("period_start", "id")
+        rows, next_offset = _page(qs, limit, offset)
+        nodes = [_topic_node(b, t) for t in rows]
+    result.update({"node_count": qs.count(), "offset": offset, "items": nodes})
+    if next_offset is not None:
+        result["next_offset"] = next_offset
+    if not b.active:
+        result["note"] = (
+            f"memory holds at most HIERARCHY_SUMMARY_THRESHOLD={settings.HIERARCHY_SUMMARY_THRESHOLD} "
+            "messages, so every message is FULL"
+        )
+    elif not nodes and lvl in (hierarchy.Level.META, hierarchy.Level.ARCHIVE):
+        result["note"] = (
+            f"no {lvl.name} nodes: memory does not reach that far back, or its topics are not "
+            "built yet (background upkeep)"
+        )
+    return result, f"browsed {lvl.name} ({len(nodes)} of {result['node_count']} nodes)"
