@@ -13,9 +13,11 @@ from typing import Any
 
 import markdown
 import nh3
+from django.template.loader import render_to_string
 from django.urls import NoReverseMatch, reverse
 from django.utils.safestring import SafeString, mark_safe
 
+from chat.branches import siblings_for
 from memory.models import Message, ToolCall
 
 ALLOWED_TAGS = {
@@ -131,10 +133,6 @@ def render_markdown(text: str, *, owner=None) -> SafeString:
 
 def message_html(message: Message, owner) -> str:
     """The chat row of one message: the same fragment the page, htmx and the websocket use."""
-    from django.template.loader import render_to_string
-
-    from chat.branches import siblings_for
-
     sib = siblings_for(message.conversation, [message])[message.pk]
     return render_to_string("chat/_message.html", {"m": message, "sib": sib, "user": owner})
 

@@ -28,136 +28,35 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 
-from channels.db import database_sync_to_async
 from django.conf import settings
-from django.db import InterfaceError, OperationalError, connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from chat import branches, drafts, llm
+from chat.db import db, durable
 from chat.rendering import message_html, tool_label
+from chat.replies import Reply, ToolOutcome, queue_upkeep, store_reply
 from memory import budget, semantic_cache, store
-from memory.models import Conversation, Message, new_ulid
+from memory.models import Conversation, Message
 
 logger = logging.getLogger(__name__)
 
 Emit = Callable[[dict[str, Any]], Awaitable[None]]
-# Database work runs in a thread pool of its own, not the single "thread-sensitive" thread (nor
-# the loop's default pool of cpu_count + 4 threads), so a hundred turns at once do not queue
-# behind each other. Each worker keeps its own database connection (DB_CONN_MAX_AGE), which
-# database_sync_to_async checks and closes when stale before and after each call; most of a
-# worker's time is spent waiting on Postgres or on the embedding thread, not on the CPU.
-DB_THREADS = settings.CHAT_DB_THREADS
-_executor: ThreadPoolExecutor | None = None
-
-
-def _db_executor() -> ThreadPoolExecutor:
-    global _executor
-    if _executor is None:
-        _executor = ThreadPoolExecutor(max_workers=DB_THREADS, thread_name_prefix="chat-db")
-    return _executor
-
-
-def db(func):
-    return database_sync_to_async(func, thread_sensitive=False, executor=_db_executor())
-
-
-DB_WRITE_ATTEMPTS = 4
-
-
-def durable(func, *, atomic: bool = True):
-    """`func` in one transaction, tried again when the database connection drops (a restart,
-    a failover, a killed backend): the message a person sent and the reply must not be lost
-    to a blip. One transaction makes a retry safe: a failed attempt leaves nothing behind.
-    atomic=False is for reads, which need the retries but not a transaction's two round trips,
-    and for steps that open their own transaction around their writes."""
-
-    def run(*args, **kwargs):
-        for attempt in range(DB_WRITE_ATTEMPTS):
-            try:
-                if not atomic:
-                    return func(*args, **kwargs)
-                with transaction.atomic():
-                    return func(*args, **kwargs)
-            except (OperationalError, InterfaceError):
-                if attempt == DB_WRITE_ATTEMPTS - 1:
-                    raise
-                logger.warning("database write failed (attempt %d); retrying", attempt + 1)
-                connection.close()
-                time.sleep(0.2 * 3**attempt)
-        raise AssertionError("unreachable")
-
-    return run
-
-
-TOOL_RESULT_MAX_CHARS = 24_000
 UNSET = object()
 
 
-@dataclass
-class ToolOutcome:
-    call_id: str
-    name: str
-    arguments_text: str
-    ok: bool
-    result: Any
-    error: str
-    summary: str
-    started_at: Any
-    duration_ms: int
-
-    def for_model(self, budget: int = TOOL_RESULT_MAX_CHARS) -> str:
-        """The result as the model reads it: at most TOOL_RESULT_MAX_CHARS characters, or what is
-        left of the turn's tool-result budget when that is less."""
-        payload = self.result if self.ok else {"error": self.error}
-        text = json.dumps(payload, ensure_ascii=False, default=str)
-        if len(text) > TOOL_RESULT_MAX_CHARS and budget >= TOOL_RESULT_MAX_CHARS:
-            text = text[:TOOL_RESULT_MAX_CHARS] + f"… [cut at {TOOL_RESULT_MAX_CHARS} characters]"
-        elif len(text) > budget:
-            text = text[:budget] + f"… [cut at {budget} characters: this turn's tool-result budget is spent]"
-        return text
-
-
-@dataclass
-class Reply:
-    id: str = field(default_factory=new_ulid)
-    text: str = ""
-    status: str = "complete"  # complete | stopped | failed
-    error: str = ""
-    mode: str = "llm"  # llm | offline_recall
-    cached_from: str = ""  # the earlier reply reused (RESPONSE_CACHE)
-    tool_outcomes: list[ToolOutcome] = field(default_factory=list)
-    tool_result_chars: int = 0  # of tool results sent to the model (MAX_TOOL_RESULT_CHARS_PER_TURN)
-    usage: dict[str, int] = field(default_factory=dict)
-    rounds: int = 0
-    started: float = field(default_factory=time.perf_counter)
-    timings_ms: dict[str, float] = field(default_factory=dict)
-    draft_saved_at: float = field(default_factory=time.monotonic)
-    draft_saving: asyncio.Future | None = None
-    prompt: budget.Prompt | None = None  # what the model is sent, zone by zone
-    retried: bool = False  # the prompt was refused as too long once and sent again, halved
-
-    def mark(self, name: str, since: float) -> None:
-        """Milliseconds from the start of the turn to a step (kept in the reply's metadata)."""
-        self.timings_ms.setdefault(name, round((time.perf_counter() - since) * 1000, 1))
-
-    def add_usage(self, usage: dict[str, int]) -> None:
-        for key, value in usage.items():
-            self.usage[key] = self.usage.get(key, 0) + int(value or 0)
-
-    def save_draft_soon(self) -> None:
-        """Save the text so far to the reply's draft once REPLY_DRAFT_SAVE_SECONDS have passed
-        since the last save: one save at a time, in the background, never awaited here."""
-        now = time.monotonic()
-        if now - self.draft_saved_at < settings.REPLY_DRAFT_SAVE_SECONDS:
-            return
-        if self.draft_saving is not None and not self.draft_saving.done():
-            return
-        self.draft_saved_at = now
-        self.draft_saving = asyncio.ensure_future(_save_draft(self.id, self.text))
+def _save_draft_soon(reply: Reply) -> None:
+    """Save the text so far to the reply's draft once REPLY_DRAFT_SAVE_SECONDS have passed
+    since the last save: one save at a time, in the background, never awaited here."""
+    now = time.monotonic()
+    if now - reply.draft_saved_at < settings.REPLY_DRAFT_SAVE_SECONDS:
+        return
+    if reply.draft_saving is not None and not reply.draft_saving.done():
+        return
+    reply.draft_saved_at = now
+    reply.draft_saving = asyncio.ensure_future(_save_draft(reply.id, reply.text))
 
 
 async def _save_draft(reply_id: str, text: str) -> None:
@@ -331,7 +230,7 @@ async def run_turn(
     )
 
     # 5. Topic upkeep, in the background.
-    await db(durable(_queue_upkeep))(owner, [user_message.pk, assistant.pk])
+    await db(durable(queue_upkeep))(owner, [user_message.pk, assistant.pk])
     return assistant
 
 
@@ -391,7 +290,7 @@ def _prepare_context(
     written in one."""
     from memory.index_builder import prepare_context, save_snapshot
 
-    active_ids = branches._ancestor_ids(user_message.pk)
+    active_ids = branches.ancestor_ids(user_message.pk)
     plan = prepare_context(
         owner,
         conversation,
@@ -439,7 +338,7 @@ async def _stream_once(messages, tools, max_tokens: int, reply: Reply, emit: Emi
                     reply.mark("first_token", reply.started)
                 reply.text += event.text
                 await emit({"type": "chat.token", "message_id": reply.id, "delta": event.text})
-                reply.save_draft_soon()
+                _save_draft_soon(reply)
             else:
                 reply.add_usage(event.usage)
                 return event
@@ -583,79 +482,6 @@ def _recall_hits(owner, user_message: Message):
 
 
 def _store_reply(owner, conversation: Conversation, user_message: Message, reply: Reply, snapshot) -> Message:
-    metadata = {
-        "status": reply.status,
-        "mode": reply.mode,
-        "model": settings.CHAT_MODEL if reply.mode == "llm" else None,
-        "usage": reply.usage,
-        "rounds": reply.rounds,
-        "timings_ms": reply.timings_ms,
-    }
-    if reply.status != "complete":
-        metadata["incomplete"] = True
-    if reply.error:
-        metadata["error"] = reply.error
-    if snapshot is not None:
-        metadata["strategy"] = snapshot.strategy
-    if reply.cached_from:
-        metadata["cached_from"] = reply.cached_from
-    if reply.mode == "offline_recall":
-        # Quotes of memory and how-to-configure text: not memory itself.
-        metadata["system_text"] = True
-    [assistant] = store.store_messages(
-        owner,
-        conversation,
-        [
-            store.NewMessage(
-                id=reply.id,
-                role="assistant",
-                content=reply.text,
-                parent_id=user_message.pk,
-                metadata=metadata,
-                allow_empty=True,
-            )
-        ],
-        # The reply's vectors come from background work; keyword search finds it at once.
-        embed=False,
-    )
-    if reply.status == "complete" and reply.mode == "llm":
-        semantic_cache.remember_reply(owner, conversation, user_message, assistant, reply.text)
-    for outcome in reply.tool_outcomes:
-        store.store_tool_call(
-            owner,
-            assistant,
-            outcome.name,
-            outcome.arguments_text,
-            outcome.result if outcome.ok else {"error": outcome.error},
-            timestamp=outcome.started_at,
-            is_error=not outcome.ok,
-            duration_ms=outcome.duration_ms,
-            embed=False,
-        )
-    if snapshot is not None:
-        snapshot.message = assistant
-        fields = ["message"]
-        if reply.prompt is not None:
-            # What the model was sent, zone by zone: allocated and used (the largest request).
-            report = reply.prompt.report(
-                completion_tokens=reply.usage.get("completion_tokens"), retried=reply.retried
-            )
-            snapshot.plan = {**(snapshot.plan or {}), "window": report}
-            fields.append("plan")
-        snapshot.save(update_fields=fields)
-    assistant.conversation = conversation
-    branches.set_leaf(conversation, assistant)
+    assistant = store_reply(owner, conversation, user_message, reply, snapshot)
     drafts.finish(reply.id)
     return assistant
-
-
-def _queue_upkeep(owner, message_ids: list[str]) -> None:
-    try:
-        from memory.tasks import queue_upkeep
-    except ImportError:  # the engine's task module is not there: upkeep simply waits
-        logger.warning("memory.tasks.queue_upkeep is unavailable; topic upkeep not queued")
-        return
-    try:
-        queue_upkeep(owner.pk, message_ids)
-    except Exception:
-        logger.exception("could not queue topic upkeep for %s", message_ids)

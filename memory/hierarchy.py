@@ -27,6 +27,7 @@ from django.utils import timezone
 
 from memory.models import Message, Topic
 from memory.tokens import count_tokens, snip
+from memory.topics import first_sentence
 
 
 class Level(IntEnum):
@@ -141,9 +142,7 @@ def message_summary(m: Message, limit: int = 160) -> str:
     written = (m.metadata or {}).get("summary")
     if isinstance(written, str) and written.strip():
         return snip(written, limit)
-    from memory.topics import _first_sentence
-
-    return _first_sentence(m.content or "", limit)
+    return first_sentence(m.content or "", limit)
 
 
 def level_ages(level: Level) -> str:

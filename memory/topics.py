@@ -183,7 +183,7 @@ def _keywords(terms: Counter, doc_freq: Counter, n_docs: int, k: int = 8) -> lis
     return [t for t, _ in sorted(scored.items(), key=lambda kv: (-kv[1], kv[0]))[:k]]
 
 
-def _first_sentence(text: str, limit: int = 160) -> str:
+def first_sentence(text: str, limit: int = 160) -> str:
     flat = " ".join(text.split())
     m = re.search(r"(.{20,}?[.!?])(\s|$)", flat)
     s = m.group(1) if m else flat
@@ -274,7 +274,7 @@ def _materialise(owner, top: list[_Node], leaves: list[_Node]):
             topic.period_end = node.messages[-1][2]
             topic.sample_message_ids = _leaf_samples(node)
             texts = {m[0]: m[4] for m in node.messages}
-            topic.summary = " … ".join(_first_sentence(texts[i]) for i in topic.sample_message_ids)[
+            topic.summary = " … ".join(first_sentence(texts[i]) for i in topic.sample_message_ids)[
                 :1000
             ]
             c = centroid
@@ -460,7 +460,7 @@ def _join(topic: Topic, message: Message, vec: np.ndarray | None) -> None:
     if not topic.summary or topic.label == "(new topic)":
         topic.keywords = [w for w, _ in Counter(words(message.content)).most_common(8)]
         topic.label = label_from(topic.keywords, [message.content])
-        topic.summary = _first_sentence(message.content)
+        topic.summary = first_sentence(message.content)
     topic.save()
     TopicMembership.objects.get_or_create(
         owner_id=topic.owner_id,
@@ -607,7 +607,7 @@ def refresh(owner, topic_ids: Iterable[str]) -> dict:
         topic.period_start, topic.period_end = members[0].timestamp, members[-1].timestamp
         topic.sample_message_ids = _leaf_samples(node)
         texts = {m.pk: m.content for m in members}
-        topic.summary = " … ".join(_first_sentence(texts[i]) for i in topic.sample_message_ids)[
+        topic.summary = " … ".join(first_sentence(texts[i]) for i in topic.sample_message_ids)[
             :1000
         ]
         topic.summary_source = "extractive"
