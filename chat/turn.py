@@ -38,7 +38,7 @@ from chat import branches, drafts, llm
 from chat.db import db, durable
 from chat.rendering import message_html, tool_label
 from chat.replies import Reply, ToolOutcome, queue_upkeep, store_reply
-from memory import budget, semantic_cache, store
+from memory import budget, semantic_cache, store, summaries
 from memory.models import Conversation, Message
 
 logger = logging.getLogger(__name__)
@@ -126,7 +126,7 @@ async def run_turn(
         reply.mark("context", started)
 
         # 3. The answer.
-        if not llm.is_configured():
+        if not summaries.is_configured():
             await _offline_recall(owner, user_message, reply, emit, stop)
         elif settings.RESPONSE_CACHE and (
             cached := await db(durable(semantic_cache.cached_reply, atomic=False))(
@@ -301,7 +301,7 @@ def _prepare_context(
     )
     with transaction.atomic():
         snapshot = save_snapshot(plan, owner, conversation, user_message)
-        mode = "llm" if llm.is_configured() else "offline_recall"
+        mode = "llm" if summaries.is_configured() else "offline_recall"
         drafts.begin(owner, conversation, reply.id, user_message, snapshot, mode)
     return plan, snapshot
 
@@ -372,33 +372,22 @@ def _execute_tool(
     from memory.tools import execute_tool
 
     started_at = timezone.now()
-    t0 = time.perf_counter()
-    try:
-        arguments = call.arguments()
-    except ValueError as exc:
-        ok, result, error = False, None, f"{call.name or 'tool'}: {exc}"
-        summary = "could not read the arguments"
-    else:
-        outcome = execute_tool(
-            owner, call.name, arguments, conversation=conversation,
-            exclude_message_ids=[user_message_id] if user_message_id else (),
-        )
-        ok, result, error, summary = (
-            outcome.ok,
-            outcome.result,
-            outcome.error or "",
-            outcome.summary or "",
-        )
+    # The arguments go as the model wrote them: execute_tool reads them, and broken JSON comes
+    # back as an error the model is shown.
+    outcome = execute_tool(
+        owner, call.name, call.arguments_text, conversation=conversation,
+        exclude_message_ids=[user_message_id] if user_message_id else (),
+    )
     return ToolOutcome(
         call_id=call.id,
         name=call.name or "(no name)",
         arguments_text=call.arguments_text,
-        ok=ok,
-        result=result,
-        error=error,
-        summary=summary or error,
+        ok=outcome.ok,
+        result=outcome.result,
+        error=outcome.error or "",
+        summary=outcome.summary or outcome.error or "",
         started_at=started_at,
-        duration_ms=int((time.perf_counter() - t0) * 1000),
+        duration_ms=int(outcome.duration_ms),
     )
 
 

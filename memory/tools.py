@@ -85,6 +85,9 @@ class Tool:
     handler: Callable[..., tuple[Any, str]]
     keywords: tuple[str, ...] = ()
     core: bool = False
+    # How a call reads in the chat ("searched memory for …"), from its arguments; "" when they
+    # do not say enough, and the call reads "called <name>".
+    label: Callable[[dict[str, Any]], str] | None = None
     schema_cache: dict[str, Any] = field(default_factory=dict)
 
     def schema(self) -> dict[str, Any]:
@@ -117,12 +120,24 @@ def tool(
     required=(),
     keywords: tuple[str, ...] = (),
     core: bool = False,
+    label: Callable[[dict[str, Any]], str] | None = None,
 ):
     def register(fn):
-        TOOLS[name] = Tool(name, description, parameters, list(required), fn, keywords, core)
+        TOOLS[name] = Tool(name, description, parameters, list(required), fn, keywords, core, label)
         return fn
 
     return register
+
+
+def _searched(args: dict[str, Any]) -> str:
+    query = args.get("query")
+    return f"searched memory for “{snip(query, 80)}”" if query else ""
+
+
+def _opened_messages(ids: Any) -> str:
+    if not isinstance(ids, list):
+        return ""
+    return f"opened {len(ids)} message{'s' if len(ids) != 1 else ''}"
 
 
 def tool_schemas(names: list[str] | None = None) -> list[dict[str, Any]]:
@@ -210,7 +225,7 @@ def _execute_tool(owner, name: str, arguments: Any, conversation, started: float
         t = TOOLS.get(str(name))
         if t is None:
             raise ToolError(f"unknown tool {str(name)[:60]!r}; available: {', '.join(TOOLS)}")
-        args = _parse_arguments(arguments)
+        args = parse_arguments(arguments)
         args = _validate(t, args)
         result, summary = t.handler(owner, conversation=conversation, **args)
         result = _bound(result)
@@ -236,8 +251,9 @@ def _ms(started: float) -> float:
     return round((time.perf_counter() - started) * 1000, 2)
 
 
-def _parse_arguments(arguments: Any) -> dict[str, Any]:
-    if arguments is None or arguments == "":
+def parse_arguments(arguments: Any) -> dict[str, Any]:
+    """A tool call's arguments, a JSON object as text or already parsed; raises ToolError."""
+    if arguments is None or (isinstance(arguments, str) and not arguments.strip()):
         return {}
     if isinstance(arguments, dict):
         return arguments
@@ -598,6 +614,7 @@ def _page(qs, limit: int, offset: int) -> tuple[list, int | None]:
     required=["id"],
     keywords=("message", "read", "full", "id"),
     core=True,
+    label=lambda a: f"opened message {snip(a['id'], 40)}" if a.get("id") else "",
 )
 def get_message_by_id(owner, *, id: str, offset: int = 0, conversation=None):
     m = _message(owner, id)
@@ -621,6 +638,7 @@ def get_message_by_id(owner, *, id: str, offset: int = 0, conversation=None):
     },
     required=["ids"],
     keywords=("messages", "read", "ids"),
+    label=lambda a: _opened_messages(a.get("ids")),
 )
 def get_messages_by_ids(owner, *, ids: list[str], offset: int = 0, conversation=None):
     found = {m.pk: m for m in Message.objects.visible_to(owner).filter(pk__in=ids)}
@@ -670,6 +688,7 @@ def get_messages_by_ids(owner, *, ids: list[str], offset: int = 0, conversation=
     },
     required=["id"],
     keywords=("chunk", "chunks", "long", "rest"),
+    label=lambda a: f"opened message {snip(a['id'], 40)}" if a.get("id") else "",
 )
 def get_message_with_chunks(owner, *, id: str, offset: int = 0, limit: int = 3, conversation=None):
     m = _message(owner, id)
@@ -747,6 +766,7 @@ SEARCH_FILTERS = {
     required=["query"],
     keywords=("search", "find", "remember", "recall", "when", "what"),
     core=True,
+    label=_searched,
 )
 def vector_search(owner, *, query: str, limit: int = 10, conversation=None, **filters):
     results = _search(owner, query, limit, conversation=conversation, **filters)
@@ -772,6 +792,7 @@ def vector_search(owner, *, query: str, limit: int = 10, conversation=None, **fi
     required=["query"],
     keywords=("search", "remember", "recall", "details", "what", "who"),
     core=True,
+    label=_searched,
 )
 def search_and_retrieve(owner, *, query: str, auto_limit: int = 5, conversation=None, **filters):
     results = _search(owner, query, auto_limit * 2, conversation=conversation, **filters)
@@ -834,6 +855,7 @@ def _topic(owner, ident: str) -> Topic:
     {"cluster_id": ID, "limit": LIMIT, "offset": OFFSET},
     required=["cluster_id"],
     keywords=("cluster", "topic", "group"),
+    label=lambda a: f"opened topic {snip(a['cluster_id'], 40)}" if a.get("cluster_id") else "",
 )
 def get_cluster(owner, *, cluster_id: str, limit: int = 20, offset: int = 0, conversation=None):
     return _topic_messages(owner, _topic(owner, cluster_id), limit, offset)
@@ -872,6 +894,7 @@ def _topic_messages(owner, topic: Topic, limit: int, offset: int):
     },
     required=["period"],
     keywords=("today", "yesterday", "week", "month", "date", "when", "period", "last", "ago"),
+    label=lambda a: f"looked at messages from {snip(a.get('period') or 'a period', 40)}",
 )
 def get_period_messages(
     owner,
@@ -911,6 +934,7 @@ def get_period_messages(
     {"message_id": ID, "depth": {"type": "integer", "minimum": 1, "maximum": 20}},
     required=["message_id"],
     keywords=("thread", "context", "before", "conversation", "reply"),
+    label=lambda a: f"followed the thread of {snip(a['message_id'], 40)}" if a.get("message_id") else "",
 )
 def get_conversation_thread(owner, *, message_id: str, depth: int = 5, conversation=None):
     m = _message(owner, message_id)
@@ -954,6 +978,7 @@ def get_conversation_thread(owner, *, message_id: str, depth: int = 5, conversat
     {"id": ID, "offset": CHAR_OFFSET},
     required=["id"],
     keywords=("tool", "call", "result"),
+    label=lambda a: f"opened tool calls of {snip(a.get('id') or '?', 40)}",
 )
 def get_tool_call(owner, *, id: str, offset: int = 0, conversation=None):
     c = ToolCall.objects.owned_by(owner).visible().filter(pk=id).first()
@@ -970,6 +995,7 @@ def get_tool_call(owner, *, id: str, offset: int = 0, conversation=None):
     {"message_id": ID, "limit": LIMIT, "offset": OFFSET},
     required=["message_id"],
     keywords=("tool", "calls", "message"),
+    label=lambda a: f"opened tool calls of {snip(a.get('message_id') or '?', 40)}",
 )
 def get_tool_calls_by_message(
     owner, *, message_id: str, limit: int = 20, offset: int = 0, conversation=None
@@ -1026,6 +1052,7 @@ def view_topic(owner, *, topic_id: str | None = None, conversation=None):
     {"topic": {"type": "string", "maxLength": 200}, "limit": LIMIT, "offset": OFFSET},
     required=["topic"],
     keywords=("topic", "messages"),
+    label=lambda a: f"opened topic {snip(a['topic'], 40)}" if a.get("topic") else "",
 )
 def get_topic_messages(owner, *, topic: str, limit: int = 20, offset: int = 0, conversation=None):
     return _topic_messages(owner, _topic(owner, topic), limit, offset)
@@ -1067,6 +1094,7 @@ def get_session(owner, *, message_id: str, conversation=None):
     },
     required=["pattern"],
     keywords=("find", "exact", "regex", "pattern", "grep", "mentioned", "word"),
+    label=lambda a: f"searched memory for “{snip(a['pattern'], 80)}”" if a.get("pattern") else "",
 )
 def find(
     owner,
@@ -1183,6 +1211,7 @@ def show_summaries(
     "index saved on recent turns (measured on what each turn sent).",
     {"conversation_id": ID},
     keywords=("stats", "statistics", "how", "many", "count", "size"),
+    label=lambda a: "looked at memory statistics",
 )
 def get_conversation_stats(owner, *, conversation_id: str | None = None, conversation=None):
     conv = _conversation(owner, conversation_id)
@@ -1343,6 +1372,7 @@ def _topic_node(b: hierarchy.Boundaries, t: Topic, *, children: int | None = Non
     {"id": {**ID, "description": "a message id or a topic id"}, "limit": LIMIT, "offset": OFFSET},
     required=["id"],
     keywords=("expand", "node", "open", "detail", "summary", "level"),
+    label=lambda a: f"expanded memory node {snip(a['id'], 40)}" if a.get("id") else "",
 )
 def expand_node(owner, *, id: str, limit: int = 20, offset: int = 0, conversation=None):
     b = hierarchy.boundaries(owner)
@@ -1432,6 +1462,7 @@ def _expand_topic(owner, b: hierarchy.Boundaries, t: Topic, limit: int, offset: 
     },
     required=["level"],
     keywords=("browse", "hierarchy", "level", "levels", "archive", "older", "overview"),
+    label=lambda a: f"browsed the {snip(a.get('level') or '?', 12)} level of memory",
 )
 def browse_hierarchy(owner, *, level: str, limit: int = 20, offset: int = 0, conversation=None):
     lvl = hierarchy.Level[level]
