@@ -5,46 +5,18 @@ server that died (chat.drafts) is stored the same way."""
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 from django.conf import settings
 
 from chat import branches
 from memory import budget, semantic_cache, store, tasks
 from memory.models import Conversation, Message, new_ulid
+from memory.tools import ToolResult
 
 logger = logging.getLogger(__name__)
-
-TOOL_RESULT_MAX_CHARS = 24_000
-
-
-@dataclass
-class ToolOutcome:
-    call_id: str
-    name: str
-    arguments_text: str
-    ok: bool
-    result: Any
-    error: str
-    summary: str
-    started_at: Any
-    duration_ms: int
-
-    def for_model(self, budget: int = TOOL_RESULT_MAX_CHARS) -> str:
-        """The result as the model reads it: at most TOOL_RESULT_MAX_CHARS characters, or what is
-        left of the turn's tool-result budget when that is less."""
-        payload = self.result if self.ok else {"error": self.error}
-        text = json.dumps(payload, ensure_ascii=False, default=str)
-        if len(text) > TOOL_RESULT_MAX_CHARS and budget >= TOOL_RESULT_MAX_CHARS:
-            text = text[:TOOL_RESULT_MAX_CHARS] + f"… [cut at {TOOL_RESULT_MAX_CHARS} characters]"
-        elif len(text) > budget:
-            text = text[:budget] + f"… [cut at {budget} characters: this turn's tool-result budget is spent]"
-        return text
-
 
 @dataclass
 class Reply:
@@ -54,7 +26,7 @@ class Reply:
     error: str = ""
     mode: str = "llm"  # llm | offline_recall
     cached_from: str = ""  # the earlier reply reused (RESPONSE_CACHE)
-    tool_outcomes: list[ToolOutcome] = field(default_factory=list)
+    tool_outcomes: list[ToolResult] = field(default_factory=list)
     tool_result_chars: int = 0  # of tool results sent to the model (MAX_TOOL_RESULT_CHARS_PER_TURN)
     usage: dict[str, int] = field(default_factory=dict)
     rounds: int = 0
@@ -124,7 +96,7 @@ def store_reply(owner, conversation: Conversation, user_message: Message, reply:
             outcome.result if outcome.ok else {"error": outcome.error},
             timestamp=outcome.started_at,
             is_error=not outcome.ok,
-            duration_ms=outcome.duration_ms,
+            duration_ms=int(outcome.duration_ms),
             embed=False,
         )
     if snapshot is not None:

@@ -37,9 +37,10 @@ from django.utils import timezone
 from chat import branches, drafts, llm
 from chat.db import db, durable
 from chat.rendering import message_html, tool_label
-from chat.replies import Reply, ToolOutcome, queue_upkeep, store_reply
+from chat.replies import Reply, queue_upkeep, store_reply
 from memory import budget, semantic_cache, store, summaries
 from memory.models import Conversation, Message
+from memory.tools import ToolResult, execute_tool
 
 logger = logging.getLogger(__name__)
 
@@ -159,7 +160,7 @@ async def run_turn(
                     if refusal:
                         outcome = _skipped_tool(call, refusal)
                         reply.tool_outcomes.append(outcome)
-                        results.append(budget.ToolResultText(call.id, outcome.for_model(), refusal))
+                        results.append(budget.ToolResultText(call.id, outcome.content(), refusal))
                         continue
                     await emit(
                         {
@@ -174,7 +175,7 @@ async def run_turn(
                     outcome = await db(durable(_execute_tool))(owner, conversation, call, user_message.pk)
                     reply.tool_outcomes.append(outcome)
                     room = settings.MAX_TOOL_RESULT_CHARS_PER_TURN - reply.tool_result_chars
-                    content = outcome.for_model(room)
+                    content = outcome.content(room)
                     reply.tool_result_chars += len(content)
                     results.append(budget.ToolResultText(call.id, content, outcome.summary))
                     await emit(
@@ -368,27 +369,15 @@ async def _stream_once(messages, tools, max_tokens: int, reply: Reply, emit: Emi
 
 def _execute_tool(
     owner, conversation: Conversation, call: llm.RequestedToolCall, user_message_id: str | None = None
-) -> ToolOutcome:
-    from memory.tools import execute_tool
-
-    started_at = timezone.now()
+) -> ToolResult:
     # The arguments go as the model wrote them: execute_tool reads them, and broken JSON comes
     # back as an error the model is shown.
     outcome = execute_tool(
         owner, call.name, call.arguments_text, conversation=conversation,
         exclude_message_ids=[user_message_id] if user_message_id else (),
     )
-    return ToolOutcome(
-        call_id=call.id,
-        name=call.name or "(no name)",
-        arguments_text=call.arguments_text,
-        ok=outcome.ok,
-        result=outcome.result,
-        error=outcome.error or "",
-        summary=outcome.summary or outcome.error or "",
-        started_at=started_at,
-        duration_ms=int(outcome.duration_ms),
-    )
+    outcome.call_id, outcome.name = call.id, call.name or "(no name)"
+    return outcome
 
 
 def _refusal(index: int, reply: Reply) -> str:
@@ -406,11 +395,11 @@ def _refusal(index: int, reply: Reply) -> str:
     return ""
 
 
-def _skipped_tool(call: llm.RequestedToolCall, error: str) -> ToolOutcome:
+def _skipped_tool(call: llm.RequestedToolCall, error: str) -> ToolResult:
     """A call refused by a cap (see `_refusal`): not run, and the model is told why."""
-    return ToolOutcome(
-        call_id=call.id, name=call.name or "(no name)", arguments_text=call.arguments_text, ok=False,
-        result=None, error=error, summary=error, started_at=timezone.now(), duration_ms=0,
+    return ToolResult(
+        ok=False, error=error, summary=error,
+        name=call.name or "(no name)", arguments_text=call.arguments_text, call_id=call.id,
     )
 
 
@@ -423,16 +412,15 @@ async def _offline_recall(
     t0 = time.perf_counter()
     hits = await db(durable(_recall_hits))(owner, user_message)
     reply.tool_outcomes.append(
-        ToolOutcome(
-            call_id="offline",
-            name="search_and_retrieve",
-            arguments_text=json.dumps({"query": user_message.content[:500]}),
+        ToolResult(
             ok=True,
             result=[h.as_result() for h in hits],
-            error="",
             summary=f"{len(hits)} matching message{'s' if len(hits) != 1 else ''}",
-            started_at=started_at,
             duration_ms=int((time.perf_counter() - t0) * 1000),
+            name="search_and_retrieve",
+            arguments_text=json.dumps({"query": user_message.content[:500]}),
+            call_id="offline",
+            started_at=started_at,
         )
     )
     lines = [

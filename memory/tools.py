@@ -60,17 +60,29 @@ class ToolError(Exception):
 
 @dataclass
 class ToolResult:
+    """One tool call's outcome: what execute_tool returns, and what the chat shows and stores
+    with the reply (call_id is the model's id for the call)."""
+
     ok: bool
     result: Any = None
-    error: str | None = None
+    error: str = ""
     summary: str = ""
     duration_ms: float = 0.0
+    name: str = ""
+    arguments_text: str = ""
+    call_id: str = ""
+    started_at: dt.datetime = field(default_factory=timezone.now)
 
-    def content(self) -> str:
-        """What goes back to the model as the tool message."""
-        if self.ok:
-            return json.dumps(self.result, ensure_ascii=False, default=str)
-        return json.dumps({"error": self.error}, ensure_ascii=False)
+    def content(self, budget: int = MAX_RESULT_CHARS) -> str:
+        """What goes back to the model as the tool message: at most MAX_RESULT_CHARS characters,
+        or `budget` (what is left of the turn's tool-result budget) when that is less."""
+        payload = self.result if self.ok else {"error": self.error}
+        text = json.dumps(payload, ensure_ascii=False, default=str)
+        if len(text) > MAX_RESULT_CHARS and budget >= MAX_RESULT_CHARS:
+            text = text[:MAX_RESULT_CHARS] + f"… [cut at {MAX_RESULT_CHARS} characters]"
+        elif len(text) > budget:
+            text = text[:budget] + f"… [cut at {budget} characters: this turn's tool-result budget is spent]"
+        return text
 
     def as_dict(self) -> dict[str, Any]:
         return {"ok": self.ok, "result": self.result, "error": self.error, "summary": self.summary}
@@ -215,9 +227,15 @@ def execute_tool(
     exclude_message_ids: messages no search of this call returns (the turn's own message)."""
     from memory.search import excluding
 
-    started = time.perf_counter()
+    started_at, started = timezone.now(), time.perf_counter()
     with excluding(exclude_message_ids):
-        return _execute_tool(owner, name, arguments, conversation, started)
+        outcome = _execute_tool(owner, name, arguments, conversation, started)
+    outcome.name, outcome.started_at = str(name or ""), started_at
+    if isinstance(arguments, str):
+        outcome.arguments_text = arguments
+    elif arguments is not None:
+        outcome.arguments_text = json.dumps(arguments, ensure_ascii=False, default=str)
+    return outcome
 
 
 def _execute_tool(owner, name: str, arguments: Any, conversation, started: float) -> ToolResult:
@@ -229,7 +247,7 @@ def _execute_tool(owner, name: str, arguments: Any, conversation, started: float
         args = _validate(t, args)
         result, summary = t.handler(owner, conversation=conversation, **args)
         result = _bound(result)
-        return ToolResult(True, result, None, summary, _ms(started))
+        return ToolResult(True, result, "", summary, _ms(started))
     except ToolError as exc:
         return ToolResult(False, None, str(exc), f"{name}: {exc}"[:200], _ms(started))
     except NotFound as exc:
