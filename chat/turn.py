@@ -310,8 +310,8 @@ def _prepare_context(
 async def _stream_round(prompt: budget.Prompt, tools, reply: Reply, emit: Emit, stop: asyncio.Event):
     """One model response to the prompt as it stands, streamed to the browser. Returns its
     RoundEnd, or None when the person stopped it or the provider failed (reply.status says
-    which). A prompt refused as too long is sent once more with its zones halved (seed 003 C2:
-    overflow retry); a second refusal fails the turn, keeping what arrived before it."""
+    which). A prompt refused as too long is sent once more with its zones halved; a second
+    refusal fails the turn, keeping what arrived before it."""
     text_before = len(reply.text)
     while True:
         try:

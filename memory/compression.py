@@ -1,4 +1,4 @@
-"""Result compression (seed 003 A5): a long text cut to the sentences that answer a query.
+"""Result compression: a long text cut to the sentences that answer a query.
 
 What the model reads of a long message in a search result is its best-matching sentences, in
 their order, each with its character offsets in the whole text, so the model can read on

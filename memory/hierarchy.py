@@ -1,8 +1,8 @@
-"""Seed 004's levels over memory: FULL, SUMMARY, META and ARCHIVE, and pinned messages.
+"""The levels of memory by age: FULL, SUMMARY, META and ARCHIVE, and pinned messages.
 
 A message's level follows its age, counted in messages back from the newest one across the
-owner's memory (seed 004's node counts, HIERARCHY_* settings): the newest are FULL, then come
-one-sentence SUMMARY lines, then META (the topic groups of seed 002's tree, by their newest
+owner's memory (the HIERARCHY_* settings): the newest are FULL, then come
+one-sentence SUMMARY lines, then META (the topic groups of the topic tree, by their newest
 message) and finally ARCHIVE (the coarsest topics wholly older than the archive threshold).
 Nothing is rewritten when a message ages: a level is read off three boundary messages, each
 found with one indexed `OFFSET k LIMIT 1` query, so the cost stays flat as memory grows.
@@ -137,7 +137,7 @@ def topics_at(owner, b: Boundaries, level: Level):
 
 
 def message_summary(m: Message, limit: int = 160) -> str:
-    """Seed 004's one-sentence summary: a written one when some upkeep stored it, else the
+    """A message in one sentence: a written summary when some upkeep stored it, else the
     message's first sentence."""
     written = (m.metadata or {}).get("summary")
     if isinstance(written, str) and written.strip():

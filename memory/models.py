@@ -1,4 +1,4 @@
-"""The memory data model (seed 000 §3), in Postgres with pgvector.
+"""The memory data model, in Postgres with pgvector.
 
 Every row carries its owner and every query goes through a QuerySet method that filters by
 owner (`Message.objects.owned_by(user)`), so memory is shardable by user and never leaks.
@@ -55,7 +55,7 @@ class Conversation(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     # Next free position; taken with an atomic UPDATE ... RETURNING so two turns written at
-    # the same moment never share a position (seed 001 §3.4's race).
+    # the same moment never share a position (two writers racing).
     next_position = models.BigIntegerField(default=0)
 
     objects = OwnedQuerySet.as_manager()
@@ -335,7 +335,8 @@ class Passage(models.Model):
 
 
 class Topic(models.Model):
-    """A node of the owner's topic tree (seed 002's temporally ordered tree, seed 004's levels).
+    """A node of the owner's topic tree (a temporally ordered tree; memory.hierarchy's levels
+    read it).
 
     Leaves hold messages through TopicMembership (BELONGS_TO); inner nodes summarise their
     children. Width is bounded by TOPIC_MAX_CHILDREN.
@@ -414,8 +415,8 @@ class PeriodSummary(models.Model):
 
 
 class Entity(models.Model):
-    """A name, number with unit, identifier, date, URL, email or code identifier (seed 001's
-    cheat sheet; seed 003's heuristic graph)."""
+    """A name, number with unit, identifier, date, URL, email or code identifier, found by
+    memory.entities' heuristics."""
 
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
     name = models.CharField(max_length=300)
@@ -560,11 +561,11 @@ class TaskLease(models.Model):
     expires_at = models.DateTimeField()
 
 
-# --- seed 003 A3 and A4: the rolling conversation summary, the memory version, the caches ------
+# --- the rolling conversation summary, the memory version, the caches -------------------------
 
 
 class ConversationSummary(models.Model):
-    """The rolling summary of a conversation beyond its recent window (seed 003 A4), kept by
+    """The rolling summary of a conversation beyond its recent window, kept by
     background upkeep (memory.rolling_summary). `blocks` is the chain, oldest first: each block
     digests a stretch of the conversation's branch, {first_id, last_id, first_position,
     last_position, count, text, source}. An edit, delete or forget drops the blocks from the

@@ -1,4 +1,4 @@
-"""The rolling summary of a conversation beyond its recent window (seed 003 A4).
+"""The rolling summary of a conversation beyond its recent window.
 
 Background upkeep (`update`, run by the topic-upkeep task after a turn, never on the turn's
 path) walks the conversation's branch ending at its newest message and digests the messages

@@ -1,4 +1,4 @@
-"""The semantic cache (seed 003 A3): near-identical memory queries reuse their results.
+"""The semantic cache: near-identical memory queries reuse their results.
 
 A memory search of a conversation whose query vector is within SEMANTIC_CACHE_SIMILARITY
 (cosine, default 0.95) of an earlier one with the same parameters, at the same memory version

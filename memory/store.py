@@ -1,4 +1,4 @@
-"""The storage API (seed 000 §6): store, chunk, embed, edit, delete, restore and forget.
+"""The storage API: store, chunk, embed, edit, delete, restore and forget.
 
 Every function takes the owner and only ever touches that owner's rows; an id of someone
 else's row is reported exactly like an unknown id.
@@ -96,7 +96,7 @@ def passage_context(message: Message, parent_text: str | None, *, first: bool) -
 
 
 def chunk_spans(text: str) -> list[tuple[int, int]]:
-    """Character spans of the chunks of `text` (seed 000 §3.3), or [] when it needs none."""
+    """Character spans of the chunks of `text`, or [] when it needs none."""
     if count_tokens(text) <= settings.INDEX_CHUNK_THRESHOLD:
         return []
     return token_windows(text, settings.INDEX_CHUNK_THRESHOLD, settings.INDEX_CHUNK_OVERLAP)

@@ -114,7 +114,7 @@ def topic_upkeep(owner_id: int, message_ids: list[str]) -> dict[str, Any]:
 
 
 def update_conversation_summaries(owner, ids: list[str]) -> None:
-    """The rolling summaries of these messages' conversations (seed 003 A4), after topic upkeep
+    """The rolling summaries of these messages' conversations, after topic upkeep
     and in transactions of their own: a failure here leaves the topics done."""
     if not settings.CONVERSATION_SUMMARY:
         return
@@ -125,7 +125,7 @@ def update_conversation_summaries(owner, ids: list[str]) -> None:
 
 @task()
 def graph_upkeep(owner_id: int) -> dict[str, Any]:
-    """Seed 003 B4: merge entity aliases, decay edges not reinforced lately, prune orphans."""
+    """Graph upkeep: merge entity aliases, decay edges not reinforced lately, prune orphans."""
     from memory import graph
 
     owner = _owner(owner_id)

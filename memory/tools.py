@@ -1,5 +1,5 @@
-"""The memory tools the LLM calls (seed 000 §5.1, seed 002's tree walk, seed 004's find /
-show_summaries / stats, seed 003's memory_graph_query), in the OpenAI tools format.
+"""The memory tools the LLM calls (reading and searching messages, walking the topic tree and
+the levels, find, summaries, stats, the entity graph), in the OpenAI tools format.
 
 `execute_tool` never raises and never reads another user's rows: arguments are parsed and
 validated against the tool's own JSON schema first (missing, extra or mistyped arguments are
@@ -166,7 +166,7 @@ def schema_tokens(schema: dict[str, Any]) -> int:
 _QWORD = re.compile(r"[a-z0-9]+")
 
 
-# Seed 003 A2: a turn is offered the tools it is likely to need, not all of them: schemas are
+# A turn is offered the tools it is likely to need, not all of them: schemas are
 # most of a prompt's fixed cost. Any tool still runs if the model calls it by name.
 MAX_OFFERED_TOOLS = 8
 _SCHEMA_TOKENS: dict[str, int] = {}
@@ -186,7 +186,7 @@ def select_tools(
     wanted: list[str] | None = None,
     max_tools: int = MAX_OFFERED_TOOLS,
 ) -> tuple[list[dict[str, Any]], int]:
-    """Seed 003 A2: the tools this turn is offered, added in this order while their schemas fit
+    """The tools this turn is offered, added in this order while their schemas fit
     `budget` tokens and at most `max_tools` are chosen: recently used tools (always kept while
     they fit), the core tools, the `wanted` ones (those the memory index points to), then the
     others whose keywords the query mentions, best first. Tools nothing points to are left out.
@@ -365,7 +365,7 @@ def _bound(result: Any) -> Any:
     return result
 
 
-# --- shapes (seed 000 §5.2) ---------------------------------------------------------------------
+# --- shapes ------------------------------------------------------------------------------------
 
 
 def _json_len(value: Any) -> int:
@@ -620,7 +620,7 @@ def _page(qs, limit: int, offset: int) -> tuple[list, int | None]:
     return rows[:limit], (offset + limit if more else None)
 
 
-# --- seed 000 §5.1 ------------------------------------------------------------------------------
+# --- messages and search -----------------------------------------------------------------------
 
 
 @tool(
@@ -1029,7 +1029,7 @@ def get_tool_calls_by_message(
     return result, f"listed {len(rows)} tool calls of {m.pk}"
 
 
-# --- seed 002: walk the topic tree --------------------------------------------------------------
+# --- walk the topic tree -----------------------------------------------------------------------
 
 
 @tool(
@@ -1094,7 +1094,7 @@ def get_session(owner, *, message_id: str, conversation=None):
     )
 
 
-# --- seed 004 -------------------------------------------------------------------------------------
+# --- find, summaries, stats --------------------------------------------------------------------
 
 
 @tool(
@@ -1258,14 +1258,14 @@ def get_conversation_stats(owner, *, conversation_id: str | None = None, convers
         "last": agg["last"].isoformat() if agg["last"] else None,
         "duration_days": round(days, 2),
         "index_budget_tokens": settings.INDEX_MAX_TOKENS,
-        # Seed 004: messages per level, and tokens saved as measured on the turns' snapshots.
+        # Messages per level, and tokens saved as measured on the turns' snapshots.
         "compression_levels": hierarchy.level_counts(owner, conv),
         **hierarchy.measured_savings(owner, conv),
     }
     return result, f"{agg['n']} messages, {total_tokens:,} tokens"
 
 
-# --- seed 003 -------------------------------------------------------------------------------------
+# --- the entity graph --------------------------------------------------------------------------
 
 
 @tool(
@@ -1359,7 +1359,7 @@ def memory_graph_query(owner, *, entity: str, depth: int = 1, limit: int = 10, c
     return result, f'explored "{snip(root.name, 40)}" — {len(nodes) - 1} related entities'
 
 
-# --- the hierarchy: expand_node, browse_hierarchy ------------------------------------------------
+# --- the hierarchy: expand_node, browse_hierarchy ----------------------------------------------
 
 
 def _message_node(owner, b: hierarchy.Boundaries, m: Message) -> dict[str, Any]:

@@ -1,7 +1,8 @@
-"""The topic tree (seed 000 §7.3, seed 002's ChatIndex, seed 004's levels), without an LLM.
+"""The topic tree, without an LLM: what the memory index, the levels and the tree-walking
+tools read.
 
 Leaves are temporally ordered runs of messages about one thing: a run ends at an idle gap
-(seed 001 §2.1) or where the next message drifts away from the run's centroid. Inner nodes
+or where the next message drifts away from the run's centroid. Inner nodes
 group consecutive children, at most TOPIC_MAX_CHILDREN each, until the top level itself fits,
 so a top-down walk reads a bounded number of nodes per level. Labels are extractive keywords
 (tf-idf against the owner's other topics), summaries are the sentences nearest the centroid.
@@ -296,7 +297,7 @@ _TOKEN = re.compile(r"[A-Za-z][A-Za-z0-9'’\-]*")
 
 
 def label_from(keywords: Sequence[str], texts: Sequence[str] = ()) -> str:
-    """A 2-5 word name for a topic (seed 002), extractive: the phrase of its messages that
+    """A 2-5 word name for a topic, extractive: the phrase of its messages that
     holds the most of its keywords (the best-ranked weighing most), as written there; without
     texts, or when no phrase holds two keywords, its two best keywords ("Tulips and roses")."""
     weight = {k: 1 / (1 + i) for i, k in enumerate(keywords[:8])}
@@ -520,7 +521,7 @@ def _refresh_ancestors(owner, topic_ids: Iterable[str], *, rewrite_summaries: bo
 
 def _rebalance(owner) -> None:
     """Keep every level within TOPIC_MAX_CHILDREN: an over-full set of siblings moves under a
-    new parent of its own (the tree grows upward, as seed 002's does)."""
+    new parent of its own (the tree grows upward)."""
     max_children = settings.TOPIC_MAX_CHILDREN
     for _ in range(8):
         crowded = (
