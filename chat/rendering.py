@@ -63,7 +63,7 @@ _TAG_SPLIT = re.compile(r"(<[^>]*>)")
 
 
 def message_url(message_id: str) -> str:
-    """Where a cited message opens: its page in the memory explorer, else its place in chat."""
+    """Where a cited message opens: its page in the memory explorer."""
     return reverse("explorer:message", args=[message_id])
 
 

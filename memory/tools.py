@@ -502,6 +502,17 @@ def _topic_dict(t: Topic, *, children: int | None = None) -> dict[str, Any]:
     return out
 
 
+def _child_counts(owner, parents) -> dict[str, int]:
+    """How many child topics each of `parents` has (those with none are left out)."""
+    return dict(
+        Topic.objects.owned_by(owner)
+        .filter(parent__in=parents)
+        .values("parent_id")
+        .annotate(n=Count("id"))
+        .values_list("parent_id", "n")
+    )
+
+
 # --- argument helpers ---------------------------------------------------------------------------
 
 
@@ -1051,13 +1062,7 @@ def view_topic(owner, *, topic_id: str | None = None, conversation=None):
     else:
         node = {"id": None, "label": "(all memory)"}
         kids = list(Topic.objects.owned_by(owner).filter(parent=None).order_by("order")[:limit])
-    counts = dict(
-        Topic.objects.owned_by(owner)
-        .filter(parent__in=kids)
-        .values("parent_id")
-        .annotate(n=Count("id"))
-        .values_list("parent_id", "n")
-    )
+    counts = _child_counts(owner, kids)
     node["children"] = [_topic_dict(k, children=counts.get(k.pk, 0)) for k in kids]
     if not kids and not topic_id:
         node["note"] = "no topics yet; they are built in the background (manage.py build_topics)"
@@ -1441,13 +1446,7 @@ def _expand_topic(owner, b: hierarchy.Boundaries, t: Topic, limit: int, offset: 
     kids = Topic.objects.owned_by(owner).filter(parent=t)
     if kids.exists():
         rows, next_offset = _page(kids.order_by("order"), limit, offset)
-        counts = dict(
-            Topic.objects.owned_by(owner)
-            .filter(parent__in=rows)
-            .values("parent_id")
-            .annotate(n=Count("id"))
-            .values_list("parent_id", "n")
-        )
+        counts = _child_counts(owner, rows)
         node["children"] = [_topic_node(b, k, children=counts.get(k.pk, 0)) for k in rows]
     else:
         members = (
