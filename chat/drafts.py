@@ -24,6 +24,7 @@ from chat import replies
 from chat.db import durable
 from chat.models import ReplyDraft
 from chat.processes import PROCESS, is_dead
+from memory import tasks
 from memory.models import Conversation, Message
 
 logger = logging.getLogger(__name__)
@@ -100,7 +101,7 @@ def recover(conversation: Conversation | None = None) -> list[Message]:
             continue
         if message is not None:
             logger.warning("stored interrupted reply %s (%d characters)", message.pk, len(message.content))
-            replies.queue_upkeep(message.owner, [message.pk])
+            tasks.queue_upkeep(message.owner_id, [message.pk])
             stored.append(message)
     return stored
 

@@ -5,18 +5,16 @@ server that died (chat.drafts) is stored the same way."""
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from dataclasses import dataclass, field
 
 from django.conf import settings
 
 from chat import branches
-from memory import budget, semantic_cache, store, tasks
+from memory import budget, semantic_cache, store
 from memory.models import Conversation, Message, new_ulid
 from memory.tools import ToolResult
 
-logger = logging.getLogger(__name__)
 
 @dataclass
 class Reply:
@@ -113,11 +111,3 @@ def store_reply(owner, conversation: Conversation, user_message: Message, reply:
     assistant.conversation = conversation
     branches.set_leaf(conversation, assistant)
     return assistant
-
-
-def queue_upkeep(owner, message_ids: list[str]) -> None:
-    """Topic upkeep for a turn's messages, in the background; never fails the turn."""
-    try:
-        tasks.queue_upkeep(owner.pk, message_ids)
-    except Exception:
-        logger.exception("could not queue topic upkeep for %s", message_ids)

@@ -37,8 +37,8 @@ from django.utils import timezone
 from chat import branches, drafts, llm
 from chat.db import db, durable
 from chat.rendering import message_html, tool_label
-from chat.replies import Reply, queue_upkeep, store_reply
-from memory import budget, semantic_cache, store, summaries
+from chat.replies import Reply, store_reply
+from memory import budget, semantic_cache, store, summaries, tasks
 from memory.models import Conversation, Message
 from memory.tools import ToolResult, execute_tool
 
@@ -231,7 +231,7 @@ async def run_turn(
     )
 
     # 5. Topic upkeep, in the background.
-    await db(durable(queue_upkeep))(owner, [user_message.pk, assistant.pk])
+    await db(durable(tasks.queue_upkeep))(owner.pk, [user_message.pk, assistant.pk])
     return assistant
 
 
