@@ -8,8 +8,9 @@ Nothing is rewritten when a message ages: a level is read off three boundary mes
 found with one indexed `OFFSET k LIMIT 1` query, so the cost stays flat as memory grows.
 
 Here too: the levels section and the pinned section of the memory index (`write_levels`,
-`write_pinned`, called by memory.index_builder), the tools expand_node and browse_hierarchy,
-and the tokens-saved measurement of get_conversation_stats.
+`write_pinned`, called by memory.index_builder), and the tokens-saved measurement of
+get_conversation_stats. The tools that read the levels, expand_node and browse_hierarchy, are
+in memory.tools.
 """
 
 from __future__ import annotations
