@@ -11,7 +11,7 @@ from chat.models import BranchSelection
 from memory.models import Conversation, Message, ToolCall
 
 
-def _ancestor_ids(leaf_id: str, limit: int = 100_001) -> list[str]:
+def ancestor_ids(leaf_id: str, limit: int = 100_001) -> list[str]:
     """Ids from the root down to `leaf_id` (one recursive query, however deep the thread); with
     `limit`, only the last `limit` of them (the ones nearest the leaf)."""
     with connection.cursor() as cursor:
@@ -31,7 +31,7 @@ def _ancestor_ids(leaf_id: str, limit: int = 100_001) -> list[str]:
         return [row[0] for row in cursor.fetchall()]
 
 
-def _descend(conversation: Conversation, message: Message) -> Message:
+def descend(conversation: Conversation, message: Message) -> Message:
     """Follow the newest reply down to a leaf (one recursive query, however deep)."""
     with connection.cursor() as cursor:
         cursor.execute(
@@ -64,7 +64,7 @@ def active_leaf(conversation: Conversation) -> Message | None:
     if leaf is None:
         return None
     # Another tab (or process) may have continued the thread past the saved leaf.
-    return _descend(conversation, leaf)
+    return descend(conversation, leaf)
 
 
 def recent_path(conversation: Conversation, leaf: Message | None, limit: int) -> tuple[list[Message], bool]:
@@ -73,7 +73,7 @@ def recent_path(conversation: Conversation, leaf: Message | None, limit: int) ->
     however long the branch; their edit histories are left out (see `message_history`)."""
     if leaf is None:
         return [], False
-    ids = _ancestor_ids(leaf.pk, limit=limit + 1)
+    ids = ancestor_ids(leaf.pk, limit=limit + 1)
     truncated = len(ids) > limit
     ids = ids[-limit:]
     by_id = (
@@ -100,7 +100,7 @@ def set_leaf(conversation: Conversation, message: Message) -> None:
 
 def select_branch(conversation: Conversation, message: Message) -> Message:
     """Make the branch through `message` the active one; returns its leaf."""
-    leaf = _descend(conversation, message)
+    leaf = descend(conversation, message)
     set_leaf(conversation, leaf)
     return leaf
 

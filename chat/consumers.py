@@ -56,6 +56,7 @@ from channels.layers import InMemoryChannelLayer
 from django.conf import settings
 
 from chat import drafts, turn
+from chat.db import db, durable
 from chat.frames import TokenFrames
 from chat.models import ChatAllowance, LimitReached, RunningTurn
 from chat.rendering import message_html
@@ -64,7 +65,6 @@ from memory.errors import MemoryStoreError, NotFound
 from memory.models import Conversation, Message
 
 logger = logging.getLogger(__name__)
-db = turn.db
 
 CLIENT_FRAMES = {"send", "stop", "edit", "delete", "restore", "forget", "regenerate", "ping"}
 
@@ -267,7 +267,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
 
     async def _count_action(self) -> None:
         """Count a change to memory against the user's rate limit (raises LimitReached)."""
-        await db(turn.durable(ChatAllowance.count_action, atomic=False))(self.user)
+        await db(durable(ChatAllowance.count_action, atomic=False))(self.user)
 
     # --- turns -----------------------------------------------------------------------------------
 
@@ -276,7 +276,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
             raise FrameError("busy", "A reply is still being written; stop it or wait for it to finish.")
         # Counted, and one of the user's turn slots taken, in one locked transaction: of two
         # tabs racing for the last slot, one gets it and the other is told "busy".
-        held = await db(turn.durable(ChatAllowance.start_turn, atomic=False))(self.user)
+        held = await db(durable(ChatAllowance.start_turn, atomic=False))(self.user)
         client_id = frame.get("client_id") if isinstance(frame.get("client_id"), str) else None
         self.stop_event = asyncio.Event()
         self.busy = True
@@ -295,7 +295,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
             renewing.cancel()
             try:
                 # Shielded: cancelling the turn must not skip giving its slot back.
-                await asyncio.shield(db(turn.durable(RunningTurn.release, atomic=False))(slot))
+                await asyncio.shield(db(durable(RunningTurn.release, atomic=False))(slot))
             except Exception:
                 logger.warning("could not release turn slot %s; it lapses on its own", slot)
 

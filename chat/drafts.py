@@ -16,14 +16,15 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import os
-import socket
-from pathlib import Path
 
 from django.conf import settings
 from django.utils import timezone
 
+from chat import replies
+from chat.db import durable
 from chat.models import ReplyDraft
+from chat.processes import PROCESS, is_dead
+from memory import tasks
 from memory.models import Conversation, Message
 
 logger = logging.getLogger(__name__)
@@ -31,27 +32,7 @@ logger = logging.getLogger(__name__)
 INTERRUPTED = "The server stopped while this reply was being written; what had arrived is kept."
 
 
-def _start_time(pid: int) -> str | None:
-    """A process's start time (clock ticks since boot), which tells a reused pid apart."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
-
-
-_HOST = socket.gethostname()
-PROCESS = f"{_HOST}:{os.getpid()}:{_start_time(os.getpid()) or '?'}"
 _live: set[str] = set()  # drafts this process is writing
-
-
-def _is_dead(process: str) -> bool:
-    """True when `process` ran on this host and is gone (or its pid now names another)."""
-    try:
-        host, pid, started = process.rsplit(":", 2)
-        pid_number = int(pid)
-    except ValueError:
-        return False
-    return host == _HOST and _start_time(pid_number) != started
 
 
 def begin(owner, conversation: Conversation, reply_id: str, parent: Message, snapshot, mode: str) -> None:
@@ -84,14 +65,12 @@ def _orphans(queryset):
         if draft.process == PROCESS:
             if draft.pk not in _live:  # this process's turn ended without storing it
                 yield draft
-        elif _is_dead(draft.process) or draft.updated_at < stale_before:
+        elif is_dead(draft.process) or draft.updated_at < stale_before:
             yield draft
 
 
 def recover(conversation: Conversation | None = None) -> list[Message]:
     """Store orphaned drafts (of one conversation, or all) as incomplete replies."""
-    from chat.turn import Reply, _queue_upkeep, _store_reply, durable
-
     drafts = ReplyDraft.objects.all() if conversation is None else conversation.reply_drafts.all()
     stored: list[Message] = []
     for candidate in _orphans(drafts.only("pk", "process", "updated_at")):
@@ -106,8 +85,14 @@ def recover(conversation: Conversation | None = None) -> list[Message]:
             )
             if draft is None:
                 return None
-            reply = Reply(id=draft.pk, text=draft.text, status="failed", error=INTERRUPTED, mode=draft.mode)
-            return _store_reply(draft.owner, draft.conversation, draft.parent, reply, draft.snapshot)
+            reply = replies.Reply(
+                id=draft.pk, text=draft.text, status="failed", error=INTERRUPTED, mode=draft.mode
+            )
+            message = replies.store_reply(
+                draft.owner, draft.conversation, draft.parent, reply, draft.snapshot
+            )
+            finish(draft.pk)
+            return message
 
         try:
             message = durable(store_one)()
@@ -116,7 +101,7 @@ def recover(conversation: Conversation | None = None) -> list[Message]:
             continue
         if message is not None:
             logger.warning("stored interrupted reply %s (%d characters)", message.pk, len(message.content))
-            _queue_upkeep(message.owner, [message.pk])
+            tasks.queue_upkeep(message.owner_id, [message.pk])
             stored.append(message)
     return stored
 

@@ -18,10 +18,6 @@ import openai
 from django.conf import settings
 
 
-def is_configured() -> bool:
-    return bool(settings.OPENAI_API_KEY or settings.OPENAI_BASE_URL)
-
-
 @lru_cache(maxsize=8)
 def _client(base_url: str, api_key: str, timeout: float, max_retries: int) -> openai.AsyncOpenAI:
     return openai.AsyncOpenAI(
@@ -73,17 +69,6 @@ class RequestedToolCall:
     id: str
     name: str
     arguments_text: str
-
-    def arguments(self) -> dict[str, Any]:
-        """Parsed arguments; raises ValueError with a readable message on broken JSON."""
-        text = self.arguments_text.strip() or "{}"
-        try:
-            value = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"arguments are not valid JSON ({exc.msg} at char {exc.pos})") from None
-        if not isinstance(value, dict):
-            raise ValueError("arguments must be a JSON object")
-        return value
 
 
 @dataclass

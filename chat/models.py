@@ -11,6 +11,7 @@ from django.contrib.postgres.fields import ArrayField
 from django.db import models, transaction
 from django.utils import timezone
 
+from chat.processes import PROCESS, is_dead
 from memory.models import ContextSnapshot, Conversation, Message, new_ulid
 
 
@@ -113,7 +114,7 @@ class ChatAllowance(models.Model):
                     "wait for it to finish or stop it.",
                 )
             allowance._count(now)
-            held = RunningTurn.objects.create(user=user, process=_process(), started_at=now, renewed_at=now)
+            held = RunningTurn.objects.create(user=user, process=PROCESS, started_at=now, renewed_at=now)
             _live_turns.add(held.pk)
             return held
 
@@ -142,12 +143,6 @@ class ChatAllowance(models.Model):
         self.save(update_fields=["recent_actions"])
 
 
-def _process() -> str:
-    from chat.drafts import PROCESS
-
-    return PROCESS
-
-
 _live_turns: set[str] = set()  # slots this process holds for turns it is running
 
 
@@ -172,13 +167,11 @@ class RunningTurn(models.Model):
         return f"turn slot {self.id} of {self.user_id}"
 
     def is_stale(self, now) -> bool:
-        from chat.drafts import _is_dead
-
         if self.renewed_at < now - dt.timedelta(seconds=settings.CHAT_TURN_HOLD_SECONDS):
             return True
-        if self.process == _process():
+        if self.process == PROCESS:
             return self.pk not in _live_turns
-        return _is_dead(self.process)
+        return is_dead(self.process)
 
     @classmethod
     def renew(cls, pk: str) -> None:

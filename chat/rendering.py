@@ -13,10 +13,13 @@ from typing import Any
 
 import markdown
 import nh3
-from django.urls import NoReverseMatch, reverse
+from django.template.loader import render_to_string
+from django.urls import reverse
 from django.utils.safestring import SafeString, mark_safe
 
+from chat.branches import siblings_for
 from memory.models import Message, ToolCall
+from memory.tools import TOOLS, ToolError, parse_arguments
 
 ALLOWED_TAGS = {
     "div",
@@ -62,11 +65,8 @@ _TAG_SPLIT = re.compile(r"(<[^>]*>)")
 
 
 def message_url(message_id: str) -> str:
-    """Where a cited message opens: its page in the memory explorer, else its place in chat."""
-    try:
-        return reverse("explorer:message", args=[message_id])
-    except NoReverseMatch:
-        return reverse("chat:message", args=[message_id])
+    """Where a cited message opens: its page in the memory explorer."""
+    return reverse("explorer:message", args=[message_id])
 
 
 def _link_ids(html: str, known_ids: set[str]) -> str:
@@ -138,62 +138,31 @@ def render_markdown(text: str, *, owner=None) -> SafeString:
 
 def message_html(message: Message, owner) -> str:
     """The chat row of one message: the same fragment the page, htmx and the websocket use."""
-    from django.template.loader import render_to_string
-
-    from chat.branches import siblings_for
-
     sib = siblings_for(message.conversation, [message])[message.pk]
     return render_to_string("chat/_message.html", {"m": message, "sib": sib, "user": owner})
 
 
-def _args(arguments: Any) -> dict[str, Any]:
-    if isinstance(arguments, dict):
-        return arguments
-    try:
-        value = json.loads(arguments or "{}")
-    except (TypeError, ValueError):
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
 def tool_label(name: str, arguments: Any) -> str:
     """How a tool call reads in the chat: "searched memory for …", "opened message 01J…"."""
-    args = _args(arguments)
-
-    def short(value: Any, n: int = 80) -> str:
-        text = " ".join(str(value).split())
-        return text if len(text) <= n else text[: n - 1] + "…"
-
-    query = args.get("query") or args.get("pattern") or args.get("q")
-    ident = args.get("id") or args.get("message_id") or args.get("cluster_id") or args.get("node_id")
-    ids = args.get("ids") or args.get("message_ids")
-    if name in {"vector_search", "search_and_retrieve", "search", "find"} and query:
-        return f"searched memory for “{short(query)}”"
-    if name in {"get_message_by_id", "get_message_with_chunks"} and ident:
-        return f"opened message {short(ident, 40)}"
-    if name == "expand_node" and ident:
-        return f"expanded memory node {short(ident, 40)}"
-    if name == "browse_hierarchy":
-        return f"browsed the {short(args.get('level') or '?', 12)} level of memory"
-    if name == "get_conversation_stats":
-        return "looked at memory statistics"
-    if name == "get_messages_by_ids" and isinstance(ids, list):
-        return f"opened {len(ids)} message{'s' if len(ids) != 1 else ''}"
-    if name == "get_conversation_thread" and ident:
-        return f"followed the thread of {short(ident, 40)}"
-    if name in {"get_cluster", "get_topic_messages"} and ident:
-        return f"opened topic {short(ident, 40)}"
-    if name == "get_period_messages":
-        return f"looked at messages from {short(args.get('period', 'a period'), 40)}"
-    if name in {"get_tool_call", "get_tool_calls_by_message"}:
-        return f"opened tool calls of {short(ident or args.get('message_id') or '?', 40)}"
-    return f"called {name or 'a tool'}"
+    spec = TOOLS.get(str(name))
+    try:
+        args = parse_arguments(arguments)
+    except ToolError:
+        args = {}
+    try:
+        label = spec.label(args) if spec is not None and spec.label is not None else ""
+    except (TypeError, AttributeError):  # arguments of the wrong types: the plain label does
+        label = ""
+    return label or f"called {name or 'a tool'}"
 
 
 def tool_result_summary(call: ToolCall) -> str:
     """A short line for a stored tool call's result."""
     if call.is_error:
-        value = _args(call.result)
+        try:
+            value = parse_arguments(call.result)
+        except ToolError:
+            value = {}
         return f"error: {value.get('error') or call.result}"[:200]
     try:
         value = json.loads(call.result)

@@ -28,137 +28,35 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 
-from channels.db import database_sync_to_async
 from django.conf import settings
-from django.db import InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 
 from chat import branches, drafts, llm
+from chat.db import db, durable
 from chat.rendering import message_html, tool_label
-from memory import budget, semantic_cache, store
-from memory.models import Conversation, Message, new_ulid
+from chat.replies import Reply, store_reply
+from memory import budget, semantic_cache, store, summaries, tasks
+from memory.models import Conversation, Message
+from memory.tools import ToolResult, execute_tool
 
 logger = logging.getLogger(__name__)
 
 Emit = Callable[[dict[str, Any]], Awaitable[None]]
-# Database work runs in a thread pool of its own, not the single "thread-sensitive" thread (nor
-# the loop's default pool of cpu_count + 4 threads), so a hundred turns at once do not queue
-# behind each other. Each worker keeps its own database connection (DB_CONN_MAX_AGE), which
-# database_sync_to_async checks and closes when stale before and after each call; most of a
-# worker's time is spent waiting on Postgres or on the embedding thread, not on the CPU.
-DB_THREADS = settings.CHAT_DB_THREADS
-_executor: ThreadPoolExecutor | None = None
-
-
-def _db_executor() -> ThreadPoolExecutor:
-    global _executor
-    if _executor is None:
-        _executor = ThreadPoolExecutor(max_workers=DB_THREADS, thread_name_prefix="chat-db")
-    return _executor
-
-
-def db(func):
-    return database_sync_to_async(func, thread_sensitive=False, executor=_db_executor())
-
-
-DB_WRITE_ATTEMPTS = 4
-
-
-def durable(func, *, atomic: bool = True):
-    """`func` in one transaction, tried again when the database connection drops (a restart,
-    a failover, a killed backend): the message a person sent and the reply must not be lost
-    to a blip. One transaction makes a retry safe: a failed attempt leaves nothing behind.
-    atomic=False is for reads, which need the retries but not a transaction's two round trips,
-    and for steps that open their own transaction around their writes."""
-
-    def run(*args, **kwargs):
-        for attempt in range(DB_WRITE_ATTEMPTS):
-            try:
-                if not atomic:
-                    return func(*args, **kwargs)
-                with transaction.atomic():
-                    return func(*args, **kwargs)
-            except (OperationalError, InterfaceError):
-                if attempt == DB_WRITE_ATTEMPTS - 1:
-                    raise
-                logger.warning("database write failed (attempt %d); retrying", attempt + 1)
-                connection.close()
-                time.sleep(0.2 * 3**attempt)
-        raise AssertionError("unreachable")
-
-    return run
-
-
-TOOL_RESULT_MAX_CHARS = 24_000
 UNSET = object()
 
 
-@dataclass
-class ToolOutcome:
-    call_id: str
-    name: str
-    arguments_text: str
-    ok: bool
-    result: Any
-    error: str
-    summary: str
-    started_at: Any
-    duration_ms: int
-
-    def for_model(self, budget: int = TOOL_RESULT_MAX_CHARS) -> str:
-        """The result as the model reads it: at most TOOL_RESULT_MAX_CHARS characters, or what is
-        left of the turn's tool-result budget when that is less."""
-        payload = self.result if self.ok else {"error": self.error}
-        text = json.dumps(payload, ensure_ascii=False, default=str)
-        if len(text) > TOOL_RESULT_MAX_CHARS and budget >= TOOL_RESULT_MAX_CHARS:
-            text = text[:TOOL_RESULT_MAX_CHARS] + f"… [cut at {TOOL_RESULT_MAX_CHARS} characters]"
-        elif len(text) > budget:
-            text = text[:budget] + f"… [cut at {budget} characters: this turn's tool-result budget is spent]"
-        return text
-
-
-@dataclass
-class Reply:
-    id: str = field(default_factory=new_ulid)
-    text: str = ""
-    status: str = "complete"  # complete | stopped | failed
-    error: str = ""
-    mode: str = "llm"  # llm | offline_recall
-    cached_from: str = ""  # the earlier reply reused (RESPONSE_CACHE)
-    tool_outcomes: list[ToolOutcome] = field(default_factory=list)
-    tool_result_chars: int = 0  # of tool results sent to the model (MAX_TOOL_RESULT_CHARS_PER_TURN)
-    usage: dict[str, int] = field(default_factory=dict)
-    rounds: int = 0
-    started: float = field(default_factory=time.perf_counter)
-    timings_ms: dict[str, float] = field(default_factory=dict)
-    draft_saved_at: float = field(default_factory=time.monotonic)
-    draft_saving: asyncio.Future | None = None
-    prompt: budget.Prompt | None = None  # what the model is sent, zone by zone
-    retried: bool = False  # the prompt was refused as too long once and sent again, halved
-    draft_begun: asyncio.Future | None = None  # the draft's row is written (with the snapshot)
-
-    def mark(self, name: str, since: float) -> None:
-        """Milliseconds from the start of the turn to a step (kept in the reply's metadata)."""
-        self.timings_ms.setdefault(name, round((time.perf_counter() - since) * 1000, 1))
-
-    def add_usage(self, usage: dict[str, int]) -> None:
-        for key, value in usage.items():
-            self.usage[key] = self.usage.get(key, 0) + int(value or 0)
-
-    def save_draft_soon(self) -> None:
-        """Save the text so far to the reply's draft once REPLY_DRAFT_SAVE_SECONDS have passed
-        since the last save: one save at a time, in the background, never awaited here."""
-        now = time.monotonic()
-        if now - self.draft_saved_at < settings.REPLY_DRAFT_SAVE_SECONDS:
-            return
-        if self.draft_saving is not None and not self.draft_saving.done():
-            return
-        self.draft_saved_at = now
-        self.draft_saving = asyncio.ensure_future(_save_draft(self.id, self.text, self.draft_begun))
+def _save_draft_soon(reply: Reply) -> None:
+    """Save the text so far to the reply's draft once REPLY_DRAFT_SAVE_SECONDS have passed
+    since the last save: one save at a time, in the background, never awaited here."""
+    now = time.monotonic()
+    if now - reply.draft_saved_at < settings.REPLY_DRAFT_SAVE_SECONDS:
+        return
+    if reply.draft_saving is not None and not reply.draft_saving.done():
+        return
+    reply.draft_saved_at = now
+    reply.draft_saving = asyncio.ensure_future(_save_draft(reply.id, reply.text, reply.draft_begun))
 
 
 async def _save_draft(reply_id: str, text: str, begun: asyncio.Future | None = None) -> None:
@@ -238,7 +136,7 @@ async def run_turn(
         )
 
         # 3. The answer.
-        if not llm.is_configured():
+        if not summaries.is_configured():
             await _offline_recall(owner, user_message, reply, emit, stop)
         elif settings.RESPONSE_CACHE and (
             cached := await db(durable(semantic_cache.cached_reply, atomic=False))(
@@ -271,7 +169,7 @@ async def run_turn(
                     if refusal:
                         outcome = _skipped_tool(call, refusal)
                         reply.tool_outcomes.append(outcome)
-                        results.append(budget.ToolResultText(call.id, outcome.for_model(), refusal))
+                        results.append(budget.ToolResultText(call.id, outcome.content(), refusal))
                         continue
                     await emit(
                         {
@@ -286,7 +184,7 @@ async def run_turn(
                     outcome = await db(durable(_execute_tool))(owner, conversation, call, user_message.pk)
                     reply.tool_outcomes.append(outcome)
                     room = settings.MAX_TOOL_RESULT_CHARS_PER_TURN - reply.tool_result_chars
-                    content = outcome.for_model(room)
+                    content = outcome.content(room)
                     reply.tool_result_chars += len(content)
                     results.append(budget.ToolResultText(call.id, content, outcome.summary))
                     await emit(
@@ -348,7 +246,7 @@ async def run_turn(
     )
 
     # 5. Topic upkeep, in the background.
-    await db(durable(_queue_upkeep))(owner, [user_message.pk, assistant.pk])
+    await db(durable(tasks.queue_upkeep))(owner.pk, [user_message.pk, assistant.pk])
     return assistant
 
 
@@ -368,8 +266,7 @@ def _start_embedding(content: Any):
     if not isinstance(content, str) or not content.strip():
         return None
     try:
-        from memory.embeddings import get_embedder
-        from memory.index_builder import query_text
+        from memory.embeddings import get_embedder, query_text
 
         return get_embedder().prefetch_query([query_text(content)])
     except Exception:  # noqa: BLE001
@@ -406,7 +303,7 @@ def _prepare_context(owner, conversation: Conversation, user_message: Message, a
     """The plan, within its zones of `allocation`: it only reads, and needs no transaction."""
     from memory.index_builder import prepare_context
 
-    active_ids = branches._ancestor_ids(user_message.pk)
+    active_ids = branches.ancestor_ids(user_message.pk)
     return prepare_context(
         owner,
         conversation,
@@ -423,7 +320,7 @@ def _save_snapshot(owner, conversation: Conversation, user_message: Message, rep
     from memory.index_builder import save_snapshot
 
     snapshot = save_snapshot(plan, owner, conversation, user_message)
-    mode = "llm" if llm.is_configured() else "offline_recall"
+    mode = "llm" if summaries.is_configured() else "offline_recall"
     drafts.begin(owner, conversation, reply.id, user_message, snapshot, mode)
     return snapshot
 
@@ -431,8 +328,8 @@ def _save_snapshot(owner, conversation: Conversation, user_message: Message, rep
 async def _stream_round(prompt: budget.Prompt, tools, reply: Reply, emit: Emit, stop: asyncio.Event):
     """One model response to the prompt as it stands, streamed to the browser. Returns its
     RoundEnd, or None when the person stopped it or the provider failed (reply.status says
-    which). A prompt refused as too long is sent once more with its zones halved (seed 003 C2:
-    overflow retry); a second refusal fails the turn, keeping what arrived before it."""
+    which). A prompt refused as too long is sent once more with its zones halved; a second
+    refusal fails the turn, keeping what arrived before it."""
     text_before = len(reply.text)
     while True:
         try:
@@ -460,7 +357,7 @@ async def _stream_once(messages, tools, max_tokens: int, reply: Reply, emit: Emi
                     reply.mark("first_token", reply.started)
                 reply.text += event.text
                 await emit({"type": "chat.token", "message_id": reply.id, "delta": event.text})
-                reply.save_draft_soon()
+                _save_draft_soon(reply)
             else:
                 reply.add_usage(event.usage)
                 return event
@@ -490,38 +387,15 @@ async def _stream_once(messages, tools, max_tokens: int, reply: Reply, emit: Emi
 
 def _execute_tool(
     owner, conversation: Conversation, call: llm.RequestedToolCall, user_message_id: str | None = None
-) -> ToolOutcome:
-    from memory.tools import execute_tool
-
-    started_at = timezone.now()
-    t0 = time.perf_counter()
-    try:
-        arguments = call.arguments()
-    except ValueError as exc:
-        ok, result, error = False, None, f"{call.name or 'tool'}: {exc}"
-        summary = "could not read the arguments"
-    else:
-        outcome = execute_tool(
-            owner, call.name, arguments, conversation=conversation,
-            exclude_message_ids=[user_message_id] if user_message_id else (),
-        )
-        ok, result, error, summary = (
-            outcome.ok,
-            outcome.result,
-            outcome.error or "",
-            outcome.summary or "",
-        )
-    return ToolOutcome(
-        call_id=call.id,
-        name=call.name or "(no name)",
-        arguments_text=call.arguments_text,
-        ok=ok,
-        result=result,
-        error=error,
-        summary=summary or error,
-        started_at=started_at,
-        duration_ms=int((time.perf_counter() - t0) * 1000),
+) -> ToolResult:
+    # The arguments go as the model wrote them: execute_tool reads them, and broken JSON comes
+    # back as an error the model is shown.
+    outcome = execute_tool(
+        owner, call.name, call.arguments_text, conversation=conversation,
+        exclude_message_ids=[user_message_id] if user_message_id else (),
     )
+    outcome.call_id, outcome.name = call.id, call.name or "(no name)"
+    return outcome
 
 
 def _refusal(index: int, reply: Reply) -> str:
@@ -539,11 +413,11 @@ def _refusal(index: int, reply: Reply) -> str:
     return ""
 
 
-def _skipped_tool(call: llm.RequestedToolCall, error: str) -> ToolOutcome:
+def _skipped_tool(call: llm.RequestedToolCall, error: str) -> ToolResult:
     """A call refused by a cap (see `_refusal`): not run, and the model is told why."""
-    return ToolOutcome(
-        call_id=call.id, name=call.name or "(no name)", arguments_text=call.arguments_text, ok=False,
-        result=None, error=error, summary=error, started_at=timezone.now(), duration_ms=0,
+    return ToolResult(
+        ok=False, error=error, summary=error,
+        name=call.name or "(no name)", arguments_text=call.arguments_text, call_id=call.id,
     )
 
 
@@ -556,16 +430,15 @@ async def _offline_recall(
     t0 = time.perf_counter()
     hits = await db(durable(_recall_hits))(owner, user_message)
     reply.tool_outcomes.append(
-        ToolOutcome(
-            call_id="offline",
-            name="search_and_retrieve",
-            arguments_text=json.dumps({"query": user_message.content[:500]}),
+        ToolResult(
             ok=True,
             result=[h.as_result() for h in hits],
-            error="",
             summary=f"{len(hits)} matching message{'s' if len(hits) != 1 else ''}",
-            started_at=started_at,
             duration_ms=int((time.perf_counter() - t0) * 1000),
+            name="search_and_retrieve",
+            arguments_text=json.dumps({"query": user_message.content[:500]}),
+            call_id="offline",
+            started_at=started_at,
         )
     )
     lines = [
@@ -604,79 +477,6 @@ def _recall_hits(owner, user_message: Message):
 
 
 def _store_reply(owner, conversation: Conversation, user_message: Message, reply: Reply, snapshot) -> Message:
-    metadata = {
-        "status": reply.status,
-        "mode": reply.mode,
-        "model": settings.CHAT_MODEL if reply.mode == "llm" else None,
-        "usage": reply.usage,
-        "rounds": reply.rounds,
-        "timings_ms": reply.timings_ms,
-    }
-    if reply.status != "complete":
-        metadata["incomplete"] = True
-    if reply.error:
-        metadata["error"] = reply.error
-    if snapshot is not None:
-        metadata["strategy"] = snapshot.strategy
-    if reply.cached_from:
-        metadata["cached_from"] = reply.cached_from
-    if reply.mode == "offline_recall":
-        # Quotes of memory and how-to-configure text: not memory itself.
-        metadata["system_text"] = True
-    [assistant] = store.store_messages(
-        owner,
-        conversation,
-        [
-            store.NewMessage(
-                id=reply.id,
-                role="assistant",
-                content=reply.text,
-                parent_id=user_message.pk,
-                metadata=metadata,
-                allow_empty=True,
-            )
-        ],
-        # The reply's vectors come from background work; keyword search finds it at once.
-        embed=False,
-    )
-    if reply.status == "complete" and reply.mode == "llm":
-        semantic_cache.remember_reply(owner, conversation, user_message, assistant, reply.text)
-    for outcome in reply.tool_outcomes:
-        store.store_tool_call(
-            owner,
-            assistant,
-            outcome.name,
-            outcome.arguments_text,
-            outcome.result if outcome.ok else {"error": outcome.error},
-            timestamp=outcome.started_at,
-            is_error=not outcome.ok,
-            duration_ms=outcome.duration_ms,
-            embed=False,
-        )
-    if snapshot is not None:
-        snapshot.message = assistant
-        fields = ["message"]
-        if reply.prompt is not None:
-            # What the model was sent, zone by zone: allocated and used (the largest request).
-            report = reply.prompt.report(
-                completion_tokens=reply.usage.get("completion_tokens"), retried=reply.retried
-            )
-            snapshot.plan = {**(snapshot.plan or {}), "window": report}
-            fields.append("plan")
-        snapshot.save(update_fields=fields)
-    assistant.conversation = conversation
-    branches.set_leaf(conversation, assistant)
+    assistant = store_reply(owner, conversation, user_message, reply, snapshot)
     drafts.finish(reply.id)
     return assistant
-
-
-def _queue_upkeep(owner, message_ids: list[str]) -> None:
-    try:
-        from memory.tasks import queue_upkeep
-    except ImportError:  # the engine's task module is not there: upkeep simply waits
-        logger.warning("memory.tasks.queue_upkeep is unavailable; topic upkeep not queued")
-        return
-    try:
-        queue_upkeep(owner.pk, message_ids)
-    except Exception:
-        logger.exception("could not queue topic upkeep for %s", message_ids)

@@ -85,7 +85,7 @@ def conversation(request: HttpRequest, conversation_id: str) -> HttpResponse:
         message = _get_message_for_user(request, at)
         if message.conversation_id != conv.pk:
             raise Http404("No such message")
-        leaf = branches._descend(conv, message)
+        leaf = branches.descend(conv, message)
     else:
         leaf = branches.active_leaf(conv)
     if request.htmx:

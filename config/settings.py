@@ -260,7 +260,7 @@ SERVE_STATIC = env_bool("SERVE_STATIC", True)
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = Path(env_str("STATIC_ROOT", str(DATA_DIR / "static"))).resolve()
 
-# --- Memory: seed 000 §4.1 and §7 --------------------------------------------------------------
+# --- Memory: the index and its strategies -----------------------------------------------------
 
 INDEX_SNIPPET_LENGTH = env_int("INDEX_SNIPPET_LENGTH", 100, minimum=10)
 INDEX_MAX_TOKENS = env_int("INDEX_MAX_TOKENS", 10000, minimum=200)
@@ -281,12 +281,12 @@ INDEX_STRATEGY = env_choice(
 INDEX_CHUNK_THRESHOLD = env_int("INDEX_CHUNK_THRESHOLD", 4000, minimum=100)
 INDEX_CHUNK_OVERLAP = env_int("INDEX_CHUNK_OVERLAP", 200, minimum=0)
 INDEX_INCLUDE_TOOL_CALLS = env_bool("INDEX_INCLUDE_TOOL_CALLS", True)
-# Seed 000 §4.2: relevant-history sizes at which the index switches strategy.
+# Relevant-history sizes at which the index switches strategy.
 INDEX_FULL_MAX = env_int("INDEX_FULL_MAX", 50, minimum=0)
 INDEX_SNIPPET_MAX = env_int("INDEX_SNIPPET_MAX", 500, minimum=1)
 INDEX_CLUSTER_MAX = env_int("INDEX_CLUSTER_MAX", 5000, minimum=1)
 SESSION_IDLE_MINUTES = env_int("SESSION_IDLE_MINUTES", 5, minimum=1)
-# Seed 004's levels: a message this many messages back (newest first, across all memory) is
+# The levels of memory: a message this many messages back (newest first, across all memory) is
 # shown at a coarser level: FULL below HIERARCHY_RECENT_NODES, SUMMARY (one sentence) below
 # HIERARCHY_META_THRESHOLD, META (its topic's summary) below HIERARCHY_ARCHIVE_THRESHOLD, then
 # ARCHIVE (the coarsest topics). Levels start once memory holds more than
@@ -308,7 +308,7 @@ TOPIC_MAX_CHILDREN = env_int("TOPIC_MAX_CHILDREN", 8, minimum=2)
 BATCH_EMBEDDING_SIZE = env_int("BATCH_EMBEDDING_SIZE", 100, minimum=1)
 CACHE_EMBEDDINGS = env_bool("CACHE_EMBEDDINGS", True)
 VECTOR_SEARCH_TIMEOUT_MS = env_int("VECTOR_SEARCH_TIMEOUT_MS", 5000, minimum=1)
-# Seed 003's graph-aware search (memory.graph): candidates that mention the entities a query
+# Graph-aware search (memory.graph): candidates that mention the entities a query
 # names, or their neighbours within GRAPH_SEARCH_HOPS, gain up to GRAPH_SEARCH_WEIGHT (in the
 # fused z-score units of memory.search). An entity named in GRAPH_MAX_SHARE of the owner's
 # messages or more counts for nothing. Edges not reinforced for GRAPH_EDGE_HALF_LIFE_DAYS lose
@@ -351,16 +351,16 @@ CHAT_MODEL = env_str("CHAT_MODEL", "gpt-4o-mini")
 SUMMARY_MODEL = env_str("SUMMARY_MODEL", CHAT_MODEL)
 # Topics whose summaries one background run has the model rewrite (see memory/summaries.py).
 SUMMARY_TOPICS_PER_RUN = env_int("SUMMARY_TOPICS_PER_RUN", 20, minimum=1)
-# Seed 003 A4: the rolling summary of a conversation beyond its recent window (memory/rolling_summary.py).
+# The rolling summary of a conversation beyond its recent window (memory/rolling_summary.py).
 CONVERSATION_SUMMARY = env_bool("CONVERSATION_SUMMARY", True)
 CONVERSATION_SUMMARY_EVERY = env_int("CONVERSATION_SUMMARY_EVERY", 5, minimum=1)
 CONVERSATION_SUMMARY_BLOCK_TOKENS = env_int("CONVERSATION_SUMMARY_BLOCK_TOKENS", 200, minimum=20)
 CONVERSATION_SUMMARY_MAX_TOKENS = env_int("CONVERSATION_SUMMARY_MAX_TOKENS", 800, minimum=20)
-# Seed 003 A5: long messages in search results cut to their best sentences (memory/compression.py).
+# Result compression: long messages in search results cut to their best sentences (memory/compression.py).
 RESULT_COMPRESSION = env_bool("RESULT_COMPRESSION", True)
 RESULT_COMPRESSION_MIN_CHARS = env_int("RESULT_COMPRESSION_MIN_CHARS", 1500, minimum=100)
 RESULT_COMPRESSION_CHARS = env_int("RESULT_COMPRESSION_CHARS", 600, minimum=50)
-# Seed 003 A3: search results (and, if RESPONSE_CACHE, replies) reused for near-identical queries
+# The semantic cache: search results (and, if RESPONSE_CACHE, replies) reused for near-identical queries
 # at an unchanged memory version (memory/semantic_cache.py).
 SEMANTIC_CACHE = env_bool("SEMANTIC_CACHE", True)
 SEMANTIC_CACHE_SIMILARITY = env_float("SEMANTIC_CACHE_SIMILARITY", 0.95, low=0.5, high=1.0)

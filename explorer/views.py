@@ -191,7 +191,7 @@ def _token_total(live: QuerySet[Message], messages: Tally) -> Tally:
 
 
 def next_turn_strategy(user) -> dict[str, Any]:
-    """Which index strategy the next turn would use and why (seed 000 §4.2), decided by the
+    """Which index strategy the next turn would use and why, decided by the
     index builder itself so the explorer never disagrees with what the model will be shown."""
     from memory import index_builder
 
@@ -201,7 +201,7 @@ def next_turn_strategy(user) -> dict[str, Any]:
 
 
 def _temporal_overview(user, now: dt.datetime | None = None) -> list[dict[str, Any]]:
-    """Seed 000 §4.3's temporal overview: today, this week, this month, older."""
+    """The temporal overview: today, this week, this month, older."""
     now = timezone.localtime(now or timezone.now())
     today = now.replace(hour=0, minute=0, second=0, microsecond=0)
     week = today - dt.timedelta(days=today.weekday())

@@ -6,3 +6,8 @@ from django.apps import AppConfig
 class MemoryConfig(AppConfig):
     name = "memory"
     verbose_name = "Memory"
+
+    def ready(self) -> None:
+        # Connects the receivers that queue upkeep and embedding and hold task leases, in every
+        # process: a worker whose first task is not one of memory.tasks' has them too.
+        from memory import tasks  # noqa: F401

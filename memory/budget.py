@@ -2,7 +2,7 @@
 messages of one turn fitted to them.
 
 `allocate` splits CHAT_CONTEXT_TOKENS (the model's window; unset: looked up from CHAT_MODEL in
-MODEL_WINDOWS) into seed 003 A1's zones, each with a minimum and a preferred share:
+MODEL_WINDOWS) into zones, each with a minimum and a preferred share:
 
     system · tools (schemas) · index (memory) · recent turns · current message ·
     tool results · answer (sent as max_tokens) · margin (other tokenizers, framing)
@@ -19,7 +19,7 @@ on each round, every zone within its allocation:
   newest round's results get what is left.
 
 When the provider still says the context is too long, `Prompt.shrink` halves the index, recent,
-current and tool-result zones once (seed 003 C2: overflow retry); a second refusal ends the turn.
+current and tool-result zones once (overflow retry); a second refusal ends the turn.
 
 Counts are real cl100k tokens (memory/tokens.py) plus MESSAGE_OVERHEAD per chat message, as
 OpenAI counts its own framing; other models' tokenizers differ a little, which the margin holds.

@@ -1,4 +1,4 @@
-"""Result compression (seed 003 A5): a long text cut to the sentences that answer a query.
+"""Result compression: a long text cut to the sentences that answer a query.
 
 What the model reads of a long message in a search result is its best-matching sentences, in
 their order, each with its character offsets in the whole text, so the model can read on
@@ -173,33 +173,6 @@ def embedder_similarity(query_vector) -> Callable[[Sequence[str]], Sequence[floa
 
 
 # --- in the memory tools -----------------------------------------------------------------------
-
-
-def message_item(message, query: str, *, max_chars: int) -> dict[str, Any] | None:
-    """A long message of a search result as its best sentences for `query`, with their
-    offsets (None: the message is short enough, or compression is off, so it is shown as is)."""
-    from django.conf import settings
-
-    from memory.tools import message_dict
-
-    text = message.content
-    if not settings.RESULT_COMPRESSION or len(text) <= settings.RESULT_COMPRESSION_MIN_CHARS:
-        return None
-    cut = compress(text, query, max_chars=min(max_chars, settings.RESULT_COMPRESSION_CHARS))
-    if not cut.excerpts:
-        return None
-    item = message_dict(message, max_chars=0)
-    for key in ("offset", "next_offset", "remaining_chars"):
-        item.pop(key, None)
-    item["content"] = cut.text()
-    item["excerpts"] = [{"offset": e.start, "end": e.end} for e in cut.excerpts]
-    item["truncated"] = True
-    item["compressed"] = True
-    item["note"] = (
-        f"the sentences best matching the query: {cut.kept_chars} of {cut.total_chars} characters, "
-        f"at the offsets in excerpts; read on around any with get_message_by_id(id={message.pk!r}, offset=N)"
-    )
-    return item
 
 
 def search_results(owner, query: str, hits) -> list[dict[str, Any]]:

@@ -773,6 +773,15 @@ class OpenAIEmbedder(Embedder):
         return token_windows(text, self.window, self.overlap)
 
 
+# How much of a long message is embedded as the memory query.
+QUERY_MAX_CHARS = 2000
+
+
+def query_text(query: str) -> str:
+    """The text embedded as the memory query for `query` (the chat starts it early)."""
+    return (query or "").strip()[:QUERY_MAX_CHARS]
+
+
 @lru_cache(maxsize=1)
 def get_embedder() -> Embedder:
     """The process's one embedder, chosen by settings (loaded lazily on first use)."""

@@ -1,4 +1,4 @@
-"""Entities without an LLM (seed 001's cheat sheet, seed 003's heuristic graph mode).
+"""Entities without an LLM: the heuristic entity graph.
 
 Regular expressions and a few heuristics find what embeddings tend to blur: names, numbers with
 units, money, identifiers like INFRA-992, dates, URLs, emails and code identifiers. They are

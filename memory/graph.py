@@ -1,4 +1,4 @@
-"""The entity graph at work (seed 003 B3, B4): graph-aware search and graph upkeep.
+"""The entity graph at work: graph-aware search and graph upkeep.
 
 Search: the entities a query names are looked up in the owner's graph and expanded one or two
 hops along co-occurrence edges; candidates that mention them get a boost. Each entity counts
@@ -29,7 +29,7 @@ from django.utils import timezone
 from memory.entities import extract, normalize, prune_orphans, refresh_counts, singular_forms
 from memory.models import Entity, EntityEdge, EntityMention
 
-# The share of a hop's score: a direct match, one hop, two hops (seed 003: +0.3, +0.15, +0.05).
+# The share of a hop's score: a direct match, one hop, two hops.
 HOP_FACTORS = (1.0, 0.5, 1 / 6)
 # Edges followed from each entity at each hop (its strongest).
 EDGES_PER_ENTITY = 8
@@ -132,7 +132,7 @@ def _strongest_edges(owner, entity_ids: list[int]) -> list[tuple[int, int, float
 def boost_scores(
     owner, query: str, scores: dict[tuple[str, str], float], info: dict, relevance: dict | None = None
 ) -> dict[str, float]:
-    """Seed 003's graph-aware search, as one step of memory.search's candidate scoring: each
+    """Graph-aware search, as one step of memory.search's candidate scoring: each
     candidate message (or chunk: its message's mentions count) gains GRAPH_SEARCH_WEIGHT
     times how strongly it mentions what the query names or what that is tied to (a noisy-or
     of the entities' relevance, so 0..1). `scores` is changed in place; returns the boost per
@@ -152,7 +152,7 @@ def boost_scores(
                 [owner.pk, list(relevance), list(set(logical.values()))],
             )
             rows = cursor.fetchall()
-    except Exception:  # noqa: BLE001 - seed 003 C2: a graph failure leaves hybrid search as it was
+    except Exception:  # noqa: BLE001 - a graph failure leaves hybrid search as it was
         logging.getLogger(__name__).exception("graph boost failed; search goes on without it")
         return {}
     missing: dict[str, float] = defaultdict(lambda: 1.0)
@@ -251,8 +251,8 @@ def _merge(owner, keep: int, others: list[int]) -> int:
 
 def decay_edges(owner, now: dt.datetime | None = None) -> int:
     """Halve the weight of edges for every GRAPH_EDGE_HALF_LIFE_DAYS that no message naming both
-    entities came (seed 003: not reinforced for 90 days, halve), counted from their last message
-    or the last decay, so how often upkeep runs does not matter. Returns edges decayed."""
+    entities came, counted from their last message or the last decay, so how often upkeep runs
+    does not matter. Returns edges decayed."""
     now = now or timezone.now()
     half_life = dt.timedelta(days=settings.GRAPH_EDGE_HALF_LIFE_DAYS)
     with connection.cursor() as cursor:

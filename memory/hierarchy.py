@@ -1,15 +1,16 @@
-"""Seed 004's levels over memory: FULL, SUMMARY, META and ARCHIVE, and pinned messages.
+"""The levels of memory by age: FULL, SUMMARY, META and ARCHIVE, and pinned messages.
 
 A message's level follows its age, counted in messages back from the newest one across the
-owner's memory (seed 004's node counts, HIERARCHY_* settings): the newest are FULL, then come
-one-sentence SUMMARY lines, then META (the topic groups of seed 002's tree, by their newest
+owner's memory (the HIERARCHY_* settings): the newest are FULL, then come
+one-sentence SUMMARY lines, then META (the topic groups of the topic tree, by their newest
 message) and finally ARCHIVE (the coarsest topics wholly older than the archive threshold).
 Nothing is rewritten when a message ages: a level is read off three boundary messages, found
 in one indexed walk of the newest keys, so the cost stays flat as memory grows.
 
 Here too: the levels section and the pinned section of the memory index (`write_levels`,
-`write_pinned`, called by memory.index_builder), the tools expand_node and browse_hierarchy,
-and the tokens-saved measurement of get_conversation_stats.
+`write_pinned`, called by memory.index_builder), and the tokens-saved measurement of
+get_conversation_stats. The tools that read the levels, expand_node and browse_hierarchy, are
+in memory.tools.
 """
 
 from __future__ import annotations
@@ -22,23 +23,12 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import Count, Q
+from django.db.models import Q
 from django.utils import timezone
 
-from memory.errors import NotFound
-from memory.models import Message, ToolCall, Topic
-from memory.tokens import count_tokens
-from memory.tools import (
-    ID,
-    LIMIT,
-    MAX_CONTENT_CHARS,
-    OFFSET,
-    _page,
-    _snip,
-    _topic_dict,
-    message_dict,
-    tool,
-)
+from memory.models import Message, Topic
+from memory.tokens import count_tokens, snip
+from memory.topics import first_sentence
 
 
 class Level(IntEnum):
@@ -149,17 +139,15 @@ def topics_at(owner, b: Boundaries, level: Level):
 
 
 def message_summary(m: Message, limit: int = 160) -> str:
-    """Seed 004's one-sentence summary: a written one when some upkeep stored it, else the
+    """A message in one sentence: a written summary when some upkeep stored it, else the
     message's first sentence."""
     written = (m.metadata or {}).get("summary")
     if isinstance(written, str) and written.strip():
-        return _snip(written, limit)
-    from memory.topics import _first_sentence
-
-    return _first_sentence(m.content or "", limit)
+        return snip(written, limit)
+    return first_sentence(m.content or "", limit)
 
 
-def _ages(level: Level) -> str:
+def level_ages(level: Level) -> str:
     recent, meta, archive = (
         settings.HIERARCHY_RECENT_NODES,
         settings.HIERARCHY_META_THRESHOLD,
@@ -206,10 +194,10 @@ def write_pinned(owner, plan, writer, included: list[str], recent_ids: set[str])
         else:
             line = f"{head} {m.content.strip()}"
             if count_tokens(line) > max(200, writer.allowance // 4):
-                quote = _snip(m.content, 400).replace('"', "'")
+                quote = snip(m.content, 400).replace('"', "'")
                 line = f'{head} "{quote}" (long message, {m.token_count} tokens: get_message_by_id)'
             if writer.used + count_tokens(line) > in_full_until:
-                short = _snip(m.content, settings.INDEX_SNIPPET_LENGTH).replace('"', "'")
+                short = snip(m.content, settings.INDEX_SNIPPET_LENGTH).replace('"', "'")
                 line = f'{head} "{short}" (pinned; read with get_message_by_id)'
         if writer.add(line):
             included.append(m.pk)
@@ -252,7 +240,7 @@ def write_levels(owner, plan, writer, included: list[str], recent_ids: set[str])
         rows.reverse()
         lines = [
             f'  - topic {t.pk} "{t.label}" ({t.message_count:,} messages {_period(t)}): '
-            f"{_snip(t.summary, 200)}"
+            f"{snip(t.summary, 200)}"
             for t in rows
         ]
         sections.append((level, lines, [t.pk for t in rows]))
@@ -285,7 +273,7 @@ def write_levels(owner, plan, writer, included: list[str], recent_ids: set[str])
         # Each level gets an even share of what is left, so the coarse ones always show.
         left = writer.allowance - writer.used
         share = left // (len(sections) - i)
-        title = f"{level.name} ({_ages(level)}):"
+        title = f"{level.name} ({level_ages(level)}):"
         kept = _fit_newest(type(writer), lines, share - count_tokens(title + "\n"))
         if not kept or not writer.add(title):
             continue
@@ -298,149 +286,6 @@ def write_levels(owner, plan, writer, included: list[str], recent_ids: set[str])
         if level == Level.SUMMARY:
             included.extend(kept_ids)
     plan.levels["room"] = room
-
-
-# --- tools ---------------------------------------------------------------------------------------
-
-
-def _message_node(owner, b: Boundaries, m: Message) -> dict[str, Any]:
-    return {
-        "id": m.pk,
-        "node_type": "message",
-        "role": m.role,
-        "timestamp": m.timestamp.isoformat(),
-        "level": b.level_of(m.timestamp, m.pk).name,
-        "pinned": m.pinned,
-        "summary": message_summary(m),
-        "tokens": m.token_count,
-    }
-
-
-def _topic_node(b: Boundaries, t: Topic, *, children: int | None = None) -> dict[str, Any]:
-    out = _topic_dict(t, children=children)
-    out["node_type"] = "topic"
-    out["level"] = b.topic_level(t).name
-    return out
-
-
-@tool(
-    "expand_node",
-    "Open any node of the memory hierarchy by id: a message with its components (chunks, tool "
-    "calls, errors), summary, level and topic; or a topic with its summary and children (its "
-    "sub-topics, or for a leaf topic its messages). Children page with offset and limit.",
-    {"id": {**ID, "description": "a message id or a topic id"}, "limit": LIMIT, "offset": OFFSET},
-    required=["id"],
-    keywords=("expand", "node", "open", "detail", "summary", "level"),
-)
-def expand_node(owner, *, id: str, limit: int = 20, offset: int = 0, conversation=None):
-    b = boundaries(owner)
-    m = Message.objects.visible_to(owner).filter(pk=id).first()
-    if m is not None:
-        return _expand_message(owner, b, m, limit, offset)
-    t = Topic.objects.owned_by(owner).filter(pk=id).first()
-    if t is not None:
-        return _expand_topic(owner, b, t, limit, offset)
-    raise NotFound("node", id)
-
-
-def _expand_message(owner, b: Boundaries, m: Message, limit: int, offset: int):
-    node = _message_node(owner, b, m)
-    node["message"] = message_dict(m, max_chars=MAX_CONTENT_CHARS)
-    logical = m.chunk_parent if m.is_chunk else m
-    chunks_qs = Message.objects.owned_by(owner).filter(chunk_parent=logical, is_chunk=True)
-    chunks, next_offset = _page(chunks_qs.order_by("chunk_index"), limit, offset)
-    calls = list(
-        ToolCall.objects.owned_by(owner).logical().filter(message=logical).order_by("timestamp")[:20]
-    )
-    node["components"] = {
-        "chunk_count": chunks_qs.count(),
-        "chunks": [
-            {"id": c.pk, "chunkIndex": c.chunk_index, "tokens": c.token_count, "snippet": _snip(c.content)}
-            for c in chunks
-        ],
-        "tool_calls": [
-            {"id": c.pk, "toolName": c.tool_name, "isError": c.is_error, "result": _snip(c.result)}
-            for c in calls
-        ],
-        "errors": [logical.metadata["error"]] if (logical.metadata or {}).get("error") else [],
-    }
-    membership = logical.topic_memberships.select_related("topic").first()
-    node["topic"] = (
-        {"id": membership.topic_id, "label": membership.topic.label} if membership else None
-    )
-    node["offset"] = offset
-    if next_offset is not None:
-        node["next_offset"] = next_offset
-        node["note"] = f"more chunks: expand_node(id={m.pk!r}, offset={next_offset})"
-    return node, f"expanded message {m.pk} ({node['level']})"
-
-
-def _expand_topic(owner, b: Boundaries, t: Topic, limit: int, offset: int):
-    node = _topic_node(b, t)
-    node["parent"] = {"id": t.parent_id, "label": t.parent.label} if t.parent_id else None
-    kids = Topic.objects.owned_by(owner).filter(parent=t)
-    if kids.exists():
-        rows, next_offset = _page(kids.order_by("order"), limit, offset)
-        counts = dict(
-            Topic.objects.owned_by(owner)
-            .filter(parent__in=rows)
-            .values("parent_id")
-            .annotate(n=Count("id"))
-            .values_list("parent_id", "n")
-        )
-        node["children"] = [_topic_node(b, k, children=counts.get(k.pk, 0)) for k in rows]
-    else:
-        members = _live(owner).filter(topic_memberships__topic=t).order_by("timestamp", "id")
-        rows, next_offset = _page(members, limit, offset)
-        node["children"] = [_message_node(owner, b, m) for m in rows]
-    node["offset"] = offset
-    if next_offset is not None:
-        node["next_offset"] = next_offset
-    return node, f'expanded topic "{_snip(t.label, 50)}" ({len(rows)} children)'
-
-
-@tool(
-    "browse_hierarchy",
-    "List the nodes of one level of memory, oldest first: FULL (the newest messages), SUMMARY "
-    "(older messages as one-sentence summaries), META (topic groups of older messages) or "
-    "ARCHIVE (the coarsest topics of the oldest memory). Open a node with expand_node.",
-    {
-        "level": {"type": "string", "enum": LEVEL_NAMES, "description": "FULL, SUMMARY, META or ARCHIVE"},
-        "limit": LIMIT,
-        "offset": OFFSET,
-    },
-    required=["level"],
-    keywords=("browse", "hierarchy", "level", "levels", "archive", "older", "overview"),
-)
-def browse_hierarchy(owner, *, level: str, limit: int = 20, offset: int = 0, conversation=None):
-    lvl = Level[level]
-    b = boundaries(owner)
-    result: dict[str, Any] = {"level": lvl.name, "level_number": int(lvl), "holds": _ages(lvl)}
-    if lvl in (Level.FULL, Level.SUMMARY):
-        qs = messages_at(owner, b, lvl).order_by("timestamp", "id")
-        rows, next_offset = _page(qs, limit, offset)
-        nodes = [_message_node(owner, b, m) for m in rows]
-        if lvl == Level.FULL:
-            for node, m in zip(nodes, rows, strict=True):
-                node["content"] = _snip(m.content, 1500)
-    else:
-        qs = topics_at(owner, b, lvl).order_by("period_start", "id")
-        rows, next_offset = _page(qs, limit, offset)
-        nodes = [_topic_node(b, t) for t in rows]
-    result.update({"node_count": qs.count(), "offset": offset, "items": nodes})
-    if next_offset is not None:
-        result["next_offset"] = next_offset
-    if not b.active:
-        result["note"] = (
-            f"memory holds at most HIERARCHY_SUMMARY_THRESHOLD={settings.HIERARCHY_SUMMARY_THRESHOLD} "
-            "messages, so every message is FULL"
-        )
-    elif not nodes and lvl in (Level.META, Level.ARCHIVE):
-        result["note"] = (
-            f"no {lvl.name} nodes: memory does not reach that far back, or its topics are not "
-            "built yet (background upkeep)"
-        )
-    return result, f"browsed {lvl.name} ({len(nodes)} of {result['node_count']} nodes)"
 
 
 # --- get_conversation_stats ----------------------------------------------------------------------

@@ -2,18 +2,18 @@
 
 `prepare_context` reads top to bottom:
 
-1. split the token budget (max_index_tokens) into zones (seed 003 A1): system, tools, memory,
+1. split the token budget (max_index_tokens) into zones: system, tools, memory,
    history, reserve;
 2. count the relevant history (bounded: counting stops past INDEX_CLUSTER_MAX) and choose the
-   strategy (seed 000 §4.2): full, snippets, clusters or hierarchical;
+   strategy: full, snippets, clusters or hierarchical;
 3. take the recent window of the active branch in full, newest first, while it fits the
    history zone;
-4. run hybrid search (vector + keyword, seed 000 §6.3) with session neighbours;
-5. write the memory index in seed 000 §4.3's format, line by line, while it fits the memory
-   zone (unused tool and history tokens flow to memory; the reserve is never touched);
-6. past INDEX_BUILD_TIMEOUT_MS, fall back to the simple format (seed 000 §7.2), and record it.
+4. run hybrid search (vector + keyword) with session neighbours;
+5. write the memory index line by line while it fits the memory zone (unused tool and history
+   tokens flow to memory; the reserve is never touched);
+6. past INDEX_BUILD_TIMEOUT_MS, fall back to the simple format, and record it.
 
-Pinned messages open the memory index and seed 004's levels section (older memory as
+Pinned messages open the memory index and the levels section (older memory as
 SUMMARY lines, META topic groups and ARCHIVE topics) closes it; both are written by
 memory.hierarchy.
 
@@ -34,12 +34,13 @@ from django.utils import timezone
 from pgvector.django import CosineDistance
 
 from memory import entities, hierarchy, rolling_summary, sessions
+from memory.embeddings import query_text
 from memory.models import ContextSnapshot, Message, PeriodSummary, Topic
 from memory.search import SearchFilters, SearchHit, search
 from memory.tokens import count_tokens
 from memory.tools import select_tools
 
-# Seed 003 A1's zones, as shares of the budget. Memory gets whatever tools and history leave.
+# The zones, as shares of the budget. Memory gets whatever tools and history leave.
 ZONE_SHARES = {"system": 0.08, "tools": 0.20, "memory": 0.35, "history": 0.25, "reserve": 0.12}
 
 INSTRUCTIONS = (
@@ -67,7 +68,7 @@ class ContextPlan:
     reason: str
     text: str = ""
     instructions: str = ""
-    summary: str = ""  # the rolling summary of the conversation before `recent` (seed 003 A4)
+    summary: str = ""  # the rolling summary of the conversation before `recent`
     summary_covers: dict[str, Any] = field(default_factory=dict)
     recent: list[Message] = field(default_factory=list)
     tokens_by_zone: dict[str, int] = field(default_factory=dict)
@@ -82,7 +83,7 @@ class ContextPlan:
     build_ms: float = 0.0
     skip_ids: set[str] = field(default_factory=set, repr=False)  # the new user message
     pinned_ids: list[str] = field(default_factory=list)
-    levels: dict[str, Any] = field(default_factory=dict)  # seed 004's levels section, as shown
+    levels: dict[str, Any] = field(default_factory=dict)  # the levels section, as shown
 
     @property
     def total_tokens(self) -> int:
@@ -363,7 +364,7 @@ def prepare_context(
     included: list[str] = []
     # Pinned messages come first: the person marked them important (memory.hierarchy).
     hierarchy.write_pinned(owner, plan, writer, included, recent_ids)
-    # Seed 004's levels section gets a share of what the strategy would otherwise fill.
+    # The levels section gets a share of what the strategy would otherwise fill.
     levels_room = hierarchy.levels_room(plan, writer)
     writer.allowance -= levels_room
     if time.perf_counter() > deadline:
@@ -507,7 +508,7 @@ def _matches(
     writer.add("")
     writer.add(header)
     shown_sessions: set[str] = set()
-    # The best few hits bring their session neighbours (seed 001 §2.1), once per session,
+    # The best few hits bring their session neighbours, once per session,
     # fetched in one query.
     _check(deadline)
     top_ids = [h.message_id for h in hits[:neighbours] if h.type == "message"]
@@ -735,7 +736,7 @@ def _hierarchical(owner, plan, writer, hits, left_out, included, deadline, query
 
 
 def _simple(plan, writer, hits, left_out, included) -> None:
-    """Seed 000 §7.2's simple format: recent ids and match snippets, nothing else."""
+    """The simple format, for when building took too long: recent ids and match snippets."""
     _recent_header(plan, writer, left_out, included)
     if hits:
         writer.add("Historical Matches (retrieve with get_message_by_id):")
@@ -743,15 +744,6 @@ def _simple(plan, writer, hits, left_out, included) -> None:
         if not writer.add(_hit_line(h)):
             break
         included.append(h.message_id)
-
-
-# How much of a long message is embedded as the memory query.
-QUERY_MAX_CHARS = 2000
-
-
-def query_text(query: str) -> str:
-    """The text embedded as the memory query for `query` (the chat starts it early)."""
-    return (query or "").strip()[:QUERY_MAX_CHARS]
 
 
 def _query_vector(query: str):

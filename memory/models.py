@@ -1,4 +1,4 @@
-"""The memory data model (seed 000 §3), in Postgres with pgvector.
+"""The memory data model, in Postgres with pgvector.
 
 Every row carries its owner and every query goes through a QuerySet method that filters by
 owner (`Message.objects.owned_by(user)`), so memory is shardable by user and never leaks.
@@ -17,15 +17,20 @@ from django.contrib.postgres.search import SearchVector, SearchVectorField
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Cast
-from django.dispatch import receiver
 from django.utils import timezone
-from django_tasks.signals import task_finished, task_started
 from pgvector.django import HalfVectorField, HnswIndex, VectorField
 from ulid import ULID
 
 
 def new_ulid() -> str:
     return str(ULID())
+
+
+def is_system_text(metadata: dict | None) -> bool:
+    """Text Recollect wrote (an offline-recall answer, a notice): shown in the chat, but never
+    searched, clustered into topics or mined for entities, so its boilerplate and the ids it
+    quotes do not become memory."""
+    return bool((metadata or {}).get("system_text"))
 
 
 class Role(models.TextChoices):
@@ -50,7 +55,7 @@ class Conversation(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     # Next free position; taken with an atomic UPDATE ... RETURNING so two turns written at
-    # the same moment never share a position (seed 001 §3.4's race).
+    # the same moment never share a position (two writers racing).
     next_position = models.BigIntegerField(default=0)
 
     objects = OwnedQuerySet.as_manager()
@@ -330,7 +335,8 @@ class Passage(models.Model):
 
 
 class Topic(models.Model):
-    """A node of the owner's topic tree (seed 002's temporally ordered tree, seed 004's levels).
+    """A node of the owner's topic tree (a temporally ordered tree; memory.hierarchy's levels
+    read it).
 
     Leaves hold messages through TopicMembership (BELONGS_TO); inner nodes summarise their
     children. Width is bounded by TOPIC_MAX_CHILDREN.
@@ -409,8 +415,8 @@ class PeriodSummary(models.Model):
 
 
 class Entity(models.Model):
-    """A name, number with unit, identifier, date, URL, email or code identifier (seed 001's
-    cheat sheet; seed 003's heuristic graph)."""
+    """A name, number with unit, identifier, date, URL, email or code identifier, found by
+    memory.entities' heuristics."""
 
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
     name = models.CharField(max_length=300)
@@ -555,57 +561,11 @@ class TaskLease(models.Model):
     expires_at = models.DateTimeField()
 
 
-# Connected here, in a module every process loads, rather than in memory.tasks: a worker whose
-# first task comes from another module (memory.embedding_tasks) may not have imported it yet.
-@receiver(task_started, dispatch_uid="memory.take_task_lease")
-def _take_task_lease(sender, task_result, **kwargs) -> None:
-    from memory.tasks import take_lease
-
-    take_lease(task_result)
-
-
-@receiver(task_finished, dispatch_uid="memory.end_task_lease")
-def _end_task_lease(sender, task_result, **kwargs) -> None:
-    from memory.tasks import end_lease
-
-    end_lease()
-
-
-def _store():
-    # The storage functions live in memory.store, which imports these models.
-    from memory import store
-
-    return store
-
-
-def _record_edit(self: Message, new_content: str) -> Message:
-    """Edit in place: same id, previous text kept in edit_history, re-chunked, re-embedded."""
-    return _store().update_message(self.owner, self.pk, new_content)
-
-
-def _soft_delete(self: Message) -> Message:
-    return _store().delete_message(self.owner, self.pk)
-
-
-def _restore(self: Message) -> Message:
-    return _store().restore_message(self.owner, self.pk)
-
-
-def _forget(self: Message) -> None:
-    _store().forget_message(self.owner, self.pk)
-
-
-Message.record_edit = _record_edit
-Message.soft_delete = _soft_delete
-Message.restore = _restore
-Message.forget = _forget
-
-
-# --- seed 003 A3 and A4: the rolling conversation summary, the memory version, the caches ------
+# --- the rolling conversation summary, the memory version, the caches -------------------------
 
 
 class ConversationSummary(models.Model):
-    """The rolling summary of a conversation beyond its recent window (seed 003 A4), kept by
+    """The rolling summary of a conversation beyond its recent window, kept by
     background upkeep (memory.rolling_summary). `blocks` is the chain, oldest first: each block
     digests a stretch of the conversation's branch, {first_id, last_id, first_position,
     last_position, count, text, source}. An edit, delete or forget drops the blocks from the

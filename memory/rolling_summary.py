@@ -1,4 +1,4 @@
-"""The rolling summary of a conversation beyond its recent window (seed 003 A4).
+"""The rolling summary of a conversation beyond its recent window.
 
 Background upkeep (`update`, run by the topic-upkeep task after a turn, never on the turn's
 path) walks the conversation's branch ending at its newest message and digests the messages
@@ -27,8 +27,7 @@ from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 
 from memory import compression, summaries
-from memory.models import ConversationSummary, Message
-from memory.store import is_system_text
+from memory.models import ConversationSummary, Message, is_system_text
 from memory.tokens import count_tokens
 
 logger = logging.getLogger(__name__)

@@ -1,5 +1,5 @@
 """Hybrid search over one owner's memory: vector (HNSW, cosine) and Okapi BM25 over Postgres
-full-text search, fused by their standardised scores. Results are seed 000 §5.2 SearchResults.
+full-text search, fused by their standardised scores. Results are SearchResults.
 
 This is the one ranking of Recollect: the memory tools, the index builder's plan, offline
 recall, the explorer's search and `manage.py recall` all call `search()`. Its choices are
@@ -85,7 +85,8 @@ class SearchHit:
     passage_text: str = ""
 
     def as_result(self) -> dict[str, Any]:
-        """The SearchResult of seed 000 §5.2, plus external_id, conversation and role."""
+        """One search result (type, ids, score, snippet, timestamp), plus external_id, conversation
+        and role."""
         return {
             "id": self.id,
             "external_id": self.external_id,
@@ -781,7 +782,7 @@ def _fuse(
         if boosts is not None:
             scores[key] += boosts.bonus(entry.get("timestamp"))
     if boosts is not None and boosts.text:
-        # Seed 003 B3; GRAPH_SEARCH turns it off.
+        # Graph-aware search (memory.graph); GRAPH_SEARCH turns it off.
         graph.boost_scores(owner, boosts.text, scores, info, relevance=boosts.graph)
     neighbours, chains = _neighbours_and_chains(owner, scores, expand)
     floor = VECTOR_WEIGHT * floor_vector + KEYWORD_WEIGHT * floor_keyword

@@ -1,4 +1,4 @@
-"""The semantic cache (seed 003 A3): near-identical memory queries reuse their results.
+"""The semantic cache: near-identical memory queries reuse their results.
 
 A memory search of a conversation whose query vector is within SEMANTIC_CACHE_SIMILARITY
 (cosine, default 0.95) of an earlier one with the same parameters, at the same memory version
@@ -45,8 +45,7 @@ def _key(params: dict[str, Any]) -> str:
 
 def query_vector(query: str):
     """The query's embedding (the embedder's cache usually has it), or None if it fails."""
-    from memory.embeddings import get_embedder
-    from memory.index_builder import query_text
+    from memory.embeddings import get_embedder, query_text
 
     try:
         text = query_text(query)

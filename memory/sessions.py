@@ -1,4 +1,4 @@
-"""Sessions: runs of turns of one conversation without an idle gap (seed 001 §2.1).
+"""Sessions: runs of turns of one conversation without an idle gap.
 
 A hit inside a session is usually one line of a longer exchange; showing its neighbours lets
 the model (and the reader) see the question it answered or the detail that followed. Sessions

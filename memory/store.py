@@ -1,4 +1,4 @@
-"""The storage API (seed 000 §6): store, chunk, embed, edit, delete, restore and forget.
+"""The storage API: store, chunk, embed, edit, delete, restore and forget.
 
 Every function takes the owner and only ever touches that owner's rows; an id of someone
 else's row is reported exactly like an unknown id.
@@ -20,10 +20,19 @@ from django.db.models import Q, TextField
 from django.db.models.functions import Cast
 from django.utils import timezone
 
-from memory import versions
+from memory import signals, versions
 from memory.embeddings import get_embedder, text_hash
 from memory.errors import ChunkEditError, DeletedMessageError, InvalidContent, NotFound
-from memory.models import Conversation, Message, Passage, Role, SemanticCacheEntry, ToolCall, new_ulid
+from memory.models import (
+    Conversation,
+    Message,
+    Passage,
+    Role,
+    SemanticCacheEntry,
+    ToolCall,
+    is_system_text,
+    new_ulid,
+)
 from memory.tokens import count_tokens, token_windows
 
 logger = logging.getLogger(__name__)
@@ -74,13 +83,6 @@ CONTEXT_PARENT_CHARS = 300
 CONTEXT_SPEAKER = True
 
 
-def is_system_text(metadata: dict | None) -> bool:
-    """Text Recollect wrote (an offline-recall answer, a notice): shown in the chat, but never
-    searched, clustered into topics or mined for entities, so its boilerplate and the ids it
-    quotes do not become memory."""
-    return bool((metadata or {}).get("system_text"))
-
-
 def passage_context(message: Message, parent_text: str | None, *, first: bool) -> str:
     """The context of a message's passage (Passage.context): for its first passage the end of
     the live message it replies to, and for every passage the speaker an import recorded."""
@@ -94,7 +96,7 @@ def passage_context(message: Message, parent_text: str | None, *, first: bool) -
 
 
 def chunk_spans(text: str) -> list[tuple[int, int]]:
-    """Character spans of the chunks of `text` (seed 000 §3.3), or [] when it needs none."""
+    """Character spans of the chunks of `text`, or [] when it needs none."""
     if count_tokens(text) <= settings.INDEX_CHUNK_THRESHOLD:
         return []
     return token_windows(text, settings.INDEX_CHUNK_THRESHOLD, settings.INDEX_CHUNK_OVERLAP)
@@ -435,22 +437,14 @@ def queue_upkeep_on_commit(owner_id: int, message_ids: Sequence[str]) -> None:
     keywords, summaries, samples, entity mentions). Every edit, delete, restore and forget
     calls this, whichever view, socket frame or tool made it."""
     ids = [str(i) for i in message_ids if i]
-
-    def queue() -> None:
-        from memory.tasks import queue_upkeep
-
-        queue_upkeep(owner_id, ids)
-
     if ids:
-        transaction.on_commit(queue)
+        transaction.on_commit(lambda: signals.messages_changed.send(None, owner_id=owner_id, message_ids=ids))
 
 
 def queue_embedding(owner_id: int) -> None:
     """Ask background work to embed what was stored without vectors; never fails the caller."""
     try:
-        from memory.embedding_tasks import embed_pending_passages
-
-        embed_pending_passages.enqueue(owner_id)
+        signals.passages_unembedded.send(None, owner_id=owner_id)
     except Exception:  # noqa: BLE001 - the passages stay findable by keyword; reembed catches up
         logger.exception("could not queue embedding work")
 

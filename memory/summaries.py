@@ -38,6 +38,7 @@ GIVE_UP_AFTER = 3  # failures in a row
 
 
 def is_configured() -> bool:
+    """An OpenAI-compatible model is configured (the chat's and the summaries' alike)."""
     return bool(settings.OPENAI_API_KEY or settings.OPENAI_BASE_URL)
 
 

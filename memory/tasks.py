@@ -24,11 +24,13 @@ from django.contrib.auth import get_user_model
 from django.db import DatabaseError, connection, transaction
 from django.db.models import Exists, OuterRef, Q
 from django.db.models.functions import Now
+from django.dispatch import receiver
 from django.utils import timezone
 from django_tasks import TaskResult, TaskResultStatus, task
+from django_tasks.signals import task_finished, task_started
 
-from memory import entities, rolling_summary, store, summaries, topics
-from memory.models import Message, TaskLease, UpkeepRun
+from memory import entities, rolling_summary, signals, store, summaries, topics
+from memory.models import Message, TaskLease, UpkeepRun, is_system_text
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +64,7 @@ def run_upkeep(owner, message_ids: Iterable[str]) -> dict[str, Any]:
     ids = [str(i) for i in message_ids][:500]
     messages = list(Message.objects.owned_by(owner).logical().filter(pk__in=ids))
     # Recollect's own text (offline-recall answers) is shown, never mined for topics or entities.
-    live = [m for m in messages if not m.deleted and not store.is_system_text(m.metadata)]
+    live = [m for m in messages if not m.deleted and not is_system_text(m.metadata)]
     changed = [m.pk for m in messages if m.deleted or m.edited] + [
         i for i in ids if i not in {m.pk for m in messages}
     ]
@@ -80,7 +82,7 @@ def run_upkeep(owner, message_ids: Iterable[str]) -> dict[str, Any]:
     try:
         with transaction.atomic():  # a savepoint: a failure here leaves the upkeep usable
             embedded = store.embed_pending(owner, message_ids=[m.pk for m in live]) if live else 0
-    except Exception:  # noqa: BLE001 - topics then go by session; embed_pending_passages retries
+    except Exception:  # noqa: BLE001 - topics then go by session; embed_pending_task retries
         logger.exception("could not embed new messages before topic upkeep")
         embedded = 0
     assigned = topics.assign_messages(owner, [m.pk for m in live])
@@ -112,7 +114,7 @@ def topic_upkeep(owner_id: int, message_ids: list[str]) -> dict[str, Any]:
 
 
 def update_conversation_summaries(owner, ids: list[str]) -> None:
-    """The rolling summaries of these messages' conversations (seed 003 A4), after topic upkeep
+    """The rolling summaries of these messages' conversations, after topic upkeep
     and in transactions of their own: a failure here leaves the topics done."""
     if not settings.CONVERSATION_SUMMARY:
         return
@@ -123,7 +125,7 @@ def update_conversation_summaries(owner, ids: list[str]) -> None:
 
 @task()
 def graph_upkeep(owner_id: int) -> dict[str, Any]:
-    """Seed 003 B4: merge entity aliases, decay edges not reinforced lately, prune orphans."""
+    """Graph upkeep: merge entity aliases, decay edges not reinforced lately, prune orphans."""
     from memory import graph
 
     owner = _owner(owner_id)
@@ -211,10 +213,8 @@ def queue_summaries(owner_id: int) -> bool:
 
 @task()
 def embed_pending_task(owner_id: int | None = None) -> dict[str, Any]:
-    from memory.store import embed_pending
-
     owner = _owner(owner_id) if owner_id else None
-    return _record(owner_id, "embed_pending", lambda: {"embedded": embed_pending(owner)})
+    return _record(owner_id, "embed_pending", lambda: {"embedded": store.embed_pending(owner)})
 
 
 # How long a task's lease lasts unless renewed. Its worker renews it every third of that, so it
@@ -293,7 +293,7 @@ class _Heartbeat(threading.Thread):
 
 
 def take_lease(task_result: TaskResult) -> None:
-    """Called (through the task_started signal, memory.models) in the worker thread about to run
+    """Called (through the task_started signal) in the worker thread about to run
     a task: a task from the database queue gets a heartbeat that renews its lease until
     `end_lease`. Never raises: a lease that cannot be taken leaves the task to the older rule."""
     end_lease()  # whatever this thread still holds belongs to a task that is over
@@ -404,3 +404,24 @@ def queue_rebuild(owner_id: int) -> bool:
     except Exception:
         logger.exception("could not queue a topic rebuild for owner %s", owner_id)
         return False
+
+
+# Connected when the app is ready (memory.apps), so every process, web or worker, has them.
+@receiver(signals.messages_changed, dispatch_uid="memory.queue_upkeep")
+def _messages_changed(sender, owner_id: int, message_ids: list[str], **kwargs) -> None:
+    queue_upkeep(owner_id, message_ids)
+
+
+@receiver(signals.passages_unembedded, dispatch_uid="memory.queue_embedding")
+def _passages_unembedded(sender, owner_id: int, **kwargs) -> None:
+    embed_pending_task.enqueue(owner_id)
+
+
+@receiver(task_started, dispatch_uid="memory.take_task_lease")
+def _take_task_lease(sender, task_result, **kwargs) -> None:
+    take_lease(task_result)
+
+
+@receiver(task_finished, dispatch_uid="memory.end_task_lease")
+def _end_task_lease(sender, task_result, **kwargs) -> None:
+    end_lease()

@@ -63,3 +63,9 @@ def _token_char_offsets(enc: tiktoken.Encoding, tokens: list[int], text: str) ->
         byte_pos += len(enc.decode_single_token_bytes(tok))
     offsets[len(tokens)] = len(text)
     return offsets
+
+
+def snip(text: str, n: int = 200) -> str:
+    """`text` on one line, cut to `n` characters with an ellipsis."""
+    flat = " ".join((text or "").split())
+    return flat if len(flat) <= n else flat[: n - 1] + "…"

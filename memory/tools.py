@@ -1,5 +1,5 @@
-"""The memory tools the LLM calls (seed 000 §5.1, seed 002's tree walk, seed 004's find /
-show_summaries / stats, seed 003's memory_graph_query), in the OpenAI tools format.
+"""The memory tools the LLM calls (reading and searching messages, walking the topic tree and
+the levels, find, summaries, stats, the entity graph), in the OpenAI tools format.
 
 `execute_tool` never raises and never reads another user's rows: arguments are parsed and
 validated against the tool's own JSON schema first (missing, extra or mistyped arguments are
@@ -30,7 +30,7 @@ from django.db import DatabaseError, connection, transaction
 from django.db.models import Count, Exists, Max, Min, OuterRef, Q, Sum
 from django.utils import timezone
 
-from memory import compression, sessions
+from memory import compression, hierarchy, sessions
 from memory.errors import MemoryStoreError, NotFound
 from memory.models import (
     Conversation,
@@ -40,9 +40,8 @@ from memory.models import (
     PeriodSummary,
     ToolCall,
     Topic,
-    TopicMembership,
 )
-from memory.tokens import count_tokens
+from memory.tokens import count_tokens, snip
 
 logger = logging.getLogger(__name__)
 
@@ -61,17 +60,29 @@ class ToolError(Exception):
 
 @dataclass
 class ToolResult:
+    """One tool call's outcome: what execute_tool returns, and what the chat shows and stores
+    with the reply (call_id is the model's id for the call)."""
+
     ok: bool
     result: Any = None
-    error: str | None = None
+    error: str = ""
     summary: str = ""
     duration_ms: float = 0.0
+    name: str = ""
+    arguments_text: str = ""
+    call_id: str = ""
+    started_at: dt.datetime = field(default_factory=timezone.now)
 
-    def content(self) -> str:
-        """What goes back to the model as the tool message."""
-        if self.ok:
-            return json.dumps(self.result, ensure_ascii=False, default=str)
-        return json.dumps({"error": self.error}, ensure_ascii=False)
+    def content(self, budget: int = MAX_RESULT_CHARS) -> str:
+        """What goes back to the model as the tool message: at most MAX_RESULT_CHARS characters,
+        or `budget` (what is left of the turn's tool-result budget) when that is less."""
+        payload = self.result if self.ok else {"error": self.error}
+        text = json.dumps(payload, ensure_ascii=False, default=str)
+        if len(text) > MAX_RESULT_CHARS and budget >= MAX_RESULT_CHARS:
+            text = text[:MAX_RESULT_CHARS] + f"… [cut at {MAX_RESULT_CHARS} characters]"
+        elif len(text) > budget:
+            text = text[:budget] + f"… [cut at {budget} characters: this turn's tool-result budget is spent]"
+        return text
 
     def as_dict(self) -> dict[str, Any]:
         return {"ok": self.ok, "result": self.result, "error": self.error, "summary": self.summary}
@@ -86,6 +97,9 @@ class Tool:
     handler: Callable[..., tuple[Any, str]]
     keywords: tuple[str, ...] = ()
     core: bool = False
+    # How a call reads in the chat ("searched memory for …"), from its arguments; "" when they
+    # do not say enough, and the call reads "called <name>".
+    label: Callable[[dict[str, Any]], str] | None = None
     schema_cache: dict[str, Any] = field(default_factory=dict)
 
     def schema(self) -> dict[str, Any]:
@@ -118,12 +132,24 @@ def tool(
     required=(),
     keywords: tuple[str, ...] = (),
     core: bool = False,
+    label: Callable[[dict[str, Any]], str] | None = None,
 ):
     def register(fn):
-        TOOLS[name] = Tool(name, description, parameters, list(required), fn, keywords, core)
+        TOOLS[name] = Tool(name, description, parameters, list(required), fn, keywords, core, label)
         return fn
 
     return register
+
+
+def _searched(args: dict[str, Any]) -> str:
+    query = args.get("query")
+    return f"searched memory for “{snip(query, 80)}”" if query else ""
+
+
+def _opened_messages(ids: Any) -> str:
+    if not isinstance(ids, list):
+        return ""
+    return f"opened {len(ids)} message{'s' if len(ids) != 1 else ''}"
 
 
 def tool_schemas(names: list[str] | None = None) -> list[dict[str, Any]]:
@@ -140,7 +166,7 @@ def schema_tokens(schema: dict[str, Any]) -> int:
 _QWORD = re.compile(r"[a-z0-9]+")
 
 
-# Seed 003 A2: a turn is offered the tools it is likely to need, not all of them: schemas are
+# A turn is offered the tools it is likely to need, not all of them: schemas are
 # most of a prompt's fixed cost. Any tool still runs if the model calls it by name.
 MAX_OFFERED_TOOLS = 8
 _SCHEMA_TOKENS: dict[str, int] = {}
@@ -160,7 +186,7 @@ def select_tools(
     wanted: list[str] | None = None,
     max_tools: int = MAX_OFFERED_TOOLS,
 ) -> tuple[list[dict[str, Any]], int]:
-    """Seed 003 A2: the tools this turn is offered, added in this order while their schemas fit
+    """The tools this turn is offered, added in this order while their schemas fit
     `budget` tokens and at most `max_tools` are chosen: recently used tools (always kept while
     they fit), the core tools, the `wanted` ones (those the memory index points to), then the
     others whose keywords the query mentions, best first. Tools nothing points to are left out.
@@ -201,9 +227,15 @@ def execute_tool(
     exclude_message_ids: messages no search of this call returns (the turn's own message)."""
     from memory.search import excluding
 
-    started = time.perf_counter()
+    started_at, started = timezone.now(), time.perf_counter()
     with excluding(exclude_message_ids):
-        return _execute_tool(owner, name, arguments, conversation, started)
+        outcome = _execute_tool(owner, name, arguments, conversation, started)
+    outcome.name, outcome.started_at = str(name or ""), started_at
+    if isinstance(arguments, str):
+        outcome.arguments_text = arguments
+    elif arguments is not None:
+        outcome.arguments_text = json.dumps(arguments, ensure_ascii=False, default=str)
+    return outcome
 
 
 def _execute_tool(owner, name: str, arguments: Any, conversation, started: float) -> ToolResult:
@@ -211,11 +243,11 @@ def _execute_tool(owner, name: str, arguments: Any, conversation, started: float
         t = TOOLS.get(str(name))
         if t is None:
             raise ToolError(f"unknown tool {str(name)[:60]!r}; available: {', '.join(TOOLS)}")
-        args = _parse_arguments(arguments)
+        args = parse_arguments(arguments)
         args = _validate(t, args)
         result, summary = t.handler(owner, conversation=conversation, **args)
         result = _bound(result)
-        return ToolResult(True, result, None, summary, _ms(started))
+        return ToolResult(True, result, "", summary, _ms(started))
     except ToolError as exc:
         return ToolResult(False, None, str(exc), f"{name}: {exc}"[:200], _ms(started))
     except NotFound as exc:
@@ -237,8 +269,9 @@ def _ms(started: float) -> float:
     return round((time.perf_counter() - started) * 1000, 2)
 
 
-def _parse_arguments(arguments: Any) -> dict[str, Any]:
-    if arguments is None or arguments == "":
+def parse_arguments(arguments: Any) -> dict[str, Any]:
+    """A tool call's arguments, a JSON object as text or already parsed; raises ToolError."""
+    if arguments is None or (isinstance(arguments, str) and not arguments.strip()):
         return {}
     if isinstance(arguments, dict):
         return arguments
@@ -332,7 +365,7 @@ def _bound(result: Any) -> Any:
     return result
 
 
-# --- shapes (seed 000 §5.2) ---------------------------------------------------------------------
+# --- shapes ------------------------------------------------------------------------------------
 
 
 def _json_len(value: Any) -> int:
@@ -403,6 +436,29 @@ def message_dict(m: Message, *, max_chars: int = MAX_CONTENT_CHARS, offset: int 
     return _text_page(out, "content", m.content, offset, max_chars, "get_message_by_id")
 
 
+def compressed_message_dict(message, query: str, *, max_chars: int) -> dict[str, Any] | None:
+    """A long message of a search result as its best sentences for `query`, with their
+    offsets (None: the message is short enough, or compression is off, so it is shown as is)."""
+    text = message.content
+    if not settings.RESULT_COMPRESSION or len(text) <= settings.RESULT_COMPRESSION_MIN_CHARS:
+        return None
+    cut = compression.compress(text, query, max_chars=min(max_chars, settings.RESULT_COMPRESSION_CHARS))
+    if not cut.excerpts:
+        return None
+    item = message_dict(message, max_chars=0)
+    for key in ("offset", "next_offset", "remaining_chars"):
+        item.pop(key, None)
+    item["content"] = cut.text()
+    item["excerpts"] = [{"offset": e.start, "end": e.end} for e in cut.excerpts]
+    item["truncated"] = True
+    item["compressed"] = True
+    item["note"] = (
+        f"the sentences best matching the query: {cut.kept_chars} of {cut.total_chars} characters, "
+        f"at the offsets in excerpts; read on around any with get_message_by_id(id={message.pk!r}, offset=N)"
+    )
+    return item
+
+
 def tool_call_dict(
     c: ToolCall, *, max_chars: int = MAX_CONTENT_CHARS, offset: int = 0
 ) -> dict[str, Any]:
@@ -446,9 +502,15 @@ def _topic_dict(t: Topic, *, children: int | None = None) -> dict[str, Any]:
     return out
 
 
-def _snip(text: str, n: int = 200) -> str:
-    flat = " ".join((text or "").split())
-    return flat if len(flat) <= n else flat[: n - 1] + "…"
+def _child_counts(owner, parents) -> dict[str, int]:
+    """How many child topics each of `parents` has (those with none are left out)."""
+    return dict(
+        Topic.objects.owned_by(owner)
+        .filter(parent__in=parents)
+        .values("parent_id")
+        .annotate(n=Count("id"))
+        .values_list("parent_id", "n")
+    )
 
 
 # --- argument helpers ---------------------------------------------------------------------------
@@ -569,7 +631,7 @@ def _page(qs, limit: int, offset: int) -> tuple[list, int | None]:
     return rows[:limit], (offset + limit if more else None)
 
 
-# --- seed 000 §5.1 ------------------------------------------------------------------------------
+# --- messages and search -----------------------------------------------------------------------
 
 
 @tool(
@@ -581,6 +643,7 @@ def _page(qs, limit: int, offset: int) -> tuple[list, int | None]:
     required=["id"],
     keywords=("message", "read", "full", "id"),
     core=True,
+    label=lambda a: f"opened message {snip(a['id'], 40)}" if a.get("id") else "",
 )
 def get_message_by_id(owner, *, id: str, offset: int = 0, conversation=None):
     m = _message(owner, id)
@@ -604,6 +667,7 @@ def get_message_by_id(owner, *, id: str, offset: int = 0, conversation=None):
     },
     required=["ids"],
     keywords=("messages", "read", "ids"),
+    label=lambda a: _opened_messages(a.get("ids")),
 )
 def get_messages_by_ids(owner, *, ids: list[str], offset: int = 0, conversation=None):
     found = {m.pk: m for m in Message.objects.visible_to(owner).filter(pk__in=ids)}
@@ -653,6 +717,7 @@ def get_messages_by_ids(owner, *, ids: list[str], offset: int = 0, conversation=
     },
     required=["id"],
     keywords=("chunk", "chunks", "long", "rest"),
+    label=lambda a: f"opened message {snip(a['id'], 40)}" if a.get("id") else "",
 )
 def get_message_with_chunks(owner, *, id: str, offset: int = 0, limit: int = 3, conversation=None):
     m = _message(owner, id)
@@ -730,13 +795,14 @@ SEARCH_FILTERS = {
     required=["query"],
     keywords=("search", "find", "remember", "recall", "when", "what"),
     core=True,
+    label=_searched,
 )
 def vector_search(owner, *, query: str, limit: int = 10, conversation=None, **filters):
     results = _search(owner, query, limit, conversation=conversation, **filters)
     out = {"query": query, "results": compression.search_results(owner, query, results.hits)}
     if results.fallbacks:
         out["fallbacks"] = results.fallbacks
-    return out, f'searched memory for "{_snip(query, 60)}" — {len(results.hits)} hits'
+    return out, f'searched memory for "{snip(query, 60)}" — {len(results.hits)} hits'
 
 
 @tool(
@@ -755,6 +821,7 @@ def vector_search(owner, *, query: str, limit: int = 10, conversation=None, **fi
     required=["query"],
     keywords=("search", "remember", "recall", "details", "what", "who"),
     core=True,
+    label=_searched,
 )
 def search_and_retrieve(owner, *, query: str, auto_limit: int = 5, conversation=None, **filters):
     results = _search(owner, query, auto_limit * 2, conversation=conversation, **filters)
@@ -766,16 +833,16 @@ def search_and_retrieve(owner, *, query: str, auto_limit: int = 5, conversation=
         m = found.get(h_id)
         if m is None:
             continue
-        item = compression.message_item(m, query, max_chars=per) or message_dict(m, max_chars=per)
+        item = compressed_message_dict(m, query, max_chars=per) or message_dict(m, max_chars=per)
         item["session"] = [
-            {"id": n.pk, "role": n.role, "snippet": _snip(n.content)}
+            {"id": n.pk, "role": n.role, "snippet": snip(n.content)}
             for n in sessions.neighbours(owner, m, before=1, after=1)
         ]
         out.append(item)
     result = {"query": query, "messages": out}
     if results.fallbacks:
         result["fallbacks"] = results.fallbacks
-    return result, f'searched and read memory for "{_snip(query, 60)}" — {len(out)} messages'
+    return result, f'searched and read memory for "{snip(query, 60)}" — {len(out)} messages'
 
 
 def _descendant_leaves(owner, topic: Topic, cap: int = 2000) -> list[str]:
@@ -817,6 +884,7 @@ def _topic(owner, ident: str) -> Topic:
     {"cluster_id": ID, "limit": LIMIT, "offset": OFFSET},
     required=["cluster_id"],
     keywords=("cluster", "topic", "group"),
+    label=lambda a: f"opened topic {snip(a['cluster_id'], 40)}" if a.get("cluster_id") else "",
 )
 def get_cluster(owner, *, cluster_id: str, limit: int = 20, offset: int = 0, conversation=None):
     return _topic_messages(owner, _topic(owner, cluster_id), limit, offset)
@@ -839,7 +907,7 @@ def _topic_messages(owner, topic: Topic, limit: int, offset: int):
     }
     if next_offset is not None:
         result["next_offset"] = next_offset
-    return result, f'read {len(rows)} messages of topic "{_snip(topic.label, 50)}"'
+    return result, f'read {len(rows)} messages of topic "{snip(topic.label, 50)}"'
 
 
 @tool(
@@ -855,6 +923,7 @@ def _topic_messages(owner, topic: Topic, limit: int, offset: int):
     },
     required=["period"],
     keywords=("today", "yesterday", "week", "month", "date", "when", "period", "last", "ago"),
+    label=lambda a: f"looked at messages from {snip(a.get('period') or 'a period', 40)}",
 )
 def get_period_messages(
     owner,
@@ -894,6 +963,7 @@ def get_period_messages(
     {"message_id": ID, "depth": {"type": "integer", "minimum": 1, "maximum": 20}},
     required=["message_id"],
     keywords=("thread", "context", "before", "conversation", "reply"),
+    label=lambda a: f"followed the thread of {snip(a['message_id'], 40)}" if a.get("message_id") else "",
 )
 def get_conversation_thread(owner, *, message_id: str, depth: int = 5, conversation=None):
     m = _message(owner, message_id)
@@ -937,6 +1007,7 @@ def get_conversation_thread(owner, *, message_id: str, depth: int = 5, conversat
     {"id": ID, "offset": CHAR_OFFSET},
     required=["id"],
     keywords=("tool", "call", "result"),
+    label=lambda a: f"opened tool calls of {snip(a.get('id') or '?', 40)}",
 )
 def get_tool_call(owner, *, id: str, offset: int = 0, conversation=None):
     c = ToolCall.objects.owned_by(owner).visible().filter(pk=id).first()
@@ -953,6 +1024,7 @@ def get_tool_call(owner, *, id: str, offset: int = 0, conversation=None):
     {"message_id": ID, "limit": LIMIT, "offset": OFFSET},
     required=["message_id"],
     keywords=("tool", "calls", "message"),
+    label=lambda a: f"opened tool calls of {snip(a.get('message_id') or '?', 40)}",
 )
 def get_tool_calls_by_message(
     owner, *, message_id: str, limit: int = 20, offset: int = 0, conversation=None
@@ -968,7 +1040,7 @@ def get_tool_calls_by_message(
     return result, f"listed {len(rows)} tool calls of {m.pk}"
 
 
-# --- seed 002: walk the topic tree --------------------------------------------------------------
+# --- walk the topic tree -----------------------------------------------------------------------
 
 
 @tool(
@@ -986,21 +1058,15 @@ def view_topic(owner, *, topic_id: str | None = None, conversation=None):
         node = _topic_dict(topic)
         node["parent_id"] = topic.parent_id
         samples = Message.objects.visible_to(owner).filter(pk__in=topic.sample_message_ids[:3])
-        node["samples"] = [{"id": m.pk, "snippet": _snip(m.content)} for m in samples]
+        node["samples"] = [{"id": m.pk, "snippet": snip(m.content)} for m in samples]
     else:
         node = {"id": None, "label": "(all memory)"}
         kids = list(Topic.objects.owned_by(owner).filter(parent=None).order_by("order")[:limit])
-    counts = dict(
-        Topic.objects.owned_by(owner)
-        .filter(parent__in=kids)
-        .values("parent_id")
-        .annotate(n=Count("id"))
-        .values_list("parent_id", "n")
-    )
+    counts = _child_counts(owner, kids)
     node["children"] = [_topic_dict(k, children=counts.get(k.pk, 0)) for k in kids]
     if not kids and not topic_id:
         node["note"] = "no topics yet; they are built in the background (manage.py build_topics)"
-    return node, f'viewed topic "{_snip(node["label"], 50)}" ({len(kids)} children)'
+    return node, f'viewed topic "{snip(node["label"], 50)}" ({len(kids)} children)'
 
 
 @tool(
@@ -1009,6 +1075,7 @@ def view_topic(owner, *, topic_id: str | None = None, conversation=None):
     {"topic": {"type": "string", "maxLength": 200}, "limit": LIMIT, "offset": OFFSET},
     required=["topic"],
     keywords=("topic", "messages"),
+    label=lambda a: f"opened topic {snip(a['topic'], 40)}" if a.get("topic") else "",
 )
 def get_topic_messages(owner, *, topic: str, limit: int = 20, offset: int = 0, conversation=None):
     return _topic_messages(owner, _topic(owner, topic), limit, offset)
@@ -1032,7 +1099,7 @@ def get_session(owner, *, message_id: str, conversation=None):
     )
 
 
-# --- seed 004 -------------------------------------------------------------------------------------
+# --- find, summaries, stats --------------------------------------------------------------------
 
 
 @tool(
@@ -1050,6 +1117,7 @@ def get_session(owner, *, message_id: str, conversation=None):
     },
     required=["pattern"],
     keywords=("find", "exact", "regex", "pattern", "grep", "mentioned", "word"),
+    label=lambda a: f"searched memory for “{snip(a['pattern'], 80)}”" if a.get("pattern") else "",
 )
 def find(
     owner,
@@ -1115,7 +1183,7 @@ def find(
     result = {"pattern": pattern, "offset": offset, "matches": matches}
     if more:
         result["next_offset"] = offset + limit
-    return result, f"found /{_snip(pattern, 40)}/ in {len(matches)}{'+' if more else ''} messages"
+    return result, f"found /{snip(pattern, 40)}/ in {len(matches)}{'+' if more else ''} messages"
 
 
 @tool(
@@ -1166,6 +1234,7 @@ def show_summaries(
     "index saved on recent turns (measured on what each turn sent).",
     {"conversation_id": ID},
     keywords=("stats", "statistics", "how", "many", "count", "size"),
+    label=lambda a: "looked at memory statistics",
 )
 def get_conversation_stats(owner, *, conversation_id: str | None = None, conversation=None):
     conv = _conversation(owner, conversation_id)
@@ -1194,14 +1263,14 @@ def get_conversation_stats(owner, *, conversation_id: str | None = None, convers
         "last": agg["last"].isoformat() if agg["last"] else None,
         "duration_days": round(days, 2),
         "index_budget_tokens": settings.INDEX_MAX_TOKENS,
-        # Seed 004: messages per level, and tokens saved as measured on the turns' snapshots.
+        # Messages per level, and tokens saved as measured on the turns' snapshots.
         "compression_levels": hierarchy.level_counts(owner, conv),
         **hierarchy.measured_savings(owner, conv),
     }
     return result, f"{agg['n']} messages, {total_tokens:,} tokens"
 
 
-# --- seed 003 -------------------------------------------------------------------------------------
+# --- the entity graph --------------------------------------------------------------------------
 
 
 @tool(
@@ -1287,16 +1356,157 @@ def memory_graph_query(owner, *, entity: str, depth: int = 1, limit: int = 10, c
                 "id": mm.message_id,
                 "role": mm.message.role,
                 "timestamp": mm.message.timestamp.isoformat(),
-                "snippet": _snip(mm.message.content),
+                "snippet": snip(mm.message.content),
             }
             for mm in mentions
         ],
     }
-    return result, f'explored "{_snip(root.name, 40)}" — {len(nodes) - 1} related entities'
+    return result, f'explored "{snip(root.name, 40)}" — {len(nodes) - 1} related entities'
 
 
-# Seed 004's expand_node and browse_hierarchy live with the levels they read.
-from memory import hierarchy  # noqa: E402 - registers its tools; it imports this module
+# --- the hierarchy: expand_node, browse_hierarchy ----------------------------------------------
 
-# Keep a name for type checkers of callers.
-__all__ = ["ToolResult", "execute_tool", "select_tools", "tool_schemas", "TOOLS", "TopicMembership"]
+
+def _message_node(owner, b: hierarchy.Boundaries, m: Message) -> dict[str, Any]:
+    return {
+        "id": m.pk,
+        "node_type": "message",
+        "role": m.role,
+        "timestamp": m.timestamp.isoformat(),
+        "level": b.level_of(m.timestamp, m.pk).name,
+        "pinned": m.pinned,
+        "summary": hierarchy.message_summary(m),
+        "tokens": m.token_count,
+    }
+
+
+def _topic_node(b: hierarchy.Boundaries, t: Topic, *, children: int | None = None) -> dict[str, Any]:
+    out = _topic_dict(t, children=children)
+    out["node_type"] = "topic"
+    out["level"] = b.topic_level(t).name
+    return out
+
+
+@tool(
+    "expand_node",
+    "Open any node of the memory hierarchy by id: a message with its components (chunks, tool "
+    "calls, errors), summary, level and topic; or a topic with its summary and children (its "
+    "sub-topics, or for a leaf topic its messages). Children page with offset and limit.",
+    {"id": {**ID, "description": "a message id or a topic id"}, "limit": LIMIT, "offset": OFFSET},
+    required=["id"],
+    keywords=("expand", "node", "open", "detail", "summary", "level"),
+    label=lambda a: f"expanded memory node {snip(a['id'], 40)}" if a.get("id") else "",
+)
+def expand_node(owner, *, id: str, limit: int = 20, offset: int = 0, conversation=None):
+    b = hierarchy.boundaries(owner)
+    m = Message.objects.visible_to(owner).filter(pk=id).first()
+    if m is not None:
+        return _expand_message(owner, b, m, limit, offset)
+    t = Topic.objects.owned_by(owner).filter(pk=id).first()
+    if t is not None:
+        return _expand_topic(owner, b, t, limit, offset)
+    raise NotFound("node", id)
+
+
+def _expand_message(owner, b: hierarchy.Boundaries, m: Message, limit: int, offset: int):
+    node = _message_node(owner, b, m)
+    node["message"] = message_dict(m, max_chars=MAX_CONTENT_CHARS)
+    logical = m.chunk_parent if m.is_chunk else m
+    chunks_qs = Message.objects.owned_by(owner).filter(chunk_parent=logical, is_chunk=True)
+    chunks, next_offset = _page(chunks_qs.order_by("chunk_index"), limit, offset)
+    calls = list(
+        ToolCall.objects.owned_by(owner).logical().filter(message=logical).order_by("timestamp")[:20]
+    )
+    node["components"] = {
+        "chunk_count": chunks_qs.count(),
+        "chunks": [
+            {"id": c.pk, "chunkIndex": c.chunk_index, "tokens": c.token_count, "snippet": snip(c.content)}
+            for c in chunks
+        ],
+        "tool_calls": [
+            {"id": c.pk, "toolName": c.tool_name, "isError": c.is_error, "result": snip(c.result)}
+            for c in calls
+        ],
+        "errors": [logical.metadata["error"]] if (logical.metadata or {}).get("error") else [],
+    }
+    membership = logical.topic_memberships.select_related("topic").first()
+    node["topic"] = (
+        {"id": membership.topic_id, "label": membership.topic.label} if membership else None
+    )
+    node["offset"] = offset
+    if next_offset is not None:
+        node["next_offset"] = next_offset
+        node["note"] = f"more chunks: expand_node(id={m.pk!r}, offset={next_offset})"
+    return node, f"expanded message {m.pk} ({node['level']})"
+
+
+def _expand_topic(owner, b: hierarchy.Boundaries, t: Topic, limit: int, offset: int):
+    node = _topic_node(b, t)
+    node["parent"] = {"id": t.parent_id, "label": t.parent.label} if t.parent_id else None
+    kids = Topic.objects.owned_by(owner).filter(parent=t)
+    if kids.exists():
+        rows, next_offset = _page(kids.order_by("order"), limit, offset)
+        counts = _child_counts(owner, rows)
+        node["children"] = [_topic_node(b, k, children=counts.get(k.pk, 0)) for k in rows]
+    else:
+        members = (
+            Message.objects.visible_to(owner)
+            .logical()
+            .filter(topic_memberships__topic=t)
+            .order_by("timestamp", "id")
+        )
+        rows, next_offset = _page(members, limit, offset)
+        node["children"] = [_message_node(owner, b, m) for m in rows]
+    node["offset"] = offset
+    if next_offset is not None:
+        node["next_offset"] = next_offset
+    return node, f'expanded topic "{snip(t.label, 50)}" ({len(rows)} children)'
+
+
+@tool(
+    "browse_hierarchy",
+    "List the nodes of one level of memory, oldest first: FULL (the newest messages), SUMMARY "
+    "(older messages as one-sentence summaries), META (topic groups of older messages) or "
+    "ARCHIVE (the coarsest topics of the oldest memory). Open a node with expand_node.",
+    {
+        "level": {
+            "type": "string",
+            "enum": hierarchy.LEVEL_NAMES,
+            "description": "FULL, SUMMARY, META or ARCHIVE",
+        },
+        "limit": LIMIT,
+        "offset": OFFSET,
+    },
+    required=["level"],
+    keywords=("browse", "hierarchy", "level", "levels", "archive", "older", "overview"),
+    label=lambda a: f"browsed the {snip(a.get('level') or '?', 12)} level of memory",
+)
+def browse_hierarchy(owner, *, level: str, limit: int = 20, offset: int = 0, conversation=None):
+    lvl = hierarchy.Level[level]
+    b = hierarchy.boundaries(owner)
+    result: dict[str, Any] = {"level": lvl.name, "level_number": int(lvl), "holds": hierarchy.level_ages(lvl)}
+    if lvl in (hierarchy.Level.FULL, hierarchy.Level.SUMMARY):
+        qs = hierarchy.messages_at(owner, b, lvl).order_by("timestamp", "id")
+        rows, next_offset = _page(qs, limit, offset)
+        nodes = [_message_node(owner, b, m) for m in rows]
+        if lvl == hierarchy.Level.FULL:
+            for node, m in zip(nodes, rows, strict=True):
+                node["content"] = snip(m.content, 1500)
+    else:
+        qs = hierarchy.topics_at(owner, b, lvl).order_by("period_start", "id")
+        rows, next_offset = _page(qs, limit, offset)
+        nodes = [_topic_node(b, t) for t in rows]
+    result.update({"node_count": qs.count(), "offset": offset, "items": nodes})
+    if next_offset is not None:
+        result["next_offset"] = next_offset
+    if not b.active:
+        result["note"] = (
+            f"memory holds at most HIERARCHY_SUMMARY_THRESHOLD={settings.HIERARCHY_SUMMARY_THRESHOLD} "
+            "messages, so every message is FULL"
+        )
+    elif not nodes and lvl in (hierarchy.Level.META, hierarchy.Level.ARCHIVE):
+        result["note"] = (
+            f"no {lvl.name} nodes: memory does not reach that far back, or its topics are not "
+            "built yet (background upkeep)"
+        )
+    return result, f"browsed {lvl.name} ({len(nodes)} of {result['node_count']} nodes)"

@@ -1,7 +1,8 @@
-"""The topic tree (seed 000 §7.3, seed 002's ChatIndex, seed 004's levels), without an LLM.
+"""The topic tree, without an LLM: what the memory index, the levels and the tree-walking
+tools read.
 
 Leaves are temporally ordered runs of messages about one thing: a run ends at an idle gap
-(seed 001 §2.1) or where the next message drifts away from the run's centroid. Inner nodes
+or where the next message drifts away from the run's centroid. Inner nodes
 group consecutive children, at most TOPIC_MAX_CHILDREN each, until the top level itself fits,
 so a top-down walk reads a bounded number of nodes per level. Labels are extractive keywords
 (tf-idf against the owner's other topics), summaries are the sentences nearest the centroid.
@@ -183,7 +184,7 @@ def _keywords(terms: Counter, doc_freq: Counter, n_docs: int, k: int = 8) -> lis
     return [t for t, _ in sorted(scored.items(), key=lambda kv: (-kv[1], kv[0]))[:k]]
 
 
-def _first_sentence(text: str, limit: int = 160) -> str:
+def first_sentence(text: str, limit: int = 160) -> str:
     flat = " ".join(text.split())
     m = re.search(r"(.{20,}?[.!?])(\s|$)", flat)
     s = m.group(1) if m else flat
@@ -274,7 +275,7 @@ def _materialise(owner, top: list[_Node], leaves: list[_Node]):
             topic.period_end = node.messages[-1][2]
             topic.sample_message_ids = _leaf_samples(node)
             texts = {m[0]: m[4] for m in node.messages}
-            topic.summary = " … ".join(_first_sentence(texts[i]) for i in topic.sample_message_ids)[
+            topic.summary = " … ".join(first_sentence(texts[i]) for i in topic.sample_message_ids)[
                 :1000
             ]
             c = centroid
@@ -296,7 +297,7 @@ _TOKEN = re.compile(r"[A-Za-z][A-Za-z0-9'’\-]*")
 
 
 def label_from(keywords: Sequence[str], texts: Sequence[str] = ()) -> str:
-    """A 2-5 word name for a topic (seed 002), extractive: the phrase of its messages that
+    """A 2-5 word name for a topic, extractive: the phrase of its messages that
     holds the most of its keywords (the best-ranked weighing most), as written there; without
     texts, or when no phrase holds two keywords, its two best keywords ("Tulips and roses")."""
     weight = {k: 1 / (1 + i) for i, k in enumerate(keywords[:8])}
@@ -460,7 +461,7 @@ def _join(topic: Topic, message: Message, vec: np.ndarray | None) -> None:
     if not topic.summary or topic.label == "(new topic)":
         topic.keywords = [w for w, _ in Counter(words(message.content)).most_common(8)]
         topic.label = label_from(topic.keywords, [message.content])
-        topic.summary = _first_sentence(message.content)
+        topic.summary = first_sentence(message.content)
     topic.save()
     TopicMembership.objects.get_or_create(
         owner_id=topic.owner_id,
@@ -520,7 +521,7 @@ def _refresh_ancestors(owner, topic_ids: Iterable[str], *, rewrite_summaries: bo
 
 def _rebalance(owner) -> None:
     """Keep every level within TOPIC_MAX_CHILDREN: an over-full set of siblings moves under a
-    new parent of its own (the tree grows upward, as seed 002's does)."""
+    new parent of its own (the tree grows upward)."""
     max_children = settings.TOPIC_MAX_CHILDREN
     for _ in range(8):
         crowded = (
@@ -607,7 +608,7 @@ def refresh(owner, topic_ids: Iterable[str]) -> dict:
         topic.period_start, topic.period_end = members[0].timestamp, members[-1].timestamp
         topic.sample_message_ids = _leaf_samples(node)
         texts = {m.pk: m.content for m in members}
-        topic.summary = " … ".join(_first_sentence(texts[i]) for i in topic.sample_message_ids)[
+        topic.summary = " … ".join(first_sentence(texts[i]) for i in topic.sample_message_ids)[
             :1000
         ]
         topic.summary_source = "extractive"

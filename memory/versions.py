@@ -1,4 +1,4 @@
-"""The memory version of an owner (seed 003 A3): a counter that every transaction writing memory
+"""The memory version of an owner: a counter that every transaction writing memory
 (a stored message or tool call, an edit, a delete or restore, a forget, an import) bumps once.
 
 Cached search results and replies (memory.semantic_cache) carry the version they were made at

@@ -10,7 +10,7 @@ import sys
 import pytest
 from django.utils import timezone
 
-from chat import drafts
+from chat import drafts, processes
 from chat.models import ReplyDraft
 from memory.store import store_message
 from tests.chat.test_consumers import connect, receive_until
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def _dead_process() -> str:
     """The identity a process on this host had, once it has exited."""
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
-    identity = f"{drafts._HOST}:{proc.pid}:{drafts._start_time(proc.pid)}"
+    identity = f"{processes.HOST}:{proc.pid}:{processes.start_time(proc.pid)}"
     proc.wait()
     return identity
 
@@ -53,7 +53,7 @@ def test_a_dead_servers_draft_is_stored_as_an_incomplete_reply_when_the_page_ope
 
 def test_drafts_still_being_written_are_left_alone(owner, conversation):
     # This process, writing it right now.
-    mine = _draft(owner, conversation, drafts.PROCESS)
+    mine = _draft(owner, conversation, processes.PROCESS)
     drafts._live.add(mine.pk)
     # Another host's server that saved it a moment ago.
     elsewhere = _draft(owner, conversation, "other-host:4242:123456", age_s=5)
@@ -68,10 +68,10 @@ def test_drafts_still_being_written_are_left_alone(owner, conversation):
 
 
 def test_process_identity_tells_a_reused_pid_apart():
-    assert not drafts._is_dead(drafts.PROCESS)
-    host, pid, started = drafts.PROCESS.rsplit(":", 2)
-    assert drafts._is_dead(f"{host}:{pid}:{int(started) + 1}")
-    assert not drafts._is_dead(f"another-host:{pid}:1")  # not ours to judge: staleness decides
+    assert not processes.is_dead(processes.PROCESS)
+    host, pid, started = processes.PROCESS.rsplit(":", 2)
+    assert processes.is_dead(f"{host}:{pid}:{int(started) + 1}")
+    assert not processes.is_dead(f"another-host:{pid}:1")  # not ours to judge: staleness decides
 
 
 async def test_a_finished_turn_leaves_no_draft_and_a_reconnecting_tab_learns_of_a_recovered_reply(
@@ -106,7 +106,7 @@ async def test_the_draft_follows_the_reply_while_it_streams(owner, conversation,
         event = await ws.receive_json_from(timeout=10)
         streamed += event.get("delta", "") if event["type"] == "token" else ""
     draft = await database_sync_to_async(ReplyDraft.objects.get)()
-    assert draft.process == drafts.PROCESS and draft.snapshot_id
+    assert draft.process == processes.PROCESS and draft.snapshot_id
     assert len(draft.text.split()) >= 10 and streamed.startswith(draft.text)
     await receive_until(ws, "reply_done")
     await ws.disconnect()

@@ -8,7 +8,7 @@ import datetime as dt
 import pytest
 from django.utils import timezone
 
-from memory import graph
+from memory import graph, store
 from memory.entities import index_messages, normalize
 from memory.models import Entity, EntityEdge, EntityMention, Message
 from memory.tasks import graph_upkeep
@@ -94,7 +94,7 @@ def test_deleting_a_message_takes_its_mentions_and_edges_out_of_the_graph(
     assert edge("Elena Rostova", "Project Vanguard").weight == 1
     assert edge("Elena Rostova", "Oslo").weight == 1
 
-    Message.objects.get(pk=first.pk).soft_delete()
+    store.delete_message(owner, first.pk)
 
     assert not EntityMention.objects.filter(message_id=first.pk).exists()
     # The only message tying Elena to the project and to Oslo is gone, and so is the name only
@@ -114,9 +114,9 @@ def test_deleting_a_message_takes_its_mentions_and_edges_out_of_the_graph(
     )
     assert edge("Elena Rostova", "Madrid").weight == 2
     last = Message.objects.filter(content="Elena Rostova is back from Madrid").get()
-    last.forget()
+    store.forget_message(owner, last.pk)
     assert edge("Elena Rostova", "Madrid").weight == 1
-    Message.objects.get(content="Elena Rostova flew to Madrid").forget()
+    store.forget_message(owner, Message.objects.get(content="Elena Rostova flew to Madrid").pk)
     assert not Entity.objects.filter(normalized="madrid").exists()
     assert second.pk in set(EntityMention.objects.values_list("message_id", flat=True))
 
@@ -126,7 +126,7 @@ def test_editing_a_message_does_not_count_its_edges_twice(owner, conversation):
     index_messages(owner, [msg])
     index_messages(owner, [msg])
     assert edge("Elena Rostova", "Project Vanguard").weight == 1
-    msg = Message.objects.get(pk=msg.pk).record_edit("Elena Rostova left Project Vanguard for Oslo")
+    msg = store.update_message(owner, msg.pk, "Elena Rostova left Project Vanguard for Oslo")
     index_messages(owner, [msg])
     assert edge("Elena Rostova", "Project Vanguard").weight == 1
     assert edge("Oslo", "Project Vanguard").weight == 1

@@ -1,0 +1,114 @@
+"""A turn's reply and how it is stored: the assistant message, its tool calls and the turn's
+snapshot. The turn (chat.turn) fills a Reply as the model streams; a reply draft left by a
+server that died (chat.drafts) is stored the same way."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+
+from django.conf import settings
+
+from chat import branches
+from memory import budget, semantic_cache, store
+from memory.models import Conversation, Message, new_ulid
+from memory.tools import ToolResult
+
+
+@dataclass
+class Reply:
+    id: str = field(default_factory=new_ulid)
+    text: str = ""
+    status: str = "complete"  # complete | stopped | failed
+    error: str = ""
+    mode: str = "llm"  # llm | offline_recall
+    cached_from: str = ""  # the earlier reply reused (RESPONSE_CACHE)
+    tool_outcomes: list[ToolResult] = field(default_factory=list)
+    tool_result_chars: int = 0  # of tool results sent to the model (MAX_TOOL_RESULT_CHARS_PER_TURN)
+    usage: dict[str, int] = field(default_factory=dict)
+    rounds: int = 0
+    started: float = field(default_factory=time.perf_counter)
+    timings_ms: dict[str, float] = field(default_factory=dict)
+    draft_saved_at: float = field(default_factory=time.monotonic)
+    draft_saving: asyncio.Future | None = None
+    prompt: budget.Prompt | None = None  # what the model is sent, zone by zone
+    retried: bool = False  # the prompt was refused as too long once and sent again, halved
+    draft_begun: asyncio.Future | None = None  # the draft's row is written (with the snapshot)
+
+    def mark(self, name: str, since: float) -> None:
+        """Milliseconds from the start of the turn to a step (kept in the reply's metadata)."""
+        self.timings_ms.setdefault(name, round((time.perf_counter() - since) * 1000, 1))
+
+    def add_usage(self, usage: dict[str, int]) -> None:
+        for key, value in usage.items():
+            self.usage[key] = self.usage.get(key, 0) + int(value or 0)
+
+
+def store_reply(owner, conversation: Conversation, user_message: Message, reply: Reply, snapshot) -> Message:
+    """The assistant message answering `user_message`, with its tool calls, linked to the turn's
+    snapshot and made the active branch's leaf. The caller deletes the reply's draft in the
+    same transaction (drafts.finish)."""
+    metadata = {
+        "status": reply.status,
+        "mode": reply.mode,
+        "model": settings.CHAT_MODEL if reply.mode == "llm" else None,
+        "usage": reply.usage,
+        "rounds": reply.rounds,
+        "timings_ms": reply.timings_ms,
+    }
+    if reply.status != "complete":
+        metadata["incomplete"] = True
+    if reply.error:
+        metadata["error"] = reply.error
+    if snapshot is not None:
+        metadata["strategy"] = snapshot.strategy
+    if reply.cached_from:
+        metadata["cached_from"] = reply.cached_from
+    if reply.mode == "offline_recall":
+        # Quotes of memory and how-to-configure text: not memory itself.
+        metadata["system_text"] = True
+    [assistant] = store.store_messages(
+        owner,
+        conversation,
+        [
+            store.NewMessage(
+                id=reply.id,
+                role="assistant",
+                content=reply.text,
+                parent_id=user_message.pk,
+                metadata=metadata,
+                allow_empty=True,
+            )
+        ],
+        # The reply's vectors come from background work; keyword search finds it at once.
+        embed=False,
+    )
+    if reply.status == "complete" and reply.mode == "llm":
+        semantic_cache.remember_reply(owner, conversation, user_message, assistant, reply.text)
+    for outcome in reply.tool_outcomes:
+        store.store_tool_call(
+            owner,
+            assistant,
+            outcome.name,
+            outcome.arguments_text,
+            outcome.result if outcome.ok else {"error": outcome.error},
+            timestamp=outcome.started_at,
+            is_error=not outcome.ok,
+            duration_ms=int(outcome.duration_ms),
+            embed=False,
+        )
+    if snapshot is not None:
+        snapshot.message = assistant
+        fields = ["message"]
+        if reply.prompt is not None:
+            # What the model was sent, zone by zone: allocated and used (the largest request).
+            report = reply.prompt.report(
+                completion_tokens=reply.usage.get("completion_tokens"), retried=reply.retried
+            )
+            snapshot.plan = {**(snapshot.plan or {}), "window": report}
+            fields.append("plan")
+        snapshot.save(update_fields=fields)
+    assistant.conversation = conversation
+    branches.set_leaf(conversation, assistant)
+    return assistant
