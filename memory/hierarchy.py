@@ -24,6 +24,8 @@ from typing import Any
 from django.conf import settings
 from django.db import connection
 from django.db.models import Q
+from django.db.models.fields.json import KeyTextTransform
+from django.db.models.functions import Left
 from django.utils import timezone
 
 from memory.models import Message, Topic
@@ -52,6 +54,9 @@ class Boundaries:
     summary: tuple[dt.datetime, str] | None  # the newest SUMMARY message
     meta: tuple[dt.datetime, str] | None  # the newest META message
     archive: tuple[dt.datetime, str] | None  # the newest ARCHIVE message
+    # With boundaries(owner, lines=True): the SUMMARY-aged messages, newest first, as
+    # (timestamp, id, role, start of content, written summary or None).
+    summary_lines: tuple[tuple, ...] = ()
 
     def start(self, level: Level) -> tuple[dt.datetime, str] | None:
         return {Level.SUMMARY: self.summary, Level.META: self.meta, Level.ARCHIVE: self.archive}.get(
@@ -81,14 +86,17 @@ def _live(owner):
     return Message.objects.visible_to(owner).logical()
 
 
-def boundaries(owner) -> Boundaries:
+def boundaries(owner, *, lines: bool = False) -> Boundaries:
     """Where each level starts: the keys of the messages HIERARCHY_RECENT_NODES, _META_THRESHOLD
-    and _ARCHIVE_THRESHOLD back, read in one indexed walk of the newest keys."""
-    keys = list(
-        _live(owner)
-        .order_by("-timestamp", "-id")
-        .values_list("timestamp", "id")[: settings.HIERARCHY_ARCHIVE_THRESHOLD + 1]
-    )
+    and _ARCHIVE_THRESHOLD back, read in one indexed walk of the newest keys. lines: that walk
+    also reads what the plan's SUMMARY lines show of the messages it passes at that level."""
+    fields = ["timestamp", "id"]
+    walk = _live(owner).order_by("-timestamp", "-id")
+    if lines:
+        # A line is one sentence: the start of a message is enough to find its first one.
+        walk = walk.annotate(head=Left("content", 1000), written=KeyTextTransform("summary", "metadata"))
+        fields += ["role", "head", "written"]
+    keys = list(walk.values_list(*fields)[: settings.HIERARCHY_ARCHIVE_THRESHOLD + 1])
     if len(keys) <= settings.HIERARCHY_SUMMARY_THRESHOLD:
         return Boundaries(False, None, None, None)
 
@@ -100,6 +108,7 @@ def boundaries(owner) -> Boundaries:
         key_at(settings.HIERARCHY_RECENT_NODES),
         key_at(settings.HIERARCHY_META_THRESHOLD),
         key_at(settings.HIERARCHY_ARCHIVE_THRESHOLD),
+        tuple(keys[settings.HIERARCHY_RECENT_NODES : settings.HIERARCHY_META_THRESHOLD]) if lines else (),
     )
 
 
@@ -141,10 +150,13 @@ def topics_at(owner, b: Boundaries, level: Level):
 def message_summary(m: Message, limit: int = 160) -> str:
     """A message in one sentence: a written summary when some upkeep stored it, else the
     message's first sentence."""
-    written = (m.metadata or {}).get("summary")
+    return _one_sentence(m.content, (m.metadata or {}).get("summary"), limit)
+
+
+def _one_sentence(content: str | None, written: Any, limit: int = 160) -> str:
     if isinstance(written, str) and written.strip():
         return snip(written, limit)
-    return first_sentence(m.content or "", limit)
+    return first_sentence(content or "", limit)
 
 
 def level_ages(level: Level) -> str:
@@ -163,6 +175,9 @@ def level_ages(level: Level) -> str:
 
 def _day(ts) -> str:
     return timezone.localtime(ts).strftime("%Y-%m-%d")
+
+
+TOPIC_LINE_FIELDS = ("label", "message_count", "period_start", "period_end", "summary")
 
 
 def _period(t: Topic) -> str:
@@ -223,7 +238,7 @@ def _fit_newest(writer_type, lines: list[str], allowance: int) -> list[str]:
 def write_levels(owner, plan, writer, included: list[str], recent_ids: set[str]) -> None:
     """Older memory at coarser levels, oldest first: ARCHIVE topics, META topic groups, then
     one-sentence SUMMARY lines of the messages the index does not show already."""
-    b = boundaries(owner)
+    b = boundaries(owner, lines=True)
     plan.levels = {"active": b.active}
     if not b.active or b.summary is None:
         return
@@ -236,7 +251,12 @@ def write_levels(owner, plan, writer, included: list[str], recent_ids: set[str])
     room = writer.allowance - writer.used
     sections: list[tuple[Level, list[str], list[str]]] = []
     for level in (Level.ARCHIVE, Level.META):
-        rows = list(topics_at(owner, b, level).order_by("-period_end")[: settings.TOPIC_MAX_CHILDREN * 2])
+        # Only what a line shows (a topic's centroid is a vector: costly to read on every turn).
+        rows = list(
+            topics_at(owner, b, level)
+            .only(*TOPIC_LINE_FIELDS)
+            .order_by("-period_end")[: settings.TOPIC_MAX_CHILDREN * 2]
+        )
         rows.reverse()
         lines = [
             f'  - topic {t.pk} "{t.label}" ({t.message_count:,} messages {_period(t)}): '
@@ -244,19 +264,15 @@ def write_levels(owner, plan, writer, included: list[str], recent_ids: set[str])
             for t in rows
         ]
         sections.append((level, lines, [t.pk for t in rows]))
-    span = settings.HIERARCHY_META_THRESHOLD - settings.HIERARCHY_RECENT_NODES
-    summary_rows = [
-        m
-        for m in reversed(
-            list(messages_at(owner, b, Level.SUMMARY).order_by("-timestamp", "-id")[:span])
-        )
-        if m.pk not in shown
-    ]
+    summary_rows = [row for row in reversed(b.summary_lines) if row[1] not in shown]
     sections.append(
         (
             Level.SUMMARY,
-            [f"  - {m.pk} [{_day(m.timestamp)}] {m.role}: {message_summary(m)}" for m in summary_rows],
-            [m.pk for m in summary_rows],
+            [
+                f"  - {ident} [{_day(ts)}] {role}: {_one_sentence(head, written)}"
+                for ts, ident, role, head, written in summary_rows
+            ],
+            [row[1] for row in summary_rows],
         )
     )
     sections = [s for s in sections if s[1]]
