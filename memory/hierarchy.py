@@ -235,10 +235,40 @@ def _fit_newest(writer_type, lines: list[str], allowance: int) -> list[str]:
     return list(reversed(kept))
 
 
-def write_levels(owner, plan, writer, included: list[str], recent_ids: set[str]) -> None:
-    """Older memory at coarser levels, oldest first: ARCHIVE topics, META topic groups, then
-    one-sentence SUMMARY lines of the messages the index does not show already."""
+@dataclass(frozen=True)
+class LevelRows:
+    """What the plan's levels section shows, read before it is written (prepare_context reads
+    it on a worker thread while its search runs): the boundaries with the SUMMARY lines, and
+    the ARCHIVE and META topics, oldest first."""
+
+    boundaries: Boundaries
+    topics: dict[Level, list[Topic]]
+
+
+def level_rows(owner) -> LevelRows:
     b = boundaries(owner, lines=True)
+    topics: dict[Level, list[Topic]] = {}
+    if b.active and b.summary is not None:
+        for level in (Level.ARCHIVE, Level.META):
+            # Only what a line shows (a topic's centroid is a vector: costly to read each turn).
+            rows = list(
+                topics_at(owner, b, level)
+                .only(*TOPIC_LINE_FIELDS)
+                .order_by("-period_end")[: settings.TOPIC_MAX_CHILDREN * 2]
+            )
+            rows.reverse()
+            topics[level] = rows
+    return LevelRows(b, topics)
+
+
+def write_levels(
+    owner, plan, writer, included: list[str], recent_ids: set[str], rows: LevelRows | None = None
+) -> None:
+    """Older memory at coarser levels, oldest first: ARCHIVE topics, META topic groups, then
+    one-sentence SUMMARY lines of the messages the index does not show already. `rows`:
+    level_rows(owner), when read already."""
+    rows = rows or level_rows(owner)
+    b = rows.boundaries
     plan.levels = {"active": b.active}
     if not b.active or b.summary is None:
         return
@@ -251,19 +281,13 @@ def write_levels(owner, plan, writer, included: list[str], recent_ids: set[str])
     room = writer.allowance - writer.used
     sections: list[tuple[Level, list[str], list[str]]] = []
     for level in (Level.ARCHIVE, Level.META):
-        # Only what a line shows (a topic's centroid is a vector: costly to read on every turn).
-        rows = list(
-            topics_at(owner, b, level)
-            .only(*TOPIC_LINE_FIELDS)
-            .order_by("-period_end")[: settings.TOPIC_MAX_CHILDREN * 2]
-        )
-        rows.reverse()
+        topics = rows.topics.get(level, [])
         lines = [
             f'  - topic {t.pk} "{t.label}" ({t.message_count:,} messages {_period(t)}): '
             f"{snip(t.summary, 200)}"
-            for t in rows
+            for t in topics
         ]
-        sections.append((level, lines, [t.pk for t in rows]))
+        sections.append((level, lines, [t.pk for t in topics]))
     summary_rows = [row for row in reversed(b.summary_lines) if row[1] not in shown]
     sections.append(
         (

@@ -36,7 +36,7 @@ from pgvector.django import CosineDistance
 from memory import entities, hierarchy, rolling_summary, sessions
 from memory.embeddings import query_text
 from memory.models import ContextSnapshot, Message, PeriodSummary, Topic
-from memory.search import SearchFilters, SearchHit, search
+from memory.search import SearchFilters, SearchHit, in_worker, search
 from memory.tokens import count_tokens
 from memory.tools import select_tools
 
@@ -335,6 +335,12 @@ def prepare_context(
             vector_box.append(_query_vector(query))
         return vector_box[0]
 
+    # The levels section's rows need no search: read on a worker thread meanwhile.
+    levels_job = (
+        in_worker(hierarchy.level_rows, owner)
+        if plan.strategy != "full" and plan.history_size > settings.HIERARCHY_SUMMARY_THRESHOLD
+        else None
+    )
     results = (
         search(
             owner,
@@ -406,7 +412,8 @@ def prepare_context(
     writer.allowance += levels_room
     writer.full = False
     if time.perf_counter() <= deadline:
-        hierarchy.write_levels(owner, plan, writer, included, recent_ids)
+        rows = levels_job.result() if levels_job is not None else None
+        hierarchy.write_levels(owner, plan, writer, included, recent_ids, rows)
     plan.text = writer.text()
     mark("format", t)
     # Only ids whose line survived the final fit count as included.

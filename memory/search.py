@@ -282,6 +282,11 @@ def _timed_vector_candidates(owner, query, filters, k, results, query_vector) ->
 
 def _vector_in_thread(database: str, owner, query, filters, k, results, query_vector) -> list[tuple]:
     """The vector search on this worker thread's connection, to the caller's database."""
+    _use_database(database)
+    return _timed_vector_candidates(owner, query, filters, k, results, query_vector)
+
+
+def _use_database(database: str) -> None:
     from django.db import close_old_connections
 
     close_old_connections()  # expired or broken: reconnect
@@ -289,7 +294,21 @@ def _vector_in_thread(database: str, owner, query, filters, k, results, query_ve
     # name every thread's connection settings share): reconnect to it.
     if connection.connection is not None and connection.connection.info.dbname != database:
         connection.close()
-    return _timed_vector_candidates(owner, query, filters, k, results, query_vector)
+
+
+def in_worker(func, *args):
+    """`func(*args)` started on a search worker thread (its own connection to the caller's
+    database), as a Future; None where the caller's transaction would hide rows from another
+    connection (the caller then runs it itself)."""
+    if not PARALLEL_SEARCH or connection.in_atomic_block:
+        return None
+    database = connection.settings_dict["NAME"]
+
+    def run():
+        _use_database(database)
+        return func(*args)
+
+    return _SEARCH_THREADS.submit(run)
 
 
 def _vector_candidates(owner, query, filters, k, results, query_vector=None) -> list[tuple]:
