@@ -132,7 +132,8 @@ def test_every_tool_with_a_strangers_ids_finds_nothing(owner, theirs):
         if name in searches:
             args = searches[name]
             assert SECRET_TEXT in str(execute_tool(theirs["message"].owner, name, args).result), name
-            assert execute_tool(owner, name, args).error is None, name
+            mine = execute_tool(owner, name, args)
+            assert mine.ok and not mine.error, name
         result = execute_tool(owner, name, args)
         assert SECRET_TEXT not in str(result.result) + str(result.error), name
 
