@@ -187,23 +187,8 @@
         stored(ev.client_id); // also says so, should the message event have been lost
         streaming = ev.message_id;
         setBusy(true);
-        const li = document.createElement("li");
-        li.className = "message assistant streaming";
-        li.id = "msg-" + ev.message_id;
-        li.dataset.id = ev.message_id;
-        li.dataset.parent = ev.parent_id || "";
-        const meta = document.createElement("div");
-        meta.className = "meta";
-        const role = document.createElement("span");
-        role.className = "role";
-        role.textContent = "Recollect";
-        meta.appendChild(role);
-        const calls = document.createElement("div");
-        calls.className = "tool-calls";
-        const content = document.createElement("div");
-        content.className = "content streaming-text";
-        content.appendChild(document.createTextNode(""));
-        li.append(meta, calls, content);
+        // The row comes from the server (_message.html, streaming): tokens go into its text.
+        const li = fromHTML(ev.html);
         if (!placeAfterParent(li, ev.parent_id)) return;
         scrollDown();
         break;
@@ -212,32 +197,23 @@
         const row = rowOf(ev.message_id);
         if (!row) return;
         const content = row.querySelector(".streaming-text");
-        if (content) content.firstChild.appendData(ev.delta);
+        if (!content) return;
+        if (!content.firstChild) content.appendChild(document.createTextNode(""));
+        content.firstChild.appendData(ev.delta);
         if (window.innerHeight + window.scrollY >= document.body.scrollHeight - 80) scrollDown();
         break;
       }
       case "tool_started": {
         const row = rowOf(ev.message_id);
         if (!row) return;
-        const box = document.createElement("div");
-        box.className = "tool-call running";
-        box.id = "live-tool-" + ev.call_id;
-        const label = document.createElement("span");
-        label.className = "tool-label";
-        label.textContent = ev.label || ("calling " + ev.name);
-        const note = document.createElement("span");
-        note.className = "muted tool-note";
-        note.textContent = " · working…";
-        box.append(label, note);
+        const box = fromHTML(ev.html); // _tool_call.html, running
         row.querySelector(".tool-calls").appendChild(box);
         break;
       }
       case "tool_finished": {
         const box = document.getElementById("live-tool-" + ev.call_id);
         if (!box) return;
-        box.classList.remove("running");
-        if (!ev.ok) box.classList.add("error");
-        box.querySelector(".tool-note").textContent = " · " + (ev.ok ? ev.summary : "error: " + ev.error);
+        box.replaceWith(fromHTML(ev.html)); // the box as the stored reply shows it
         break;
       }
       case "reply_done": {
