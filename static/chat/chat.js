@@ -282,20 +282,13 @@
   function openEditor(row) {
     if (row.querySelector(".editor")) return;
     const raw = row.querySelector("textarea.raw");
-    const editor = document.createElement("form");
-    editor.className = "editor";
-    const area = document.createElement("textarea");
+    // The editor's markup is the page's (#editor-template); only its text is set here.
+    const editor = document.getElementById("editor-template").content.firstElementChild.cloneNode(true);
+    const area = editor.querySelector("textarea");
     area.value = raw ? raw.value : "";
     area.rows = Math.min(12, Math.max(3, area.value.split("\n").length + 1));
-    area.setAttribute("aria-label", "Edit message");
-    const save = document.createElement("button");
-    save.type = "submit"; save.className = "primary"; save.textContent = "Save";
-    const buttons = document.createElement("div");
-    buttons.className = "editor-buttons";
-    buttons.appendChild(save);
+    const branch = editor.querySelector("[data-editor=branch]");
     if (row.dataset.role === "user") {
-      const branch = document.createElement("button");
-      branch.type = "button"; branch.textContent = "Save as new version & answer";
       branch.addEventListener("click", () => {
         if (!area.value.trim()) return;
         const refusal = tooLong(area.value);
@@ -303,13 +296,10 @@
         setBusy(true);
         send({ type: "send", content: area.value, parent_id: row.dataset.parent || null });
       });
-      buttons.appendChild(branch);
+    } else {
+      branch.remove(); // a reply is edited in place only
     }
-    const cancel = document.createElement("button");
-    cancel.type = "button"; cancel.className = "link"; cancel.textContent = "Cancel";
-    cancel.addEventListener("click", () => editor.remove());
-    buttons.appendChild(cancel);
-    editor.append(area, buttons);
+    editor.querySelector("[data-editor=cancel]").addEventListener("click", () => editor.remove());
     editor.addEventListener("submit", (e) => {
       e.preventDefault();
       const refusal = tooLong(area.value);
