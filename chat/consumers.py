@@ -17,10 +17,10 @@ Client frames:
 
 Server events (sent to every socket on the conversation):
   message          {message_id, role, parent_id, client_id, html}   user message stored
-  reply_started    {message_id, parent_id, client_id}
+  reply_started    {message_id, parent_id, client_id, html}   html: the streaming row
   token            {message_id, delta}
-  tool_started     {message_id, call_id, name, arguments, label}
-  tool_finished    {message_id, call_id, name, ok, summary, error, duration_ms}
+  tool_started     {message_id, call_id, name, arguments, label, html}   html: its running box
+  tool_finished    {message_id, call_id, name, ok, summary, error, duration_ms, html}
   reply_done       {message_id, parent_id, status (complete|stopped|failed), error, usage,
                     strategy, mode (llm|offline_recall), client_id, html}
   message_updated / message_deleted / message_restored  {message_id, html}

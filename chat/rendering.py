@@ -19,7 +19,7 @@ from django.utils.safestring import SafeString, mark_safe
 
 from chat.branches import siblings_for
 from memory.models import Message, ToolCall
-from memory.tools import TOOLS, ToolError, parse_arguments
+from memory.tools import TOOLS, ToolError, ToolResult, parse_arguments
 
 ALLOWED_TAGS = {
     "div",
@@ -140,6 +140,32 @@ def message_html(message: Message, owner) -> str:
     """The chat row of one message: the same fragment the page, htmx and the websocket use."""
     sib = siblings_for(message.conversation, [message])[message.pk]
     return render_to_string("chat/_message.html", {"m": message, "sib": sib, "user": owner})
+
+
+def streaming_row_html(reply_id: str, parent_id: str | None) -> str:
+    """The row of a reply still being written: `_message.html` in its streaming state.
+
+    It reads nothing from the database, so the first token's path need not visit a db thread."""
+    row = Message(pk=reply_id, role="assistant", parent_id=parent_id)
+    return render_to_string("chat/_message.html", {"m": row, "streaming": True})
+
+
+def live_tool_call_html(
+    call_id: str, name: str, arguments_text: str, outcome: ToolResult | None = None
+) -> str:
+    """A tool call's box while a reply is written: the `_tool_call.html` a stored reply shows,
+    running until `outcome` is known. Nothing is read from the database."""
+    call = ToolCall(tool_name=str(name)[:100], arguments=arguments_text)
+    if outcome is not None:
+        result = outcome.result if outcome.ok else {"error": outcome.error}
+        # As memory.store.store_tool_call stores it, so the box reads the same after the reply.
+        if not isinstance(result, str):
+            result = json.dumps(result, ensure_ascii=False, default=str)
+        call.result = result
+        call.is_error = not outcome.ok
+    return render_to_string(
+        "chat/_tool_call.html", {"call": call, "live_id": call_id, "running": outcome is None}
+    )
 
 
 def tool_label(name: str, arguments: Any) -> str:

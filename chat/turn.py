@@ -35,7 +35,7 @@ from django.utils import timezone
 
 from chat import branches, drafts, llm
 from chat.db import db, durable
-from chat.rendering import message_html, tool_label
+from chat.rendering import live_tool_call_html, message_html, streaming_row_html, tool_label
 from chat.replies import Reply, store_reply
 from memory import budget, semantic_cache, store, summaries, tasks
 from memory.models import Conversation, Message
@@ -116,6 +116,7 @@ async def run_turn(
             "message_id": reply.id,
             "parent_id": user_message.pk,
             "client_id": client_id,
+            "html": streaming_row_html(reply.id, user_message.pk),
         }
     )
 
@@ -179,6 +180,7 @@ async def run_turn(
                             "name": call.name,
                             "arguments": call.arguments_text[:2000],
                             "label": tool_label(call.name, call.arguments_text),
+                            "html": live_tool_call_html(call.id, call.name, call.arguments_text),
                         }
                     )
                     outcome = await db(durable(_execute_tool))(owner, conversation, call, user_message.pk)
@@ -197,6 +199,9 @@ async def run_turn(
                             "summary": outcome.summary,
                             "error": outcome.error,
                             "duration_ms": outcome.duration_ms,
+                            "html": live_tool_call_html(
+                                call.id, call.name, call.arguments_text, outcome
+                            ),
                         }
                     )
                 if stop.is_set():

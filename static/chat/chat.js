@@ -187,23 +187,8 @@
         stored(ev.client_id); // also says so, should the message event have been lost
         streaming = ev.message_id;
         setBusy(true);
-        const li = document.createElement("li");
-        li.className = "message assistant streaming";
-        li.id = "msg-" + ev.message_id;
-        li.dataset.id = ev.message_id;
-        li.dataset.parent = ev.parent_id || "";
-        const meta = document.createElement("div");
-        meta.className = "meta";
-        const role = document.createElement("span");
-        role.className = "role";
-        role.textContent = "Recollect";
-        meta.appendChild(role);
-        const calls = document.createElement("div");
-        calls.className = "tool-calls";
-        const content = document.createElement("div");
-        content.className = "content streaming-text";
-        content.appendChild(document.createTextNode(""));
-        li.append(meta, calls, content);
+        // The row comes from the server (_message.html, streaming): tokens go into its text.
+        const li = fromHTML(ev.html);
         if (!placeAfterParent(li, ev.parent_id)) return;
         scrollDown();
         break;
@@ -212,32 +197,23 @@
         const row = rowOf(ev.message_id);
         if (!row) return;
         const content = row.querySelector(".streaming-text");
-        if (content) content.firstChild.appendData(ev.delta);
+        if (!content) return;
+        if (!content.firstChild) content.appendChild(document.createTextNode(""));
+        content.firstChild.appendData(ev.delta);
         if (window.innerHeight + window.scrollY >= document.body.scrollHeight - 80) scrollDown();
         break;
       }
       case "tool_started": {
         const row = rowOf(ev.message_id);
         if (!row) return;
-        const box = document.createElement("div");
-        box.className = "tool-call running";
-        box.id = "live-tool-" + ev.call_id;
-        const label = document.createElement("span");
-        label.className = "tool-label";
-        label.textContent = ev.label || ("calling " + ev.name);
-        const note = document.createElement("span");
-        note.className = "muted tool-note";
-        note.textContent = " · working…";
-        box.append(label, note);
+        const box = fromHTML(ev.html); // _tool_call.html, running
         row.querySelector(".tool-calls").appendChild(box);
         break;
       }
       case "tool_finished": {
         const box = document.getElementById("live-tool-" + ev.call_id);
         if (!box) return;
-        box.classList.remove("running");
-        if (!ev.ok) box.classList.add("error");
-        box.querySelector(".tool-note").textContent = " · " + (ev.ok ? ev.summary : "error: " + ev.error);
+        box.replaceWith(fromHTML(ev.html)); // the box as the stored reply shows it
         break;
       }
       case "reply_done": {
@@ -306,20 +282,13 @@
   function openEditor(row) {
     if (row.querySelector(".editor")) return;
     const raw = row.querySelector("textarea.raw");
-    const editor = document.createElement("form");
-    editor.className = "editor";
-    const area = document.createElement("textarea");
+    // The editor's markup is the page's (#editor-template); only its text is set here.
+    const editor = document.getElementById("editor-template").content.firstElementChild.cloneNode(true);
+    const area = editor.querySelector("textarea");
     area.value = raw ? raw.value : "";
     area.rows = Math.min(12, Math.max(3, area.value.split("\n").length + 1));
-    area.setAttribute("aria-label", "Edit message");
-    const save = document.createElement("button");
-    save.type = "submit"; save.className = "primary"; save.textContent = "Save";
-    const buttons = document.createElement("div");
-    buttons.className = "editor-buttons";
-    buttons.appendChild(save);
+    const branch = editor.querySelector("[data-editor=branch]");
     if (row.dataset.role === "user") {
-      const branch = document.createElement("button");
-      branch.type = "button"; branch.textContent = "Save as new version & answer";
       branch.addEventListener("click", () => {
         if (!area.value.trim()) return;
         const refusal = tooLong(area.value);
@@ -327,13 +296,10 @@
         setBusy(true);
         send({ type: "send", content: area.value, parent_id: row.dataset.parent || null });
       });
-      buttons.appendChild(branch);
+    } else {
+      branch.remove(); // a reply is edited in place only
     }
-    const cancel = document.createElement("button");
-    cancel.type = "button"; cancel.className = "link"; cancel.textContent = "Cancel";
-    cancel.addEventListener("click", () => editor.remove());
-    buttons.appendChild(cancel);
-    editor.append(area, buttons);
+    editor.querySelector("[data-editor=cancel]").addEventListener("click", () => editor.remove());
     editor.addEventListener("submit", (e) => {
       e.preventDefault();
       const refusal = tooLong(area.value);

@@ -1,11 +1,13 @@
 from __future__ import annotations
 
+import re
 from html.parser import HTMLParser
 
 import pytest
+from django.conf import settings
 from django.urls import reverse
 
-from chat.rendering import render_markdown, tool_label
+from chat.rendering import render_markdown, streaming_row_html, tool_label
 from memory import store
 from tests.chat.conftest import connect, receive_until
 
@@ -91,3 +93,56 @@ async def test_a_streamed_reply_is_highlighted_once_stored(owner, conversation, 
     assert "".join(e["delta"] for e in events if e["type"] == "token") == FENCED_PYTHON
     assert '<span class="nf">greet</span>' in events[-1]["html"]
     await ws.disconnect()
+
+
+def _tool_boxes(html: str) -> list[str]:
+    """The tool-call boxes of a fragment, their ids left out (a live box is named by the
+    model's call id, a stored one by its row's)."""
+    boxes = re.findall(r'<details class="tool-call.*?</details>', html, re.S)
+    return [re.sub(r' id="[^"]*"', "", box) for box in boxes]
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_live_events_carry_the_fragments_the_stored_page_shows(owner, conversation, scripted_llm):
+    marker = "fragments"
+    scripted_llm.script(
+        {"tool_calls": [{"name": "vector_search", "arguments": {"query": "zebras"}}]},
+        {"text": "Found it.", "delay": 0.001},
+        match=marker,
+    )
+    ws = await connect(owner, conversation.pk)
+    await ws.send_json_to({"type": "send", "content": f"{marker} what about zebras?"})
+    events = await receive_until(ws, "reply_done")
+    by_type = {e["type"]: e for e in events}
+    started, running, finished, done = (
+        by_type[t] for t in ("reply_started", "tool_started", "tool_finished", "reply_done")
+    )
+    # The streaming row is _message.html's own row, in its streaming state.
+    head = started["html"].split(">", 1)[0]
+    assert head.replace(" streaming", "") == done["html"].split(">", 1)[0]
+    assert f'id="msg-{done["message_id"]}"' in head and f'data-parent="{done["parent_id"]}"' in head
+    assert '<div class="content streaming-text"></div>' in started["html"]
+    assert '<div class="tool-calls"></div>' in started["html"]
+    # The tool box is _tool_call.html: running while the tool works, then as the page keeps it.
+    assert f'id="live-tool-{running["call_id"]}"' in running["html"]
+    assert f'id="live-tool-{finished["call_id"]}"' in finished["html"]
+    [live] = _tool_boxes(running["html"])
+    assert 'class="tool-call running"' in live and "working…" in live
+    assert "searched memory for “zebras”" in live
+    assert _tool_boxes(finished["html"]) == _tool_boxes(done["html"])
+    await ws.disconnect()
+
+
+def test_the_streaming_row_reads_nothing_from_the_database():
+    # No django_db mark: pytest-django fails any database access here.
+    html = streaming_row_html("01JREPLY0000000000000000AA", "01JPARENT000000000000000AA")
+    assert 'class="message assistant streaming"' in html
+    assert 'data-parent="01JPARENT000000000000000AA"' in html
+
+
+def test_chat_js_inserts_the_servers_fragments_instead_of_building_markup():
+    js = (settings.BASE_DIR / "static" / "chat" / "chat.js").read_text()
+    # The only element it makes is the <template> that parses the server's html.
+    assert re.findall(r"createElement\(['\"](\w+)['\"]\)", js) == ["template"]
+    assert 'className = "message' not in js and 'className = "tool-call' not in js
+    assert "fromHTML(ev.html)" in js
