@@ -4,53 +4,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.db import connection
 from django.db.models import Prefetch
 
 from chat.models import BranchSelection
+from memory import threads
 from memory.models import Conversation, Message, ToolCall
-
-
-def ancestor_ids(leaf_id: str, limit: int = 100_001) -> list[str]:
-    """Ids from the root down to `leaf_id` (one recursive query, however deep the thread); with
-    `limit`, only the last `limit` of them (the ones nearest the leaf)."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            """
-            WITH RECURSIVE up(id, parent_id, depth) AS (
-                SELECT id, parent_id, 0 FROM memory_message WHERE id = %s
-                UNION ALL
-                SELECT m.id, m.parent_id, up.depth + 1
-                FROM memory_message m JOIN up ON m.id = up.parent_id
-                WHERE up.depth < %s
-            )
-            SELECT id FROM up ORDER BY depth DESC
-            """,
-            [leaf_id, limit - 1],
-        )
-        return [row[0] for row in cursor.fetchall()]
+from memory.threads import ancestor_ids  # chat.turn walks the active branch with it too
 
 
 def descend(conversation: Conversation, message: Message) -> Message:
     """Follow the newest reply down to a leaf (one recursive query, however deep)."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            """
-            WITH RECURSIVE down(id, depth) AS (
-                SELECT %s::varchar, 0
-                UNION ALL
-                SELECT (
-                    SELECT c.id FROM memory_message c
-                    WHERE c.parent_id = down.id AND c.conversation_id = %s AND NOT c.is_chunk
-                    ORDER BY c.position DESC LIMIT 1
-                ), down.depth + 1
-                FROM down WHERE down.id IS NOT NULL AND down.depth < 100000
-            )
-            SELECT id FROM down WHERE id IS NOT NULL ORDER BY depth DESC LIMIT 1
-            """,
-            [message.pk, conversation.pk],
-        )
-        leaf_id = cursor.fetchone()[0]
+    leaf_id = threads.newest_leaf_id(conversation.pk, message.pk)
     if leaf_id == message.pk:
         return message
     return Message.objects.get(pk=leaf_id)

@@ -116,13 +116,18 @@ def switch_branch(request: HttpRequest, conversation_id: str, message_id: str) -
     return redirect("chat:conversation", conversation_id=conv.pk)
 
 
+def _redirect_to_message(msg: Message) -> HttpResponse:
+    """To the message in its conversation, on the branch it is on."""
+    url = reverse("chat:conversation", args=[msg.conversation_id])
+    return redirect(f"{url}?at={msg.pk}#msg-{msg.pk}")
+
+
 @login_required
 @require_GET
 def message(request: HttpRequest, message_id: str) -> HttpResponse:
     """A cited message: its conversation, showing the branch it is on."""
     msg = _get_message_for_user(request, message_id)
-    url = reverse("chat:conversation", args=[msg.conversation_id])
-    return redirect(f"{url}?at={msg.pk}#msg-{msg.pk}")
+    return _redirect_to_message(msg)
 
 
 @login_required
@@ -148,8 +153,7 @@ def pin_message(request: HttpRequest, message_id: str) -> HttpResponse:
     msg = _get_message_for_user(request, message_id).set_pinned(_wants_pinned(request))
     if request.htmx:
         return render(request, "chat/_pin.html", {"m": msg})
-    url = reverse("chat:conversation", args=[msg.conversation_id])
-    return redirect(f"{url}?at={msg.pk}#msg-{msg.pk}")
+    return _redirect_to_message(msg)
 
 
 @login_required

@@ -24,9 +24,9 @@ import logging
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 
-from memory import compression, summaries
+from memory import compression, summaries, threads
 from memory.models import ConversationSummary, Message, is_system_text
 from memory.tokens import count_tokens
 
@@ -63,48 +63,6 @@ def invalidate(conversation_id: str, position: int) -> None:
 # --- upkeep (background) -------------------------------------------------------------------------
 
 
-def branch_ids(leaf_id: str) -> list[str]:
-    """Ids from the root of the thread down to `leaf_id` (one recursive query)."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            """
-            WITH RECURSIVE up(id, parent_id, depth) AS (
-                SELECT id, parent_id, 0 FROM memory_message WHERE id = %s
-                UNION ALL
-                SELECT m.id, m.parent_id, up.depth + 1
-                FROM memory_message m JOIN up ON m.id = up.parent_id
-                WHERE up.depth < 100000
-            )
-            SELECT id FROM up ORDER BY depth DESC
-            """,
-            [leaf_id],
-        )
-        return [row[0] for row in cursor.fetchall()]
-
-
-def tip(conversation_id: str, message_id: str) -> str:
-    """The newest message down the thread from `message_id` (following the newest reply each
-    time): upkeep that runs late, or out of order, still summarizes the whole branch."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            """
-            WITH RECURSIVE down(id, depth) AS (
-                SELECT %s::varchar, 0
-                UNION ALL
-                SELECT (
-                    SELECT c.id FROM memory_message c
-                    WHERE c.parent_id = down.id AND c.conversation_id = %s AND NOT c.is_chunk
-                    ORDER BY c.position DESC LIMIT 1
-                ), down.depth + 1
-                FROM down WHERE down.id IS NOT NULL AND down.depth < 100000
-            )
-            SELECT id FROM down WHERE id IS NOT NULL ORDER BY depth DESC LIMIT 1
-            """,
-            [message_id, conversation_id],
-        )
-        return cursor.fetchone()[0]
-
-
 def _branch(owner, conversation_id: str, leaf_id: str | None) -> list[Message]:
     """The visible messages of the thread through `leaf_id` (default: the conversation's
     newest message) down to its newest reply, oldest first; Recollect's own text (offline
@@ -116,7 +74,9 @@ def _branch(owner, conversation_id: str, leaf_id: str | None) -> list[Message]:
         )
     if leaf_id is None:
         return []
-    ids = branch_ids(tip(conversation_id, leaf_id))
+    # From the newest message down the thread: upkeep that runs late, or out of order, still
+    # summarizes the whole branch.
+    ids = threads.ancestor_ids(threads.newest_leaf_id(conversation_id, leaf_id))
     rows = (
         Message.objects.visible_to(owner).logical().filter(conversation_id=conversation_id, pk__in=ids)
         .only("id", "role", "content", "timestamp", "position", "metadata")

@@ -278,54 +278,53 @@ def _chunk_rows(message: Message) -> list[Message]:
     return rows
 
 
-def _message_passages(logical: Message, unit: Message, parent_text: str | None = None) -> list[Passage]:
-    if is_system_text(logical.metadata):
-        return []
-    embedder = get_embedder()
-    text = unit.content
-    first_unit = unit is logical or not unit.is_chunk or unit.chunk_index == 0
+def _split_passages(text: str, logical: Message, **fields: Any) -> list[Passage]:
+    """One unsaved Passage of the logical message `logical`, with `fields`, per piece the
+    embedder splits `text` into."""
     return [
         Passage(
-            owner_id=logical.owner_id,
+            **fields,
             conversation_id=logical.conversation_id,
-            kind=Passage.Kind.MESSAGE,
-            message_id=unit.pk,
             logical_message_id=logical.pk,
             role=logical.role,
-            timestamp=logical.timestamp,
             deleted=logical.deleted,
             index=i,
             start_char=start,
             end_char=end,
             text=text[start:end],
-            context=passage_context(logical, parent_text, first=first_unit and i == 0),
         )
-        for i, (start, end) in enumerate(embedder.passages(text))
+        for i, (start, end) in enumerate(get_embedder().passages(text))
     ]
+
+
+def _message_passages(logical: Message, unit: Message, parent_text: str | None = None) -> list[Passage]:
+    if is_system_text(logical.metadata):
+        return []
+    first_unit = unit is logical or not unit.is_chunk or unit.chunk_index == 0
+    passages = _split_passages(
+        unit.content,
+        logical,
+        owner_id=logical.owner_id,
+        kind=Passage.Kind.MESSAGE,
+        message_id=unit.pk,
+        timestamp=logical.timestamp,
+    )
+    for i, passage in enumerate(passages):
+        passage.context = passage_context(logical, parent_text, first=first_unit and i == 0)
+    return passages
 
 
 def _tool_call_passages(call: ToolCall, message: Message) -> list[Passage]:
     if is_system_text(message.metadata):
         return []  # offline recall's own search: its results quote memory, they are not memory
-    embedder = get_embedder()
-    text = call.embedding_text()
-    return [
-        Passage(
-            owner_id=call.owner_id,
-            conversation_id=message.conversation_id,
-            kind=Passage.Kind.TOOL_CALL,
-            tool_call_id=call.pk,
-            logical_message_id=message.pk,
-            role=message.role,
-            timestamp=call.timestamp,
-            deleted=message.deleted,
-            index=i,
-            start_char=start,
-            end_char=end,
-            text=text[start:end],
-        )
-        for i, (start, end) in enumerate(embedder.passages(text))
-    ]
+    return _split_passages(
+        call.embedding_text(),
+        message,
+        owner_id=call.owner_id,
+        kind=Passage.Kind.TOOL_CALL,
+        tool_call_id=call.pk,
+        timestamp=call.timestamp,
+    )
 
 
 def _save_passages(passages: list[Passage], *, embed: bool | str | None) -> None:

@@ -141,24 +141,29 @@ def graph_upkeep(owner_id: int) -> dict[str, Any]:
 GRAPH_UPKEEP_EVERY = dt.timedelta(hours=6)
 
 
+def _queue_once(task: Any, owner_id: int) -> bool:
+    """Enqueue `task` for the owner unless one already waits in the queue; whether it did."""
+    from django_tasks_db.models import DBTaskResult
+
+    waiting = DBTaskResult.objects.filter(
+        status=TaskResultStatus.READY, task_path=task.module_path, args_kwargs__args=[owner_id]
+    )
+    if waiting.exists():
+        return False
+    task.enqueue(int(owner_id))
+    return True
+
+
 def queue_graph_upkeep(owner_id: int) -> bool:
     """Queue graph upkeep unless it ran within GRAPH_UPKEEP_EVERY or waits in the queue. Never
     fails the caller."""
     try:
-        from django_tasks_db.models import DBTaskResult
-
         recent = UpkeepRun.objects.filter(
             owner_id=owner_id, kind="graph_upkeep", started_at__gte=timezone.now() - GRAPH_UPKEEP_EVERY
         )
         if recent.exists():
             return False
-        waiting = DBTaskResult.objects.filter(
-            status=TaskResultStatus.READY, task_path=graph_upkeep.module_path, args_kwargs__args=[owner_id]
-        )
-        if waiting.exists():
-            return False
-        graph_upkeep.enqueue(int(owner_id))
-        return True
+        return _queue_once(graph_upkeep, owner_id)
     except Exception:
         logger.exception("could not queue graph upkeep for owner %s", owner_id)
         return False
@@ -188,8 +193,6 @@ def queue_summaries(owner_id: int) -> bool:
     """With a model configured, queue model-written summaries for topics that only have
     extractive ones (one queued run per owner at a time). Never fails the caller."""
     try:
-        from django_tasks_db.models import DBTaskResult
-
         from memory.models import Topic
 
         if not summaries.is_configured():
@@ -197,15 +200,7 @@ def queue_summaries(owner_id: int) -> bool:
         extractive = Topic.objects.filter(owner_id=owner_id, summary_source="extractive", message_count__gt=0)
         if not extractive.exists():
             return False
-        waiting = DBTaskResult.objects.filter(
-            status=TaskResultStatus.READY,
-            task_path=summarize_topics.module_path,
-            args_kwargs__args=[owner_id],
-        )
-        if waiting.exists():
-            return False
-        summarize_topics.enqueue(int(owner_id))
-        return True
+        return _queue_once(summarize_topics, owner_id)
     except Exception:
         logger.exception("could not queue topic summaries for owner %s", owner_id)
         return False

@@ -631,6 +631,16 @@ def _page(qs, limit: int, offset: int) -> tuple[list, int | None]:
     return rows[:limit], (offset + limit if more else None)
 
 
+def _messages_page(qs, limit: int, offset: int, **head: Any) -> tuple[dict[str, Any], list[Message]]:
+    """A tool result listing one page of messages: `head`'s keys, then offset, the messages and
+    (when there are more) next_offset; with the page's rows."""
+    rows, next_offset = _page(qs, limit, offset)
+    result = {**head, "offset": offset, "messages": [message_dict(m, max_chars=1500) for m in rows]}
+    if next_offset is not None:
+        result["next_offset"] = next_offset
+    return result, rows
+
+
 # --- messages and search -----------------------------------------------------------------------
 
 
@@ -899,14 +909,7 @@ def _topic_messages(owner, topic: Topic, limit: int, offset: int):
         .distinct()
         .order_by("timestamp", "position")
     )
-    rows, next_offset = _page(qs, limit, offset)
-    result = {
-        "topic": _topic_dict(topic),
-        "offset": offset,
-        "messages": [message_dict(m, max_chars=1500) for m in rows],
-    }
-    if next_offset is not None:
-        result["next_offset"] = next_offset
+    result, rows = _messages_page(qs, limit, offset, topic=_topic_dict(topic))
     return result, f'read {len(rows)} messages of topic "{snip(topic.label, 50)}"'
 
 
@@ -943,16 +946,14 @@ def get_period_messages(
     conv = _conversation(owner, conversation_id)
     if conv:
         qs = qs.filter(conversation=conv)
-    rows, next_offset = _page(qs.order_by("timestamp", "position"), limit, offset)
-    result = {
-        "period": label,
-        "start": start.isoformat() if start else None,
-        "end": end.isoformat() if end else None,
-        "offset": offset,
-        "messages": [message_dict(m, max_chars=1500) for m in rows],
-    }
-    if next_offset is not None:
-        result["next_offset"] = next_offset
+    result, rows = _messages_page(
+        qs.order_by("timestamp", "position"),
+        limit,
+        offset,
+        period=label,
+        start=start.isoformat() if start else None,
+        end=end.isoformat() if end else None,
+    )
     return result, f"read {len(rows)} messages from {label}"
 
 

@@ -91,6 +91,22 @@ async def receive_until(
             return events
 
 
+async def exchange(communicator: WebsocketCommunicator, content: str) -> list[dict]:
+    """Send a message and wait for its reply: the events up to and including reply_done."""
+    await communicator.send_json_to({"type": "send", "content": content})
+    return await receive_until(communicator, "reply_done")
+
+
+async def past_the_rate_limit(user, conversation, settings) -> tuple[WebsocketCommunicator, dict]:
+    """At one message a minute: "first" is answered, then "second" is sent; the open socket and
+    the event that answers "second"."""
+    settings.CHAT_RATE_LIMIT_PER_MINUTE = 1
+    ws = await connect(user, conversation.pk)
+    await exchange(ws, "first")
+    await ws.send_json_to({"type": "send", "content": "second"})
+    return ws, await ws.receive_json_from(timeout=10)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def warm_embedder():
     """Load the embedding model once, before any timed websocket exchange."""

@@ -9,7 +9,7 @@ import pytest
 from channels.db import database_sync_to_async
 
 from memory.models import ContextSnapshot, Conversation, Message, ToolCall
-from tests.chat.conftest import connect, receive_until
+from tests.chat.conftest import connect, exchange, past_the_rate_limit, receive_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -53,10 +53,8 @@ async def test_the_model_is_sent_the_index_recent_messages_and_memory_tools(
     owner, conversation, scripted_llm
 ):
     ws = await connect(owner, conversation.pk)
-    await ws.send_json_to({"type": "send", "content": "first message about zebras"})
-    await receive_until(ws, "reply_done")
-    await ws.send_json_to({"type": "send", "content": "second message"})
-    await receive_until(ws, "reply_done")
+    await exchange(ws, "first message about zebras")
+    await exchange(ws, "second message")
     request = scripted_llm.requests[-1]
     roles = [m["role"] for m in request["messages"]]
     assert roles[0] == "system" and "Recollect" in request["messages"][0]["content"]
@@ -75,8 +73,7 @@ async def test_it_executes_tool_calls_and_stores_them_on_the_reply(owner, conver
         match=marker,
     )
     ws = await connect(owner, conversation.pk)
-    await ws.send_json_to({"type": "send", "content": f"{marker} what about zebras?"})
-    events = await receive_until(ws, "reply_done")
+    events = await exchange(ws, f"{marker} what about zebras?")
     started = next(e for e in events if e["type"] == "tool_started")
     finished = next(e for e in events if e["type"] == "tool_finished")
     assert started["name"] == "vector_search" and "zebras" in started["label"]
@@ -106,8 +103,7 @@ async def test_broken_tool_arguments_and_unknown_tools_come_back_as_errors(owner
         match=marker,
     )
     ws = await connect(owner, conversation.pk)
-    await ws.send_json_to({"type": "send", "content": f"{marker} please"})
-    events = await receive_until(ws, "reply_done")
+    events = await exchange(ws, f"{marker} please")
     finished = [e for e in events if e["type"] == "tool_finished"]
     assert [f["ok"] for f in finished] == [False, False]
     assert "JSON" in finished[0]["error"] and "unknown tool" in finished[1]["error"]
@@ -126,8 +122,7 @@ async def test_the_tool_loop_stops_after_max_rounds(owner, conversation, scripte
         repeat=True,
     )
     ws = await connect(owner, conversation.pk)
-    await ws.send_json_to({"type": "send", "content": f"{marker} forever"})
-    events = await receive_until(ws, "reply_done")
+    events = await exchange(ws, f"{marker} forever")
     assert len([e for e in events if e["type"] == "tool_started"]) == 2
     requests = [r for r in scripted_llm.requests if marker in r["last_user"]]
     assert len(requests) == 3 and requests[-1]["tools"] == []
@@ -155,8 +150,7 @@ async def test_stop_keeps_what_arrived(owner, conversation, scripted_llm):
 async def test_a_stream_cut_midway_keeps_the_partial_reply_and_says_so(owner, conversation, scripted_llm):
     scripted_llm.script({"text": "alpha beta gamma delta epsilon", "drop_after": 3})
     ws = await connect(owner, conversation.pk)
-    await ws.send_json_to({"type": "send", "content": "tell me"})
-    events = await receive_until(ws, "reply_done")
+    events = await exchange(ws, "tell me")
     done = events[-1]
     assert done["status"] == "failed" and "cut" in done["error"]
     rows = await messages_of(conversation)
@@ -171,8 +165,7 @@ async def test_a_stream_cut_midway_keeps_the_partial_reply_and_says_so(owner, co
 async def test_it_retries_a_429_and_a_500_then_answers(owner, conversation, scripted_llm):
     scripted_llm.script({"status": 429}, {"status": 500}, {"text": "made it"}, match="flaky")
     ws = await connect(owner, conversation.pk)
-    await ws.send_json_to({"type": "send", "content": "flaky provider"})
-    events = await receive_until(ws, "reply_done")
+    events = await exchange(ws, "flaky provider")
     assert events[-1]["status"] == "complete" and "made it" in events[-1]["html"]
     assert [r["status"] for r in scripted_llm.requests if "flaky" in r["last_user"]] == [429, 500, 200]
     await ws.disconnect()
@@ -184,8 +177,7 @@ async def test_a_provider_that_stays_down_fails_clearly_and_keeps_the_user_messa
     settings.LLM_MAX_RETRIES = 1
     scripted_llm.script({"status": 500}, match="down", repeat=True)
     ws = await connect(owner, conversation.pk)
-    await ws.send_json_to({"type": "send", "content": "provider is down"})
-    events = await receive_until(ws, "reply_done")
+    events = await exchange(ws, "provider is down")
     assert events[-1]["status"] == "failed" and "500" in events[-1]["error"]
     rows = await messages_of(conversation)
     assert rows[0].content == "provider is down"
@@ -309,12 +301,7 @@ async def test_frames_about_another_users_messages_answer_not_found(
 
 
 async def test_the_rate_limit_answers_with_an_error(owner, conversation, scripted_llm, settings):
-    settings.CHAT_RATE_LIMIT_PER_MINUTE = 1
-    ws = await connect(owner, conversation.pk)
-    await ws.send_json_to({"type": "send", "content": "first"})
-    await receive_until(ws, "reply_done")
-    await ws.send_json_to({"type": "send", "content": "second"})
-    event = await ws.receive_json_from(timeout=10)
+    ws, event = await past_the_rate_limit(owner, conversation, settings)
     assert event["type"] == "error" and event["code"] == "rate_limited"
     assert [m.content for m in await messages_of(conversation) if m.role == "user"] == ["first"]
     await ws.disconnect()
@@ -329,8 +316,7 @@ async def test_offline_recall_answers_from_memory_when_no_model_is_configured(ow
 
     old = await remember()
     ws = await connect(owner, conversation.pk)
-    await ws.send_json_to({"type": "send", "content": "what is my locker combination?"})
-    events = await receive_until(ws, "reply_done")
+    events = await exchange(ws, "what is my locker combination?")
     done = events[-1]
     assert done["mode"] == "offline_recall" and "offline recall" in done["html"].lower()
     assert old.pk in done["html"] and 'href="' in done["html"]
@@ -362,14 +348,12 @@ async def test_an_edited_branch_leaves_the_old_branch_out_of_the_recent_conversa
     owner, conversation, scripted_llm
 ):
     ws = await connect(owner, conversation.pk)
-    await ws.send_json_to({"type": "send", "content": "my favourite colour is green"})
-    await receive_until(ws, "reply_done")
+    await exchange(ws, "my favourite colour is green")
     rows = await messages_of(conversation)
     await ws.send_json_to({"type": "send", "content": "my favourite colour is blue", "parent_id": None})
     events = await receive_until(ws, "reply_done")
     assert events[0]["type"] == "message" and events[0]["parent_id"] is None
-    await ws.send_json_to({"type": "send", "content": "what did I say?"})
-    await receive_until(ws, "reply_done")
+    await exchange(ws, "what did I say?")
     sent = scripted_llm.requests[-1]["messages"]
     history = [m["content"] for m in sent if m["role"] in {"user", "assistant"}]
     assert "my favourite colour is blue" in history
@@ -424,8 +408,7 @@ async def test_tokens_that_queue_up_share_events_and_keep_their_order(owner, con
     scripted_llm.script({"words": 300, "delay": 0})
     ws = await connect(owner, conversation.pk)
     other = await connect(owner, conversation.pk)
-    await ws.send_json_to({"type": "send", "content": "a burst of words"})
-    events = await receive_until(ws, "reply_done")
+    events = await exchange(ws, "a burst of words")
     seen = await receive_until(other, "reply_done")
     expected = "".join(f"w{i} " for i in range(300))
     for stream in (events, seen):
@@ -460,8 +443,7 @@ async def test_coalesced_token_frames_carry_the_same_text_as_a_frame_per_token(o
         conversation = await database_sync_to_async(Conversation.objects.create)(owner=owner, title="")
         scripted_llm.script({"text": words, "delay": 0.005})
         ws = await connect(owner, conversation.pk)
-        await ws.send_json_to({"type": "send", "content": "say the words"})
-        events = await receive_until(ws, "reply_done")
+        events = await exchange(ws, "say the words")
         await ws.disconnect()
         deltas = [e["delta"] for e in events if e["type"] == "token"]
         rows = await messages_of(conversation)
@@ -483,8 +465,7 @@ async def test_a_turns_messages_get_their_vectors_from_the_queued_upkeep(owner, 
 
     scripted_llm.script({"text": "It is 1,300 metres deep."})
     ws = await connect(owner, conversation.pk)
-    await ws.send_json_to({"type": "send", "content": "How deep is the Sognefjord?"})
-    await receive_until(ws, "reply_done")
+    await exchange(ws, "How deep is the Sognefjord?")
     await ws.disconnect()
     rows = await messages_of(conversation)
 
@@ -521,8 +502,7 @@ async def test_offline_recall_answers_are_shown_but_never_become_memory(owner, c
         owner, conversation, "user", "The spare key is under the blue flowerpot"
     )
     ws = await connect(owner, conversation.pk)
-    await ws.send_json_to({"type": "send", "content": "where is the spare key?"})
-    await receive_until(ws, "reply_done")
+    await exchange(ws, "where is the spare key?")
     await ws.disconnect()
     rows = await messages_of(conversation)
     reply = rows[-1]
@@ -588,8 +568,7 @@ async def test_tool_calls_past_the_per_round_cap_are_answered_not_run(
     )
     scripted_llm.script({"text": "done"}, match="")
     ws = await connect(owner, conversation.pk)
-    await ws.send_json_to({"type": "send", "content": "many calls please"})
-    events = await receive_until(ws, "reply_done")
+    events = await exchange(ws, "many calls please")
     assert len([e for e in events if e["type"] == "tool_started"]) == 3
     calls = await tool_calls_of(events[-1]["message_id"])
     assert len(calls) == 7 and sum(c.is_error for c in calls) == 4

@@ -13,7 +13,7 @@ import pytest
 from channels.db import database_sync_to_async
 
 from memory.models import Conversation, Message, ToolCall
-from tests.chat.conftest import connect, receive_until
+from tests.chat.conftest import connect, exchange, past_the_rate_limit, receive_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -122,12 +122,8 @@ async def test_edits_deletes_restores_and_forgets_count_against_the_limit(
 async def test_the_limit_frees_up_as_its_minute_passes(owner, conversation, scripted_llm, settings):
     from chat.models import ChatAllowance
 
-    settings.CHAT_RATE_LIMIT_PER_MINUTE = 1
-    ws = await connect(owner, conversation.pk)
-    await ws.send_json_to({"type": "send", "content": "first"})
-    await receive_until(ws, "reply_done")
-    await ws.send_json_to({"type": "send", "content": "second"})
-    assert (await ws.receive_json_from(timeout=10))["code"] == "rate_limited"
+    ws, refused = await past_the_rate_limit(owner, conversation, settings)
+    assert refused["code"] == "rate_limited"
 
     @database_sync_to_async
     def a_minute_passes():
@@ -314,8 +310,7 @@ async def test_tool_calls_past_the_turns_result_budget_are_answered_not_run(
         match="lighthouse budget",
     )
     ws = await connect(owner, conversation.pk)
-    await ws.send_json_to({"type": "send", "content": "lighthouse budget: read it again and again"})
-    events = await receive_until(ws, "reply_done")
+    events = await exchange(ws, "lighthouse budget: read it again and again")
     assert len([e for e in events if e["type"] == "tool_started"]) == 2
     done = events[-1]
     assert done["status"] == "complete" and "Here is what the log says." in done["html"]

@@ -30,48 +30,23 @@ def build_memory(owner, conversation) -> SimpleNamespace:
     # Mid-morning three days ago: the fixture's messages (t0 … t0 + 2 h) share one day whatever
     # the time the tests run (at 23:00 they used to straddle midnight).
     t0 = (now - dt.timedelta(days=3)).replace(hour=9, minute=0, second=0, microsecond=0)
-    question = store.store_message(
-        owner,
-        conversation,
-        "user",
-        f"How do we rotate the Postgres password? {XSS}",
-        timestamp=t0,
-        embed=False,
-    )
-    answer = store.store_message(
-        owner,
-        conversation,
-        "assistant",
-        "Use ALTER ROLE and update the vault entry.",
-        parent_id=question.pk,
-        timestamp=t0 + dt.timedelta(minutes=1),
-        embed=False,
-    )
-    branch = store.store_message(
-        owner,
-        conversation,
-        "assistant",
-        "Regenerated: rotate it with the ops runbook.",
-        parent_id=question.pk,
-        timestamp=t0 + dt.timedelta(minutes=2),
-        embed=False,
-    )
-    long = store.store_message(
-        owner,
-        conversation,
-        "user",
-        " ".join(f"paragraph{i} tells a long story." for i in range(700)),
-        timestamp=t0 + dt.timedelta(hours=1),
-        embed=False,
-    )
-    gone = store.store_message(
-        owner,
-        conversation,
-        "user",
-        "A message the user deleted about the deploy key.",
-        timestamp=t0 + dt.timedelta(hours=2),
-        embed=False,
-    )
+
+    def say(role: str, content: str, minutes: int, parent: Message | None = None) -> Message:
+        return store.store_message(
+            owner,
+            conversation,
+            role,
+            content,
+            parent_id=parent.pk if parent else None,
+            timestamp=t0 + dt.timedelta(minutes=minutes),
+            embed=False,
+        )
+
+    question = say("user", f"How do we rotate the Postgres password? {XSS}", 0)
+    answer = say("assistant", "Use ALTER ROLE and update the vault entry.", 1, question)
+    branch = say("assistant", "Regenerated: rotate it with the ops runbook.", 2, question)
+    long = say("user", " ".join(f"paragraph{i} tells a long story." for i in range(700)), 60)
+    gone = say("user", "A message the user deleted about the deploy key.", 120)
     store.delete_message(owner, gone.pk)
     # An edit recorded the way store.update_message records it (without loading the embedder).
     Message.objects.filter(pk=answer.pk).update(

@@ -79,15 +79,20 @@ def test_query_and_passage_vectors_of_one_text_differ_and_are_cached_apart(e5, m
     assert not np.allclose(e5.embed_one(E5Embedder.QUERY_TAG + text), query)
 
 
+def assert_spans_cover(spans: list[tuple[int, int]], text: str) -> None:
+    """Several passages, from the text's first character to its last, with no gap anywhere."""
+    assert len(spans) > 5
+    assert spans[0][0] == 0 and spans[-1][1] == len(text)
+    for (_, end), (next_start, _) in zip(spans, spans[1:], strict=False):
+        assert next_start < end  # neighbours overlap
+
+
 def test_e5_passages_fit_its_window_and_cover_a_long_texts_end(e5):
     text = " ".join(
         f"token{i} has some extra-long, hyphenated words: INFRA-{i}." for i in range(600)
     ) + " The very last sentence says the spare key is under the blue flowerpot."
     spans = e5.passages(text)
-    assert len(spans) > 5
-    assert spans[0][0] == 0 and spans[-1][1] == len(text)
-    for (_, end), (next_start, _) in zip(spans, spans[1:], strict=False):
-        assert next_start < end  # neighbours overlap: no gap anywhere
+    assert_spans_cover(spans, text)
     for start, end in spans:
         # What the engine reads: <s>, "passage: ", the text, </s>.
         assert e5.model.token_count(text[start:end]) <= E5Embedder.MAX_TOKENS
@@ -113,10 +118,7 @@ def test_every_minilm_passage_fits_the_models_window_and_together_they_cover_the
         f"token{i} has some extra-long, hyphenated words: INFRA-{i}." for i in range(600)
     )
     spans = embedder.passages(text)
-    assert len(spans) > 5
-    assert spans[0][0] == 0 and spans[-1][1] == len(text)
-    for (_, end), (next_start, _) in zip(spans, spans[1:], strict=False):
-        assert next_start < end  # neighbours overlap: no gap anywhere
+    assert_spans_cover(spans, text)
     for start, end in spans:
         pieces = embedder.word_pieces(text[start:end], special_tokens=True)
         assert len(pieces) <= embedder.MAX_WORD_PIECES

@@ -55,6 +55,19 @@ def _start_redis():
     return redis.proc, redis.url
 
 
+def _stop(procs: list[subprocess.Popen], redis: subprocess.Popen | None) -> None:
+    """End the bench's server processes (killed if they have not left in 15 s), then Redis."""
+    for proc in procs:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    if redis is not None:
+        redis.terminate()
+        redis.wait(10)
+
+
 def _percentile(values: list[float], p: float) -> float:
     if not values:
         return float("nan")
@@ -251,15 +264,7 @@ class Command(BaseCommand):
                 )
             self.stdout.write(f"machine load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
         finally:
-            for proc in procs:
-                proc.terminate()
-                try:
-                    proc.wait(15)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-            if redis is not None:
-                redis.terminate()
-                redis.wait(10)
+            _stop(procs, redis)
             llm.stop()
             if not opts["keep"]:
                 # Only the users this run made: another run's, or a person's, are not ours.
@@ -624,16 +629,7 @@ class Baseline:
             load_after = [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
             self._table(servers, load, load_after)
         finally:
-            for server in servers:
-                for proc in server.procs:
-                    proc.terminate()
-                    try:
-                        proc.wait(15)
-                    except subprocess.TimeoutExpired:
-                        proc.kill()
-            if redis is not None:
-                redis.terminate()
-                redis.wait(10)
+            _stop([proc for server in servers for proc in server.procs], redis)
 
     # --- one step ----------------------------------------------------------------------------------
 
