@@ -393,12 +393,14 @@ class Prompt:
         def cost(text: str) -> int:
             return MESSAGE_OVERHEAD + count_tokens(text)
 
-        # Earlier results start as summaries; where even those do not fit, the oldest become stubs.
+        # Earlier results start as summaries; where even those would not leave the newest results
+        # NEWEST_MIN_TOKENS each (the model just asked for them), the oldest become stubs.
         for res in earlier:
             forms[id(res)] = _summary_form(res)
         left = allowance - fixed - sum(cost(forms[id(r)]) for r in earlier)
+        need = sum(min(cost(r.text), NEWEST_MIN_TOKENS) for r in newest)
         for res in earlier:
-            if left >= 0:
+            if left >= need:
                 break
             stub = "[result left out to fit the context window; call the tool again to read it]"
             left += cost(forms[id(res)]) - cost(stub)
@@ -428,6 +430,10 @@ class Prompt:
                 {"role": "tool", "tool_call_id": res.call_id, "content": forms[id(res)]} for res in r.results
             ]
         return out, sum(message_tokens(m) for m in out)
+
+
+# What the newest tool results keep at least (while earlier ones can shrink to make room).
+NEWEST_MIN_TOKENS = 120
 
 
 def _summary_form(res: ToolResultText) -> str:

@@ -180,6 +180,24 @@ def test_earlier_tool_results_shrink_to_summaries_and_the_newest_gets_the_rest(o
 
 
 @pytest.mark.django_db
+def test_the_newest_result_keeps_room_when_earlier_summaries_would_fill_the_zone(owner, conversation):
+    prompt = _prompt(owner, conversation, "search my notes", 4096)
+    for n in range(1, 9):  # long summaries: together they would take the whole zone
+        call_id = f"call_{n}"
+        prompt.add_round(
+            "",
+            [{"id": call_id, "type": "function", "function": {"name": "find", "arguments": "{}"}}],
+            [ToolResultText(call_id, f"result {n} " + "lorem ipsum " * 3000, f"summary {n} " + "word " * 60)],
+        )
+    results = [m["content"] for m in prompt.messages() if m["role"] == "tool"]
+    # The newest result, the one the model just asked for, is shown (cut), not left out:
+    # the oldest earlier ones became stubs to make room for it.
+    assert results[-1].startswith("result 8 lorem") and "cut to fit the context window" in results[-1]
+    assert results[0].startswith("[result left out to fit the context window")
+    assert prompt.used["tool_results"] <= prompt.allocation["tool_results"]
+
+
+@pytest.mark.django_db
 def test_the_snapshot_report_has_every_zone_allocated_and_used(owner, conversation):
     prompt = _prompt(owner, conversation, "hello there", 8192)
     prompt.messages(prompt.plan.tools)
