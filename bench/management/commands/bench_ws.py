@@ -788,12 +788,17 @@ class Baseline:
             first = f"{s.cpu_first_ms:.1f} ms" if s.cpu_first_ms is not None else "-"
             token = f"{s.cpu_token_us:.0f} us" if s.cpu_token_us is not None else "-"
             self.out.write(f"{s.name:<11} {rate:>8} {p95:>16} {lost:>5} {first:>26} {token:>10}")
-        if relay.best and relay.cpu_token_us:
-            self.out.write(
-                f"Recollect / bare relay: turn rate {recollect.best / relay.best:.2f}x (goal >= 0.5), "
-                f"CPU per token {recollect.cpu_token_us / relay.cpu_token_us:.2f}x (goal <= 1.5), "
-                f"CPU before the first token {recollect.cpu_first_ms / relay.cpu_first_ms:.1f}x"
-            )
+        def ratio(mine, theirs, digits: int) -> str:
+            # A figure of 0 or less is under /proc's 10 ms clock tick (a short run): no ratio.
+            if mine is None or theirs is None or theirs <= 0:
+                return "n/a (the relay's figure is under the CPU clock's resolution)"
+            return f"{mine / theirs:.{digits}f}x"
+
+        self.out.write(
+            f"Recollect / bare relay: turn rate {ratio(recollect.best, relay.best, 2)} (goal >= 0.5), "
+            f"CPU per token {ratio(recollect.cpu_token_us, relay.cpu_token_us, 2)} (goal <= 1.5), "
+            f"CPU before the first token {ratio(recollect.cpu_first_ms, relay.cpu_first_ms, 1)}"
+        )
         self.out.write(
             "load average (1/5/15 min) at the start of the steps "
             + " ".join(f"{x:.2f}" for x in load)
