@@ -187,14 +187,22 @@ def _period(t: Topic) -> str:
 # --- the memory index --------------------------------------------------------------------------
 
 
-def write_pinned(owner, plan, writer, included: list[str], recent_ids: set[str]) -> None:
+def pinned_rows(owner) -> list[Message]:
+    """The owner's pinned messages that are not deleted, newest pin first (at most
+    INDEX_PINNED_MAX)."""
+    return list(
+        _live(owner).pinned().order_by("-pinned_at", "-timestamp")[: settings.INDEX_PINNED_MAX]
+    )
+
+
+def write_pinned(
+    owner, plan, writer, included: list[str], recent_ids: set[str], pinned: list[Message] | None = None
+) -> None:
     """The pinned section, first in the memory index: every pinned message that is not deleted,
     newest pin first, in full while the section stays within half the memory zone (a long one
     as a quote), past that as a short quote with its id, so each one gets in while any room is
     left and the rest of the index keeps room too."""
-    pinned = list(
-        _live(owner).pinned().order_by("-pinned_at", "-timestamp")[: settings.INDEX_PINNED_MAX]
-    )
+    pinned = pinned_rows(owner) if pinned is None else pinned
     plan.pinned_ids = []
     if not pinned:
         return

@@ -264,6 +264,54 @@ def prepare_context(
     )
     t = mark("count", started)
 
+    # What the plan shows besides the search's matches (the recent window, the rolling summary,
+    # pinned messages, the levels, the overview) does not depend on the search: read on a worker
+    # thread while the search runs, or here when the caller's transaction hides rows from
+    # another connection.
+    exclude = {user_message.pk} if user_message is not None else set()
+    plan.skip_ids = exclude
+    ahead_args = (
+        owner,
+        conversation,
+        plan,
+        exclude,
+        active_message_ids,
+        recently_used_tools,
+        zones["history"] // 3,
+    )
+    ahead_job = in_worker(_read_ahead, *ahead_args) if query else None
+
+    # One query vector for the search and the topic ranking (a model call each when the
+    # embedding cache is off). None when the embedder fails: search then reports why.
+    # The search reads its keyword candidates first and asks for the vector after, so the query's
+    # embedding (started when the message arrived) overlaps that work instead of being waited for.
+    vector_box: list = []
+
+    def query_vector_when_needed():
+        if not vector_box:
+            vector_box.append(_query_vector(query))
+        return vector_box[0]
+
+    results = (
+        search(
+            owner,
+            query,
+            limit=_hit_limit(strategy),
+            candidates=None,
+            filters=SearchFilters(),
+            query_vector=query_vector_when_needed,
+            # The turn's own message is what is searched for, never a result of it.
+            exclude_message_ids=[user_message.pk] if user_message else (),
+        )
+        if query
+        else None
+    )
+    query_vector = query_vector_when_needed()
+    t = mark("search", t)
+    ahead = ahead_job.result() if ahead_job is not None else _read_ahead(*ahead_args)
+    plan.timings_ms["read_ahead"] = ahead.ms
+    t = mark("read_ahead_wait", t)
+
     # System zone: the memory instructions, shortened when the budget is tiny.
     for text in (INSTRUCTIONS, SHORT_INSTRUCTIONS, ""):
         if count_tokens(text) <= zones["system"]:
@@ -272,32 +320,15 @@ def prepare_context(
     system_tokens = count_tokens(plan.instructions)
 
     # Tools zone: the most relevant tools that fit, recently used ones kept.
-    if recently_used_tools is None and conversation is not None:
-        recently_used_tools = _recent_tool_names(owner, conversation)
     plan.tools, tools_tokens = select_tools(
-        query, zones["tools"], recently_used=recently_used_tools or [], wanted=STRATEGY_TOOLS[strategy]
+        query, zones["tools"], recently_used=ahead.tool_names, wanted=STRATEGY_TOOLS[strategy]
     )
-    t = mark("tools", t)
 
-    # History zone: the recent window of the active branch, newest first, in full.
-    exclude = {user_message.pk} if user_message is not None else set()
-    plan.skip_ids = exclude
-    window = recent_messages(
-        owner,
-        conversation,
-        limit=settings.INDEX_RECENT_WINDOW,
-        exclude=exclude,
-        active_message_ids=active_message_ids,
-    )
-    # Before the window, the conversation's rolling summary (kept by background upkeep): at most
-    # a third of the history zone, taken first so the window cannot crowd it out.
-    plan.summary, plan.summary_covers = rolling_summary.for_plan(
-        owner,
-        conversation,
-        window_start=window[-1].position if window else None,
-        active_message_ids=active_message_ids,
-        allowance=zones["history"] // 3,
-    )
+    # History zone: the recent window of the active branch, newest first, in full. Before the
+    # window, the conversation's rolling summary (kept by background upkeep): at most a third
+    # of the history zone, taken first so the window cannot crowd it out.
+    window = ahead.window
+    plan.summary, plan.summary_covers = ahead.summary
     history_tokens = count_tokens(plan.summary) if plan.summary else 0
     left_out: list[Message] = []
     for m in window:
@@ -318,44 +349,11 @@ def prepare_context(
                 ),
             }
         )
-    t = mark("recent", t)
 
     # Memory zone: everything the other zones left, minus the reserve.
     memory_allowance = budget - zones["reserve"] - system_tokens - tools_tokens - history_tokens
     recent_ids = {m.pk for m in plan.recent} | {m.pk for m in left_out} | exclude
 
-    # One query vector for the search and the topic ranking (a model call each when the
-    # embedding cache is off). None when the embedder fails: search then reports why.
-    # The search reads its keyword candidates first and asks for the vector after, so the query's
-    # embedding (started when the message arrived) overlaps that work instead of being waited for.
-    vector_box: list = []
-
-    def query_vector_when_needed():
-        if not vector_box:
-            vector_box.append(_query_vector(query))
-        return vector_box[0]
-
-    # The levels section's rows need no search: read on a worker thread meanwhile.
-    levels_job = (
-        in_worker(hierarchy.level_rows, owner)
-        if plan.strategy != "full" and plan.history_size > settings.HIERARCHY_SUMMARY_THRESHOLD
-        else None
-    )
-    results = (
-        search(
-            owner,
-            query,
-            limit=_hit_limit(strategy),
-            candidates=None,
-            filters=SearchFilters(),
-            query_vector=query_vector_when_needed,
-            # The turn's own message is what is searched for, never a result of it.
-            exclude_message_ids=[user_message.pk] if user_message else (),
-        )
-        if query
-        else None
-    )
-    query_vector = query_vector_when_needed()
     hits: list[SearchHit] = []
     if results is not None:
         plan.fallbacks.extend(results.fallbacks)
@@ -364,12 +362,11 @@ def prepare_context(
         if any(f["kind"] == "vector_timeout" for f in results.fallbacks):
             plan.reason += "; vector search timed out, so keyword matches and recent messages only"
     plan.hits = [h.as_result() for h in hits]
-    t = mark("search", t)
 
     writer = _Writer(memory_allowance)
     included: list[str] = []
     # Pinned messages come first: the person marked them important (memory.hierarchy).
-    hierarchy.write_pinned(owner, plan, writer, included, recent_ids)
+    hierarchy.write_pinned(owner, plan, writer, included, recent_ids, ahead.pinned)
     # The levels section gets a share of what the strategy would otherwise fill.
     levels_room = hierarchy.levels_room(plan, writer)
     writer.allowance -= levels_room
@@ -393,11 +390,11 @@ def prepare_context(
                 "clusters": _clusters,
                 "hierarchical": _hierarchical,
             }[strategy]
-            builder(owner, plan, writer, hits, left_out, included, deadline, query_vector)
+            builder(owner, plan, writer, hits, left_out, included, deadline, query_vector, ahead)
         except _Timeout:
             writer = _Writer(memory_allowance - levels_room)
             included = []
-            hierarchy.write_pinned(owner, plan, writer, included, recent_ids)
+            hierarchy.write_pinned(owner, plan, writer, included, recent_ids, ahead.pinned)
             _simple(plan, writer, hits, left_out, included)
             plan.fallbacks.append(
                 {
@@ -412,8 +409,7 @@ def prepare_context(
     writer.allowance += levels_room
     writer.full = False
     if time.perf_counter() <= deadline:
-        rows = levels_job.result() if levels_job is not None else None
-        hierarchy.write_levels(owner, plan, writer, included, recent_ids, rows)
+        hierarchy.write_levels(owner, plan, writer, included, recent_ids, ahead.levels)
     plan.text = writer.text()
     mark("format", t)
     # Only ids whose line survived the final fit count as included.
@@ -430,6 +426,77 @@ def prepare_context(
     plan.timings_ms.update(marks)
     plan.build_ms = round((time.perf_counter() - started) * 1000, 2)
     return plan
+
+
+@dataclass
+class _Ahead:
+    """What prepare_context reads while its search runs (_read_ahead)."""
+
+    tool_names: list[str]
+    window: list[Message]
+    summary: tuple[str, dict[str, Any]]
+    pinned: list[Message]
+    levels: hierarchy.LevelRows | None
+    periods: dict[str, PeriodSummary]
+    top_topics: list[Topic]
+    ms: float
+
+
+def _read_ahead(
+    owner,
+    conversation,
+    plan: ContextPlan,
+    exclude: set[str],
+    active_message_ids: list[str] | None,
+    recently_used_tools: list[str] | None,
+    summary_allowance: int,
+) -> _Ahead:
+    """Everything the plan shows that the search does not decide: the tools used lately, the
+    recent window and the rolling summary before it, the pinned messages, the levels' rows and
+    (hierarchical) the period summaries and top-level topics."""
+    started = time.perf_counter()
+    if recently_used_tools is None and conversation is not None:
+        recently_used_tools = _recent_tool_names(owner, conversation)
+    window = recent_messages(
+        owner,
+        conversation,
+        limit=settings.INDEX_RECENT_WINDOW,
+        exclude=exclude,
+        active_message_ids=active_message_ids,
+    )
+    summary = rolling_summary.for_plan(
+        owner,
+        conversation,
+        window_start=window[-1].position if window else None,
+        active_message_ids=active_message_ids,
+        allowance=summary_allowance,
+    )
+    pinned = hierarchy.pinned_rows(owner)
+    levels = (
+        hierarchy.level_rows(owner)
+        if plan.strategy != "full" and plan.history_size > settings.HIERARCHY_SUMMARY_THRESHOLD
+        else None
+    )
+    periods: dict[str, PeriodSummary] = {}
+    top: list[Topic] = []
+    if plan.strategy == "hierarchical":
+        periods = {p.period: p for p in PeriodSummary.objects.owned_by(owner)}
+        top = list(
+            Topic.objects.owned_by(owner)
+            .filter(parent=None)
+            .only("label", "message_count", "period_start", "period_end", "order")
+            .order_by("order")[: settings.TOPIC_MAX_CHILDREN]
+        )
+    return _Ahead(
+        tool_names=recently_used_tools or [],
+        window=window,
+        summary=summary,
+        pinned=pinned,
+        levels=levels,
+        periods=periods,
+        top_topics=top,
+        ms=round((time.perf_counter() - started) * 1000, 2),
+    )
 
 
 class _Timeout(Exception):
@@ -535,7 +602,9 @@ def _matches(
                 included.append(n.pk)
 
 
-def _full(owner, plan, writer, hits, left_out, included, deadline, query_vector) -> None:
+def _full(
+    owner, plan, writer, hits, left_out, included, deadline, query_vector, ahead: _Ahead
+) -> None:
     _recent_header(plan, writer, left_out, included)
     recent_ids = {m.pk for m in plan.recent} | {m.pk for m in left_out} | plan.skip_ids
     hit_ids = [h.message_id for h in hits if h.type == "message"]
@@ -569,7 +638,9 @@ def _full(owner, plan, writer, hits, left_out, included, deadline, query_vector)
     _key_entities(writer, hits)
 
 
-def _snippets(owner, plan, writer, hits, left_out, included, deadline, query_vector) -> None:
+def _snippets(
+    owner, plan, writer, hits, left_out, included, deadline, query_vector, ahead: _Ahead
+) -> None:
     _recent_header(plan, writer, left_out, included)
     _key_entities(writer, hits)
     _matches(
@@ -644,7 +715,9 @@ def _entities_and_best_matches(owner, plan, writer, hits, included, deadline) ->
     _check(deadline)
 
 
-def _clusters(owner, plan, writer, hits, left_out, included, deadline, query_vector) -> None:
+def _clusters(
+    owner, plan, writer, hits, left_out, included, deadline, query_vector, ahead: _Ahead
+) -> None:
     _recent_header(plan, writer, left_out, included)
     _entities_and_best_matches(owner, plan, writer, hits, included, deadline)
     topics = _relevant_topics(owner, query_vector, hits, limit=8)
@@ -673,11 +746,13 @@ def _clusters(owner, plan, writer, hits, left_out, included, deadline, query_vec
     )
 
 
-def _hierarchical(owner, plan, writer, hits, left_out, included, deadline, query_vector) -> None:
+def _hierarchical(
+    owner, plan, writer, hits, left_out, included, deadline, query_vector, ahead: _Ahead
+) -> None:
     _recent_header(plan, writer, left_out, included)
     writer.add("")
     writer.add("Temporal Overview:")
-    periods = {p.period: p for p in PeriodSummary.objects.owned_by(owner)}
+    periods = ahead.periods
     labels = {
         "today": "Today",
         "this_week": "This Week",
@@ -699,11 +774,7 @@ def _hierarchical(owner, plan, writer, hits, left_out, included, deadline, query
                 line += " — " + "; ".join(f"{t['label']} ({t['count']})" for t in p.top_topics[:3])
             writer.add(line)
     _check(deadline)
-    top = list(
-        Topic.objects.owned_by(owner)
-        .filter(parent=None)
-        .order_by("order")[: settings.TOPIC_MAX_CHILDREN]
-    )
+    top = ahead.top_topics
     if top:
         writer.add("")
         writer.add("Topic Overview (top level, oldest first; walk with view_topic):")

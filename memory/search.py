@@ -272,9 +272,6 @@ def release_connections() -> None:
 
 def _timed_vector_candidates(owner, query, filters, k, results, query_vector) -> list[tuple]:
     started = time.perf_counter()
-    if callable(query_vector):
-        query_vector = query_vector()
-        results.timings_ms["embed_wait"] = round((time.perf_counter() - started) * 1000, 2)
     rows = _vector_candidates(owner, query, filters, k, results, query_vector)
     results.timings_ms["vector"] = round((time.perf_counter() - started) * 1000, 2)
     return rows
@@ -312,14 +309,10 @@ def in_worker(func, *args):
 
 
 def _vector_candidates(owner, query, filters, k, results, query_vector=None) -> list[tuple]:
+    """query_vector: the query's vector, or a callable that waits for it (asked for once the
+    rows it will be compared with are counted), or None to embed the query here."""
     embedder = get_embedder()
     where, params = filters.sql()
-    try:
-        vector = query_vector if query_vector is not None else embedder.embed_query(query[:2000])
-    except Exception as exc:  # the embedder is down (remote) or broken: keyword search still works
-        logger.warning("query embedding failed: %s", exc)
-        results.fallbacks.append({"kind": "embedding_failed", "detail": str(exc)[:200]})
-        return []
     searchable = (
         "FROM memory_passage p "
         "WHERE p.owner_id = %s AND NOT p.deleted AND p.embedding_model = %s "
@@ -331,7 +324,6 @@ def _vector_candidates(owner, query, filters, k, results, query_vector=None) -> 
         + searchable
         + f" ORDER BY {HALFVEC} LIMIT %s"
     )
-    vec = vector_literal(vector)
     try:
         with connection.cursor() as cursor:
             # One round trip for the number of the owner's vectors (counted up to
@@ -352,6 +344,18 @@ def _vector_candidates(owner, query, filters, k, results, query_vector=None) -> 
                     [owner.pk, embedder.name, *params, EXACT_SEARCH_MAX + 1],
                 )
                 vectors = cursor.fetchone()[0]
+        # The vector last: the counts above need none, so they are read while it is computed.
+        waited = time.perf_counter()
+        try:
+            if callable(query_vector):
+                query_vector = query_vector()
+                results.timings_ms["embed_wait"] = round((time.perf_counter() - waited) * 1000, 2)
+            vector = query_vector if query_vector is not None else embedder.embed_query(query[:2000])
+        except Exception as exc:  # the embedder is down (remote) or broken: keyword search works
+            logger.warning("query embedding failed: %s", exc)
+            results.fallbacks.append({"kind": "embedding_failed", "detail": str(exc)[:200]})
+            return []
+        vec = vector_literal(vector)
         if vectors <= EXACT_SEARCH_MAX:
             # Few vectors pass the filters (a small memory, or a narrow filter): the HNSW
             # graph is mostly rows the filters drop, and a filtered graph walk visits many

@@ -16,6 +16,18 @@ def encoding() -> tiktoken.Encoding:
 def count_tokens(text: str) -> int:
     if not text:
         return 0
+    if len(text) <= _CACHED_MAX_CHARS:
+        return _count_short(text)
+    return len(encoding().encode(text, disallowed_special=()))
+
+
+# A turn's plan counts the same short lines again and again (tool schemas, instructions, the
+# levels section's lines, the same snippets turn after turn): those counts are remembered.
+_CACHED_MAX_CHARS = 2000
+
+
+@lru_cache(maxsize=8192)
+def _count_short(text: str) -> int:
     return len(encoding().encode(text, disallowed_special=()))
 
 

@@ -184,10 +184,21 @@ def _keywords(terms: Counter, doc_freq: Counter, n_docs: int, k: int = 8) -> lis
     return [t for t, _ in sorted(scored.items(), key=lambda kv: (-kv[1], kv[0]))[:k]]
 
 
+_SENTENCE_END = re.compile(r"[.!?](?=\s|$)")
+
+
 def first_sentence(text: str, limit: int = 160) -> str:
-    flat = " ".join(text.split())
-    m = re.search(r"(.{20,}?[.!?])(\s|$)", flat)
-    s = m.group(1) if m else flat
+    """The text's first sentence of at least 21 characters (whitespace collapsed), cut to
+    `limit` characters with an ellipsis. Linear in the first `limit` characters: a sentence
+    longer than that is cut anyway, so nothing past them is looked at."""
+    head = text[: 8 * (limit + 2)]
+    flat = " ".join(head.split())
+    if len(flat) <= limit + 1 and len(head) < len(text):  # mostly whitespace: take it all
+        flat = " ".join(text.split())
+    # The end of a sentence: a mark at index 20 or later, then a space or the end. A mark at
+    # `limit` or later (or the window's end) gives the same cut text as the whole would.
+    m = _SENTENCE_END.search(flat, 20, limit + 1)
+    s = flat[: m.end()] if m else flat
     return s if len(s) <= limit else s[: limit - 1].rstrip() + "…"
 
 
