@@ -308,6 +308,14 @@ def in_worker(func, *args):
     return _SEARCH_THREADS.submit(run)
 
 
+# Owners with more than EXACT_SEARCH_MAX vectors, when that was counted, and whether vectors of
+# another model were stored then: their searches walk the HNSW graph without counting again for
+# _LARGE_MEMORY_TTL seconds (a memory that shrank below the bound meanwhile gets the graph walk,
+# approximate, instead of the exact scan for that long).
+_LARGE_MEMORIES: dict[tuple, tuple[float, Any]] = {}
+_LARGE_MEMORY_TTL = 60.0
+
+
 def _vector_candidates(owner, query, filters, k, results, query_vector=None) -> list[tuple]:
     """query_vector: the query's vector, or a callable that waits for it (asked for once the
     rows it will be compared with are counted), or None to embed the query here."""
@@ -328,14 +336,26 @@ def _vector_candidates(owner, query, filters, k, results, query_vector=None) -> 
         with connection.cursor() as cursor:
             # One round trip for the number of the owner's vectors (counted up to
             # EXACT_SEARCH_MAX + 1 from the partial index alone; deleted ones included, so it is
-            # an upper bound) and whether vectors of another model are stored.
-            cursor.execute(
-                "SELECT (SELECT count(*) FROM (SELECT 1 FROM memory_passage WHERE owner_id = %s "
-                "AND embedding_model = %s AND embedding IS NOT NULL LIMIT %s) s), "
-                + _OTHER_MODEL,
-                [owner.pk, embedder.name, EXACT_SEARCH_MAX + 1, *[owner.pk, embedder.name] * 2],
-            )
-            vectors, other_model = cursor.fetchone()
+            # an upper bound) and whether vectors of another model are stored. A large memory
+            # stays large: its answer is kept for a while (_LARGE_MEMORY_TTL).
+            # (the owner's join time too: a test database reuses ids for other people)
+            joined = getattr(owner, "date_joined", None)
+            key = (connection.settings_dict["NAME"], owner.pk, joined, embedder.name)
+            known = _LARGE_MEMORIES.get(key)
+            if known is not None and time.monotonic() - known[0] < _LARGE_MEMORY_TTL:
+                vectors, other_model = EXACT_SEARCH_MAX + 1, known[1]
+            else:
+                cursor.execute(
+                    "SELECT (SELECT count(*) FROM (SELECT 1 FROM memory_passage WHERE owner_id = %s "
+                    "AND embedding_model = %s AND embedding IS NOT NULL LIMIT %s) s), "
+                    + _OTHER_MODEL,
+                    [owner.pk, embedder.name, EXACT_SEARCH_MAX + 1, *[owner.pk, embedder.name] * 2],
+                )
+                vectors, other_model = cursor.fetchone()
+                if vectors > EXACT_SEARCH_MAX:
+                    _LARGE_MEMORIES[key] = (time.monotonic(), other_model)
+                else:
+                    _LARGE_MEMORIES.pop(key, None)
             if vectors > EXACT_SEARCH_MAX and where:
                 # What the filters leave (a conversation, a role, a period): read from the
                 # rows, not their vectors, so still cheap next to reading the vectors.
@@ -368,6 +388,7 @@ def _vector_candidates(owner, query, filters, k, results, query_vector=None) -> 
         # every vector out of TOAST; with sorting off, the only way to the ORDER BY is the
         # HNSW index. Filtered HNSW scans keep going until enough rows pass the filters
         # (iterative scan).
+        queried = time.perf_counter()
         rows = with_local_settings(
             {
                 "statement_timeout": str(int(settings.VECTOR_SEARCH_TIMEOUT_MS)),
@@ -380,6 +401,7 @@ def _vector_candidates(owner, query, filters, k, results, query_vector=None) -> 
             sql,
             [vec, owner.pk, embedder.name, *params, vec, k],
         )
+        results.timings_ms["vector_query"] = round((time.perf_counter() - queried) * 1000, 2)
     except OperationalError as exc:  # statement_timeout (QueryCanceled) and friends
         logger.warning("vector search fell back: %s", exc)
         results.fallbacks.append(

@@ -20,7 +20,6 @@ loaded history stays and the next run reuses it, adding only the rows a larger s
 
 from __future__ import annotations
 
-import os
 import math
 import random
 import statistics
@@ -357,7 +356,7 @@ class Command(BaseCommand):
             import pstats
 
             out = io.StringIO()
-            pstats.Stats(profiler, stream=out).sort_stats(os.environ.get("BENCH_PROFILE_SORT", "cumulative")).print_stats(int(os.environ.get("BENCH_PROFILE_ROWS", "30")))
+            pstats.Stats(profiler, stream=out).sort_stats("cumulative").print_stats(30)
             self.stdout.write(out.getvalue())
         return row
 
