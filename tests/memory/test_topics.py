@@ -167,3 +167,46 @@ def test_index_clustering_threshold_sets_how_close_a_message_must_be_to_join_a_t
     settings.INDEX_CLUSTERING_THRESHOLD = 1.0  # nothing is that close: a leaf of its own
     place("tomatoes and basil in the garden again", 60)
     assert Topic.objects.owned_by(owner).filter(children__isnull=True).count() == 2
+
+
+def _first_sentence_by_regex(text: str, limit: int = 160) -> str:
+    """The definition first_sentence keeps: the shortest run of 20+ characters ending in . ! or ?
+    before whitespace or the end (whitespace collapsed), cut to `limit` with an ellipsis."""
+    import re
+
+    flat = " ".join(text.split())
+    m = re.search(r"(.{20,}?[.!?])(\s|$)", flat)
+    s = m.group(1) if m else flat
+    return s if len(s) <= limit else s[: limit - 1].rstrip() + "…"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "Short.",
+        "This sentence is long enough. And a second one follows.",
+        "Version 2.0 shipped today! Everyone cheered?  Yes.",
+        "   lots\n\nof   whitespace before the end of the first sentence.  Then more.",
+        " " * 5000 + "A sentence after five thousand spaces is still found. Next.",
+        "word " * 400 + "end.",
+        "x" * 158 + ". tail",
+        "x" * 159 + ". tail",
+        "x" * 160 + ". tail",
+        "x" * 161 + "!",
+        "no sentence end at all but quite a long text " * 5,
+    ],
+)
+def test_first_sentence_keeps_its_definition(text):
+    for limit in (160, 40, 200):
+        assert topics.first_sentence(text, limit) == _first_sentence_by_regex(text, limit)
+
+
+def test_first_sentence_of_a_long_text_without_a_full_stop_is_cut_quickly():
+    import time
+
+    text = "a" * 2_000_000
+    started = time.perf_counter()
+    assert topics.first_sentence(text) == "a" * 159 + "…"
+    # The whole-text regex took minutes here (quadratic); a linear pass takes milliseconds.
+    assert time.perf_counter() - started < 1.0
