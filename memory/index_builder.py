@@ -436,7 +436,7 @@ class _Ahead:
     window: list[Message]
     summary: tuple[str, dict[str, Any]]
     pinned: list[Message]
-    levels: hierarchy.LevelRows | None
+    levels: hierarchy.LevelRows
     periods: dict[str, PeriodSummary]
     top_topics: list[Topic]
     ms: float
@@ -472,11 +472,8 @@ def _read_ahead(
         allowance=summary_allowance,
     )
     pinned = hierarchy.pinned_rows(owner)
-    levels = (
-        hierarchy.level_rows(owner)
-        if plan.strategy != "full" and plan.history_size > settings.HIERARCHY_SUMMARY_THRESHOLD
-        else None
-    )
+    # Every strategy writes the levels section (it is empty while the memory is small).
+    levels = hierarchy.level_rows(owner)
     periods: dict[str, PeriodSummary] = {}
     top: list[Topic] = []
     if plan.strategy == "hierarchical":

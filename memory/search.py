@@ -337,8 +337,8 @@ def _vector_candidates(owner, query, filters, k, results, query_vector=None) -> 
             # One round trip for the number of the owner's vectors (counted up to
             # EXACT_SEARCH_MAX + 1 from the partial index alone; deleted ones included, so it is
             # an upper bound) and whether vectors of another model are stored. A large memory
-            # stays large: its answer is kept for a while (_LARGE_MEMORY_TTL).
-            # (the owner's join time too: a test database reuses ids for other people)
+            # stays large: its answer is kept for _LARGE_MEMORY_TTL, keyed by the owner's join
+            # time too (a test database gives the same id to other people).
             joined = getattr(owner, "date_joined", None)
             key = (connection.settings_dict["NAME"], owner.pk, joined, embedder.name)
             known = _LARGE_MEMORIES.get(key)
