@@ -25,23 +25,9 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from memory import versions
+from memory import models, versions
 from memory.embeddings import get_embedder
 from memory.errors import MemoryStoreError
-from memory.models import (
-    Conversation,
-    Entity,
-    EntityEdge,
-    EntityMention,
-    Message,
-    Passage,
-    PeriodSummary,
-    Role,
-    ToolCall,
-    Topic,
-    TopicMembership,
-    new_ulid,
-)
 from memory.store import (
     NUL_REPLACEMENT,
     clean_content,
@@ -82,24 +68,24 @@ def _live_parent(parent_of: dict[str, str | None], dropped: set[str], message_id
 
 def export_memory(owner, *, exclude_deleted: bool = False) -> dict[str, Any]:
     """Everything of `owner`'s memory that cannot be derived, as JSON-ready data."""
-    conversations = list(Conversation.objects.owned_by(owner).order_by("created_at", "id"))
-    logical = Message.objects.owned_by(owner).logical()
+    conversations = list(models.Conversation.objects.owned_by(owner).order_by("created_at", "id"))
+    logical = models.Message.objects.owned_by(owner).logical()
     parent_of = dict(logical.values_list("id", "parent_id"))
     dropped = set(logical.filter(deleted=True).values_list("id", flat=True)) if exclude_deleted else set()
     chunk_spans: dict[str, list[list[int]]] = defaultdict(list)
     chunk_rows = (
-        Message.objects.owned_by(owner).filter(is_chunk=True)
+        models.Message.objects.owned_by(owner).filter(is_chunk=True)
         .order_by("chunk_parent_id", "chunk_index").values_list("chunk_parent_id", "metadata")
     )
     for parent_id, meta in chunk_rows:
         chunk_spans[parent_id].append([meta.get("char_start"), meta.get("char_end")])
     call_chunks: dict[str, int] = defaultdict(int)
-    for parent_id in ToolCall.objects.owned_by(owner).filter(is_chunk=True).values_list(
+    for parent_id in models.ToolCall.objects.owned_by(owner).filter(is_chunk=True).values_list(
         "chunk_parent_id", flat=True
     ):
         call_chunks[parent_id] += 1
     calls_of: dict[str, list[dict]] = defaultdict(list)
-    for call in ToolCall.objects.owned_by(owner).logical().order_by("timestamp", "id"):
+    for call in models.ToolCall.objects.owned_by(owner).logical().order_by("timestamp", "id"):
         calls_of[call.message_id].append({
             "id": call.pk,
             "tool_name": call.tool_name,
@@ -162,21 +148,21 @@ def export_memory(owner, *, exclude_deleted: bool = False) -> dict[str, Any]:
                 "summary": p.summary,
                 "top_topics": p.top_topics,
             }
-            for p in PeriodSummary.objects.owned_by(owner).order_by("period")
+            for p in models.PeriodSummary.objects.owned_by(owner).order_by("period")
         ],
         **_export_entities(owner, exported_ids),
     }
 
 
 def _export_topics(owner, exported_ids: set[str]) -> list[dict]:
-    topics = list(Topic.objects.owned_by(owner))
-    children: dict[str | None, list[Topic]] = defaultdict(list)
+    topics = list(models.Topic.objects.owned_by(owner))
+    children: dict[str | None, list[models.Topic]] = defaultdict(list)
     ids = {t.pk for t in topics}
     for t in topics:
         children[t.parent_id if t.parent_id in ids else None].append(t)
     members: dict[str, list[dict]] = defaultdict(list)
     memberships = (
-        TopicMembership.objects.owned_by(owner)
+        models.TopicMembership.objects.owned_by(owner)
         .filter(message_id__in=exported_ids)
         .order_by("message__timestamp", "message__position", "message_id")
         .values_list("topic_id", "message_id", "score")
@@ -215,11 +201,11 @@ def _export_topics(owner, exported_ids: set[str]) -> list[dict]:
 
 
 def _export_entities(owner, exported_ids: set[str]) -> dict[str, list]:
-    entities = list(Entity.objects.owned_by(owner).order_by("kind", "normalized"))
+    entities = list(models.Entity.objects.owned_by(owner).order_by("kind", "normalized"))
     index = {e.pk: i for i, e in enumerate(entities)}
     mentions: dict[int, list[dict]] = defaultdict(list)
     rows = (
-        EntityMention.objects.owned_by(owner).filter(message_id__in=exported_ids)
+        models.EntityMention.objects.owned_by(owner).filter(message_id__in=exported_ids)
         .order_by("message__timestamp", "message__position", "message_id")
         .values_list("entity_id", "message_id", "count")
     )
@@ -227,7 +213,9 @@ def _export_entities(owner, exported_ids: set[str]) -> dict[str, list]:
         mentions[entity_id].append({"message_id": message_id, "count": count})
     edges = sorted(
         [index[s], index[t], w]
-        for s, t, w in EntityEdge.objects.owned_by(owner).values_list("source_id", "target_id", "weight")
+        for s, t, w in models.EntityEdge.objects.owned_by(owner).values_list(
+            "source_id", "target_id", "weight"
+        )
         if s in index and t in index
     )
     return {
@@ -380,8 +368,8 @@ class _Checker:
 
 def _check_message(c: _Checker, m_index: int, position_default: int) -> dict:
     role = c.get("role", str, required=True)
-    if role not in Role.values:
-        raise c.fail("role", f"must be one of {', '.join(Role.values)}, got {role!r}")
+    if role not in models.Role.values:
+        raise c.fail("role", f"must be one of {', '.join(models.Role.values)}, got {role!r}")
     content = c.get("content", str, required=True)
     try:
         content, _ = clean_content(content, allow_empty=True)
@@ -461,7 +449,7 @@ def validate_export(data: Any) -> dict:
                     raise mc.fail("id", f"{m['id']!r} appears twice in the file")
                 message_ids.add(m["id"])
             else:
-                m["id"] = new_ulid()
+                m["id"] = models.new_ulid()
                 message_ids.add(m["id"])
             if m["external_id"] is not None:
                 if m["external_id"] in external_ids:
@@ -480,7 +468,7 @@ def validate_export(data: Any) -> dict:
     topic_ids: set[str] = set()
     for i, raw in enumerate(root.items("topics")):
         t = _Checker(f"topics[{i}]", raw)
-        tid = t.text("id", default=None, max_length=26) or new_ulid()
+        tid = t.text("id", default=None, max_length=26) or models.new_ulid()
         if tid in topic_ids:
             raise t.fail("id", f"{tid!r} appears twice in the file")
         topic_ids.add(tid)
@@ -649,7 +637,7 @@ def _id_map(model, owner, wanted: Iterable[str | None]) -> tuple[dict[str, str],
     clash = _existing(model.objects.all(), list(derived.values()))
     mapping = {i: i for i in wanted}
     for i, new in derived.items():
-        mapping[i] = new_ulid() if new in clash else new
+        mapping[i] = models.new_ulid() if new in clash else new
     return mapping, len(taken)
 
 
@@ -666,21 +654,21 @@ def import_memory(
     report = ImportReport(source_model=doc["embedding_model"], target_model=settings.EMBEDDING_MODEL)
     progress = progress or (lambda stage, done, total: None)
     convs = doc["conversations"]
-    owned = _owned(Conversation, owner, [c["id"] for c in convs])
+    owned = _owned(models.Conversation, owner, [c["id"] for c in convs])
     fresh = [c for c in convs if c["id"] not in owned]
     report.skipped_conversations = len(convs) - len(fresh)
     # Messages of skipped conversations are already the owner's, under their ids then.
-    kept = _owned(Message, owner, [m["id"] for c in convs if c["id"] in owned for m in c["messages"]])
-    conv_ids, n1 = _id_map(Conversation, owner, [c["id"] for c in fresh])
-    msg_ids, n2 = _id_map(Message, owner, [m["id"] for c in fresh for m in c["messages"]])
+    kept = _owned(models.Message, owner, [m["id"] for c in convs if c["id"] in owned for m in c["messages"]])
+    conv_ids, n1 = _id_map(models.Conversation, owner, [c["id"] for c in fresh])
+    msg_ids, n2 = _id_map(models.Message, owner, [m["id"] for c in fresh for m in c["messages"]])
     call_ids, n3 = _id_map(
-        ToolCall, owner, [t["id"] for c in fresh for m in c["messages"] for t in m["tool_calls"]]
+        models.ToolCall, owner, [t["id"] for c in fresh for m in c["messages"] for t in m["tool_calls"]]
     )
     report.new_ids = n1 + n2 + n3
     message_map = {**kept, **msg_ids}
     total = sum(len(c["messages"]) for c in fresh)
     taken_external = set(
-        Message.objects.owned_by(owner).logical()
+        models.Message.objects.owned_by(owner).logical()
         .filter(external_id__in=[m["external_id"] for c in fresh for m in c["messages"] if m["external_id"]])
         .values_list("external_id", flat=True)
     )
@@ -689,15 +677,16 @@ def import_memory(
     # or from the owner's memory for a parent kept from an earlier import.
     live_in_file = {m["id"]: m["content"] for c in convs for m in c["messages"] if not m["deleted"]}
     live_kept = dict(
-        Message.objects.visible_to(owner).filter(pk__in=list(kept.values())).values_list("pk", "content")
+        models.Message.objects.visible_to(owner)
+        .filter(pk__in=list(kept.values())).values_list("pk", "content")
     )
 
     with transaction.atomic():
         conversations, messages, calls, chunks, call_chunks, passages = [], [], [], [], [], []
         done = 0
         for c in fresh:
-            conv = Conversation(
-                id=conv_ids.get(c["id"]) or new_ulid(), owner_id=owner.pk, title=c["title"],
+            conv = models.Conversation(
+                id=conv_ids.get(c["id"]) or models.new_ulid(), owner_id=owner.pk, title=c["title"],
                 next_position=max([c["next_position"], *(m["position"] + 1 for m in c["messages"])]),
             )
             conv.created_at = c["created_at"] or timezone.now()
@@ -718,7 +707,7 @@ def import_memory(
                     )
                     metadata["original_external_id"] = external_id
                     external_id = None
-                message = Message(
+                message = models.Message(
                     id=message_map[m["id"]],
                     owner_id=owner.pk,
                     conversation_id=conv.pk,
@@ -739,8 +728,9 @@ def import_memory(
                     position=m["position"],
                 )
                 message_calls = [
-                    ToolCall(
-                        id=call_ids.get(t["id"]) or new_ulid(), owner_id=owner.pk, message_id=message.pk,
+                    models.ToolCall(
+                        id=call_ids.get(t["id"]) or models.new_ulid(),
+                        owner_id=owner.pk, message_id=message.pk,
                         tool_name=t["tool_name"], arguments=t["arguments"], result=t["result"],
                         timestamp=t["timestamp"], token_count=count_tokens(t["result"]),
                         is_error=t["is_error"], duration_ms=t["duration_ms"],
@@ -768,11 +758,11 @@ def import_memory(
                 done += 1
                 if done % 200 == 0:
                     progress("messages", done, total)
-        _create_keeping_dates(Conversation, conversations)
-        Message.objects.bulk_create(messages, batch_size=500)
-        Message.objects.bulk_create(chunks, batch_size=200)
-        ToolCall.objects.bulk_create(calls, batch_size=500)
-        ToolCall.objects.bulk_create(call_chunks, batch_size=200)
+        _create_keeping_dates(models.Conversation, conversations)
+        models.Message.objects.bulk_create(messages, batch_size=500)
+        models.Message.objects.bulk_create(chunks, batch_size=200)
+        models.ToolCall.objects.bulk_create(calls, batch_size=500)
+        models.ToolCall.objects.bulk_create(call_chunks, batch_size=200)
         progress("messages", done, total)
         report.conversations = len(conversations)
         report.messages = len(messages)
@@ -781,7 +771,7 @@ def import_memory(
         if embed:
             _embed(passages, progress)
             report.embedded = len(passages)
-        Passage.objects.bulk_create(passages, batch_size=500)
+        models.Passage.objects.bulk_create(passages, batch_size=500)
         versions.bump(owner.pk)
         if passages and not embed:
             owner_id = owner.pk
@@ -802,7 +792,7 @@ def _create_keeping_dates(model, rows: list) -> None:
     model.objects.bulk_update(rows, ["created_at", "updated_at"], batch_size=500)
 
 
-def _embed(passages: list[Passage], progress: ProgressFn) -> None:
+def _embed(passages: list[models.Passage], progress: ProgressFn) -> None:
     embedder = get_embedder()
     for start in range(0, len(passages), EMBED_BATCH):
         batch = passages[start:start + EMBED_BATCH]
@@ -816,15 +806,15 @@ def _embed(passages: list[Passage], progress: ProgressFn) -> None:
 def _import_topics(
     owner, topics: list[dict], message_map: dict[str, str], report: ImportReport
 ) -> dict[str, str]:
-    owned = _owned(Topic, owner, [t["id"] for t in topics])
+    owned = _owned(models.Topic, owner, [t["id"] for t in topics])
     fresh = [t for t in topics if t["id"] not in owned]
     report.skipped_topics = len(topics) - len(fresh)
-    ids, n = _id_map(Topic, owner, [t["id"] for t in fresh])
+    ids, n = _id_map(models.Topic, owner, [t["id"] for t in fresh])
     report.new_ids += n
     topic_map = {**owned, **ids}
     rows, memberships = [], []
     for t in fresh:
-        row = Topic(
+        row = models.Topic(
             id=topic_map[t["id"]], owner_id=owner.pk,
             parent_id=topic_map.get(t["parent_id"]) if t["parent_id"] else None,
             **{k: t[k] for k in ("level", "order", "label", "keywords", "summary", "summary_source",
@@ -841,18 +831,18 @@ def _import_topics(
                     f"topic {t['label']!r}: message {member['message_id']} is not in the file"
                 )
                 continue
-            memberships.append(TopicMembership(owner_id=owner.pk, topic_id=row.pk,
-                                               message_id=message_map[member["message_id"]],
-                                               score=member["score"]))
-    _create_keeping_dates(Topic, rows)
-    TopicMembership.objects.bulk_create(memberships, batch_size=1000, ignore_conflicts=True)
+            memberships.append(models.TopicMembership(owner_id=owner.pk, topic_id=row.pk,
+                                                      message_id=message_map[member["message_id"]],
+                                                      score=member["score"]))
+    _create_keeping_dates(models.Topic, rows)
+    models.TopicMembership.objects.bulk_create(memberships, batch_size=1000, ignore_conflicts=True)
     report.topics = len(rows)
     report.memberships = len(memberships)
     _set_centroids(owner, rows, memberships)
     return topic_map
 
 
-def _set_centroids(owner, topics: list[Topic], memberships: list[TopicMembership]) -> None:
+def _set_centroids(owner, topics: list[models.Topic], memberships: list[models.TopicMembership]) -> None:
     """Topic centroids are vectors of the target's model: mean of the members' vectors."""
     import numpy as np
 
@@ -872,11 +862,11 @@ def _set_centroids(owner, topics: list[Topic], memberships: list[TopicMembership
             sums[t.parent_id] = sums[t.parent_id] + sums[t.pk] if t.parent_id in sums else sums[t.pk].copy()
     for t in topics:
         t.centroid = unit(sums[t.pk]).tolist() if t.pk in sums else None
-    Topic.objects.bulk_update(topics, ["centroid"], batch_size=500)
+    models.Topic.objects.bulk_update(topics, ["centroid"], batch_size=500)
 
 
 def _import_periods(owner, periods: list[dict], topic_map: dict[str, str]) -> None:
-    present = set(PeriodSummary.objects.owned_by(owner).values_list("period", flat=True))
+    present = set(models.PeriodSummary.objects.owned_by(owner).values_list("period", flat=True))
     rows = []
     for p in periods:
         if p["period"] in present:
@@ -885,8 +875,8 @@ def _import_periods(owner, periods: list[dict], topic_map: dict[str, str]) -> No
             {**t, "id": topic_map.get(t.get("id"), t.get("id"))} if isinstance(t, dict) else t
             for t in p["top_topics"]
         ]
-        rows.append(PeriodSummary(owner_id=owner.pk, **{**p, "top_topics": top}))
-    PeriodSummary.objects.bulk_create(rows)
+        rows.append(models.PeriodSummary(owner_id=owner.pk, **{**p, "top_topics": top}))
+    models.PeriodSummary.objects.bulk_create(rows)
 
 
 def _import_entities(owner, entities: list[dict], edges: list[dict], message_map: dict[str, str],
@@ -895,27 +885,29 @@ def _import_entities(owner, entities: list[dict], edges: list[dict], message_map
         return
     existing = {
         (e.normalized, e.kind): e
-        for e in Entity.objects.owned_by(owner).filter(normalized__in={e["normalized"] for e in entities})
+        for e in models.Entity.objects.owned_by(owner).filter(
+            normalized__in={e["normalized"] for e in entities}
+        )
     }
     new = [
-        Entity(owner_id=owner.pk, **{k: e[k] for k in ("name", "normalized", "kind", "mention_count",
-                                                      "first_seen", "last_seen")})
+        models.Entity(owner_id=owner.pk, **{k: e[k] for k in ("name", "normalized", "kind", "mention_count",
+                                                             "first_seen", "last_seen")})
         for e in entities if (e["normalized"], e["kind"]) not in existing
     ]
-    Entity.objects.bulk_create(new, batch_size=1000)
+    models.Entity.objects.bulk_create(new, batch_size=1000)
     report.entities = len(new)
     for e in new:
         existing[(e.normalized, e.kind)] = e
     rows = [existing[(e["normalized"], e["kind"])] for e in entities]
     mentions = [
-        EntityMention(owner_id=owner.pk, entity_id=row.pk, message_id=message_map[m["message_id"]],
-                      count=m["count"])
+        models.EntityMention(owner_id=owner.pk, entity_id=row.pk, message_id=message_map[m["message_id"]],
+                             count=m["count"])
         for e, row in zip(entities, rows, strict=True)
         for m in e["mentions"] if m["message_id"] in message_map
     ]
-    EntityMention.objects.bulk_create(mentions, batch_size=1000, ignore_conflicts=True)
-    EntityEdge.objects.bulk_create(
-        [EntityEdge(owner_id=owner.pk, source_id=rows[e["source"]].pk, target_id=rows[e["target"]].pk,
-                    weight=e["weight"]) for e in edges],
+    models.EntityMention.objects.bulk_create(mentions, batch_size=1000, ignore_conflicts=True)
+    models.EntityEdge.objects.bulk_create(
+        [models.EntityEdge(owner_id=owner.pk, source_id=rows[e["source"]].pk, target_id=rows[e["target"]].pk,
+                           weight=e["weight"]) for e in edges],
         batch_size=1000, ignore_conflicts=True,
     )

@@ -12,19 +12,8 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
+from memory import models
 from memory.embeddings import get_embedder
-from memory.models import (
-    Conversation,
-    Entity,
-    EntityEdge,
-    EntityMention,
-    Message,
-    Passage,
-    PeriodSummary,
-    ToolCall,
-    Topic,
-    TopicMembership,
-)
 from memory.portability import InvalidExport, export_markdown, export_memory, import_memory
 from memory.store import (
     NewMessage,
@@ -65,35 +54,37 @@ def memory(owner, conversation, small_chunks):
     store_messages(owner, conversation, [u1, a1, u2, a2, a2b, long, gone, after], embed=False)
     update_message(owner, u2.id, "Which port does Redis use again?")
     delete_message(owner, gone.id)
-    Message.objects.get(pk=u1.id).set_pinned(True)
-    first = Message.objects.get(pk=a1.id)
+    models.Message.objects.get(pk=u1.id).set_pinned(True)
+    first = models.Message.objects.get(pk=a1.id)
     store_tool_call(owner, first, "search_memory", {"query": "redis"}, "one hit", timestamp=at(1.1),
                     duration_ms=12, embed=False)
     store_tool_call(owner, first, "fetch_message", {"id": "x"}, LONG_RESULT, timestamp=at(1.2), embed=False)
     store_tool_call(owner, first, "broken", "{not json", "boom", timestamp=at(1.3), is_error=True,
                     embed=False)
 
-    retreat = Conversation.objects.create(owner=owner, title="Retreat")
+    retreat = models.Conversation.objects.create(owner=owner, title="Retreat")
     [r1] = store_messages(owner, retreat, [NewMessage("user", "The retreat is in Estes Park.", at(60))],
                           embed=False)
 
-    root = Topic.objects.create(owner=owner, label="Everything", level=0, order=0, period_start=at(0),
-                                summary="Work and the retreat", keywords=["redis", "retreat"])
-    redis = Topic.objects.create(owner=owner, parent=root, label="Redis", level=1, order=0,
-                                 sample_message_ids=[u1.id])
-    trip = Topic.objects.create(owner=owner, parent=root, label="Retreat", level=1, order=1)
+    root = models.Topic.objects.create(owner=owner, label="Everything", level=0, order=0, period_start=at(0),
+                                       summary="Work and the retreat", keywords=["redis", "retreat"])
+    redis = models.Topic.objects.create(owner=owner, parent=root, label="Redis", level=1, order=0,
+                                        sample_message_ids=[u1.id])
+    trip = models.Topic.objects.create(owner=owner, parent=root, label="Retreat", level=1, order=1)
     for message_id, score in [(u1.id, 0.9), (a1.id, 0.8), (gone.id, 0.5)]:
-        TopicMembership.objects.create(owner=owner, topic=redis, message_id=message_id, score=score)
-    TopicMembership.objects.create(owner=owner, topic=trip, message=r1, score=0.7)
-    PeriodSummary.objects.create(owner=owner, period="this_month", message_count=9, summary="9 messages",
-                                 top_topics=[{"id": redis.pk, "label": "Redis", "count": 3}])
-    ticket = Entity.objects.create(owner=owner, name="INFRA-992", normalized="infra-992", kind="id",
-                                   mention_count=2)
-    port = Entity.objects.create(owner=owner, name="6379", normalized="6379", kind="number", mention_count=1)
-    EntityMention.objects.create(owner=owner, entity=ticket, message_id=u1.id)
-    EntityMention.objects.create(owner=owner, entity=ticket, message_id=a1.id)
-    EntityMention.objects.create(owner=owner, entity=port, message_id=a1.id)
-    EntityEdge.objects.create(owner=owner, source=ticket, target=port, weight=1)
+        models.TopicMembership.objects.create(owner=owner, topic=redis, message_id=message_id, score=score)
+    models.TopicMembership.objects.create(owner=owner, topic=trip, message=r1, score=0.7)
+    models.PeriodSummary.objects.create(owner=owner, period="this_month", message_count=9,
+                                        summary="9 messages",
+                                        top_topics=[{"id": redis.pk, "label": "Redis", "count": 3}])
+    ticket = models.Entity.objects.create(owner=owner, name="INFRA-992", normalized="infra-992", kind="id",
+                                          mention_count=2)
+    port = models.Entity.objects.create(owner=owner, name="6379", normalized="6379", kind="number",
+                                        mention_count=1)
+    models.EntityMention.objects.create(owner=owner, entity=ticket, message_id=u1.id)
+    models.EntityMention.objects.create(owner=owner, entity=ticket, message_id=a1.id)
+    models.EntityMention.objects.create(owner=owner, entity=port, message_id=a1.id)
+    models.EntityEdge.objects.create(owner=owner, source=ticket, target=port, weight=1)
     return owner
 
 
@@ -159,9 +150,9 @@ def test_it_exports_every_part_of_the_memory(memory):
 @pytest.mark.django_db
 def test_a_round_trip_into_a_fresh_database_keeps_everything_including_ids(memory):
     before = export_memory(memory)
-    chunks_before = Message.objects.filter(owner=memory, is_chunk=True).count()
-    call_chunks_before = ToolCall.objects.filter(owner=memory, is_chunk=True).count()
-    passages_before = Passage.objects.filter(owner=memory).count()
+    chunks_before = models.Message.objects.filter(owner=memory, is_chunk=True).count()
+    call_chunks_before = models.ToolCall.objects.filter(owner=memory, is_chunk=True).count()
+    passages_before = models.Passage.objects.filter(owner=memory).count()
     memory.delete()  # as if the export were taken to another instance
     restored = new_user("restored")
 
@@ -169,17 +160,16 @@ def test_a_round_trip_into_a_fresh_database_keeps_everything_including_ids(memor
 
     assert report.new_ids == 0 and report.rechunked == 0 and not report.warnings
     assert comparable(export_memory(restored)) == comparable(before)
-    assert Message.objects.filter(owner=restored, is_chunk=True).count() == chunks_before
-    assert ToolCall.objects.filter(owner=restored, is_chunk=True).count() == call_chunks_before
-    passages = Passage.objects.filter(owner=restored)
+    assert models.Message.objects.filter(owner=restored, is_chunk=True).count() == chunks_before
+    assert models.ToolCall.objects.filter(owner=restored, is_chunk=True).count() == call_chunks_before
+    passages = models.Passage.objects.filter(owner=restored)
     assert passages.count() == passages_before == report.passages == report.embedded
     assert not passages.filter(embedding__isnull=True).exists()
     assert set(passages.values_list("embedding_model", flat=True)) == {get_embedder().name}
     assert passages.filter(deleted=True).exists()  # the deleted message stays out of search
-    assert list(Message.objects.filter(owner=restored, pinned=True).values_list("content", flat=True)) == [
-        "Our Redis ticket is INFRA-992."
-    ]
-    assert not Topic.objects.filter(owner=restored, centroid__isnull=True).exists()
+    pinned = models.Message.objects.filter(owner=restored, pinned=True)
+    assert list(pinned.values_list("content", flat=True)) == ["Our Redis ticket is INFRA-992."]
+    assert not models.Topic.objects.filter(owner=restored, centroid__isnull=True).exists()
 
 
 @pytest.mark.django_db
@@ -203,14 +193,17 @@ def test_importing_the_same_export_twice_adds_nothing(memory):
     data = export_memory(memory)
     target = new_user("target")
     import_memory(target, data, embed=False)
-    counts = (Message.objects.filter(owner=target).count(), Topic.objects.filter(owner=target).count())
+    counts = (
+        models.Message.objects.filter(owner=target).count(),
+        models.Topic.objects.filter(owner=target).count(),
+    )
 
     report = import_memory(target, data, embed=False)
 
     assert report.messages == 0 and report.topics == 0
     assert report.skipped_conversations == 2 and report.skipped_topics == 3
-    assert Message.objects.filter(owner=target).count() == counts[0]
-    assert Topic.objects.filter(owner=target).count() == counts[1]
+    assert models.Message.objects.filter(owner=target).count() == counts[0]
+    assert models.Topic.objects.filter(owner=target).count() == counts[1]
 
 
 @pytest.mark.django_db
@@ -231,16 +224,16 @@ def test_importing_never_touches_other_users_rows(memory, stranger, stranger_con
     theirs_now = comparable(export_memory(stranger))
     own = next(c for c in theirs_now["conversations"] if c["id"] == stranger_conversation.pk)
     assert own == theirs["conversations"][0]
-    assert not Message.objects.filter(owner=memory, conversation__owner=stranger).exists()
-    assert not Message.objects.filter(owner=stranger, conversation__owner=memory).exists()
-    assert not TopicMembership.objects.filter(owner=stranger, message__owner=memory).exists()
+    assert not models.Message.objects.filter(owner=memory, conversation__owner=stranger).exists()
+    assert not models.Message.objects.filter(owner=stranger, conversation__owner=memory).exists()
+    assert not models.TopicMembership.objects.filter(owner=stranger, message__owner=memory).exists()
 
 
 @pytest.mark.django_db
 def test_export_shows_only_the_owners_memory(memory, stranger, stranger_conversation):
     store_messages(stranger, stranger_conversation, [NewMessage("user", "stranger's secret plan", at(0))],
                    embed=False)
-    Topic.objects.create(owner=stranger, label="Stranger topic")
+    models.Topic.objects.create(owner=stranger, label="Stranger topic")
     text = json.dumps(export_memory(memory)) + export_markdown(memory)
     assert "secret plan" not in text and "Stranger" not in text
 
@@ -265,9 +258,9 @@ def test_another_embedding_model_in_the_export_is_reembedded_with_ours(memory):
     report = import_memory(target, data, embed=False)
 
     assert report.model_changed and "text-embedding-3-large" in report.summary()
-    assert not Passage.objects.filter(owner=target, embedding__isnull=False).exists()
+    assert not models.Passage.objects.filter(owner=target, embedding__isnull=False).exists()
     assert embed_pending(target) == report.passages
-    assert set(Passage.objects.filter(owner=target).values_list("embedding_model", flat=True)) == {
+    assert set(models.Passage.objects.filter(owner=target).values_list("embedding_model", flat=True)) == {
         get_embedder().name
     }
 
@@ -316,7 +309,7 @@ def test_a_malformed_export_is_refused_with_the_bad_field_named(memory, path, va
     with pytest.raises(InvalidExport, match=None) as err:
         import_memory(target, data, embed=False)
     assert words in str(err.value)
-    assert not Message.objects.filter(owner=target).exists()
+    assert not models.Message.objects.filter(owner=target).exists()
 
 
 @pytest.mark.django_db

@@ -24,19 +24,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from bench.scratch import add_database_argument, use_database
-from memory.models import (
-    ContextSnapshot,
-    Conversation,
-    Entity,
-    EntityEdge,
-    EntityMention,
-    Message,
-    Passage,
-    ToolCall,
-    Topic,
-    TopicMembership,
-    UpkeepRun,
-)
+from memory import models
 
 BENCH_USER = "bench-explorer"
 TOP_WORDS = [
@@ -88,14 +76,14 @@ class Command(BaseCommand):
     def handle(self, *args, **opts) -> None:
         use_database(opts["database"], self.stdout)
         user, _ = get_user_model().objects.get_or_create(username=BENCH_USER)
-        have = Message.objects.owned_by(user).logical().count()
+        have = models.Message.objects.owned_by(user).logical().count()
         if opts["rebuild"] or have < opts["messages"]:
             if have:
                 self.stdout.write(f"dropping the old bench memory ({have:,} messages)…")
-                Conversation.objects.owned_by(user).delete()
-                Topic.objects.owned_by(user).delete()
-                Entity.objects.owned_by(user).delete()
-                UpkeepRun.objects.owned_by(user).delete()
+                models.Conversation.objects.owned_by(user).delete()
+                models.Topic.objects.owned_by(user).delete()
+                models.Entity.objects.owned_by(user).delete()
+                models.UpkeepRun.objects.owned_by(user).delete()
             self._build(user, opts["messages"], opts["vector_every"])
         else:
             self.stdout.write(f"reusing the bench memory of {have:,} messages")
@@ -124,15 +112,15 @@ class Command(BaseCommand):
         mid_c = top_c.repeat(8, axis=0) + 0.6 * np_rng.normal(size=(64, dims))
         leaf_c = mid_c.repeat(8, axis=0) + 0.4 * np_rng.normal(size=(512, dims))
 
-        convs = Conversation.objects.bulk_create(
-            [Conversation(owner=user, title=f"Bench conversation {i + 1}") for i in range(n_conv)]
+        convs = models.Conversation.objects.bulk_create(
+            [models.Conversation(owner=user, title=f"Bench conversation {i + 1}") for i in range(n_conv)]
         )
         stamps = sorted(start + dt.timedelta(seconds=rng.uniform(0, 730 * 86400)) for _ in range(n))
         positions = [0] * n_conv
         last_in_conv: list[str | None] = [None] * n_conv
         leaf_of: list[int] = []
-        batch: list[Message] = []
-        passages: list[Passage] = []
+        batch: list[models.Message] = []
+        passages: list[models.Passage] = []
         ids: list[str] = []
         started = time.perf_counter()
         for i, ts in enumerate(stamps):
@@ -147,7 +135,7 @@ class Command(BaseCommand):
                 )
                 + f" leaf{leaf} item {i}"
             )
-            m = Message(
+            m = models.Message(
                 owner=user,
                 conversation=convs[c],
                 role=role,
@@ -177,7 +165,7 @@ class Command(BaseCommand):
             embedded = i % max(1, vector_every) == 0
             vec = leaf_c[leaf] + 0.5 * np_rng.normal(size=dims) if embedded else None
             passages.append(
-                Passage(
+                models.Passage(
                     owner=user,
                     conversation=convs[c],
                     kind="message",
@@ -195,15 +183,15 @@ class Command(BaseCommand):
             )
             if len(batch) == 5000:
                 with transaction.atomic():
-                    Message.objects.bulk_create(batch, batch_size=1000)
-                    Passage.objects.bulk_create(passages, batch_size=1000)
+                    models.Message.objects.bulk_create(batch, batch_size=1000)
+                    models.Passage.objects.bulk_create(passages, batch_size=1000)
                 batch, passages = [], []
                 self._progress("messages + passages", i + 1, n, started)
         if batch:
-            Message.objects.bulk_create(batch, batch_size=1000)
-            Passage.objects.bulk_create(passages, batch_size=1000)
+            models.Message.objects.bulk_create(batch, batch_size=1000)
+            models.Passage.objects.bulk_create(passages, batch_size=1000)
         for c, conv in enumerate(convs):
-            Conversation.objects.filter(pk=conv.pk).update(next_position=positions[c])
+            models.Conversation.objects.filter(pk=conv.pk).update(next_position=positions[c])
         self.stdout.write("")
 
         # Long messages with chunks, tool calls (some chunked), snapshots.
@@ -211,7 +199,7 @@ class Command(BaseCommand):
         for i in range(50, n, n // 50):
             for k in range(3):
                 chunks.append(
-                    Message(
+                    models.Message(
                         owner=user,
                         conversation_id=None,
                         role="user",
@@ -225,20 +213,20 @@ class Command(BaseCommand):
                     )
                 )
         conv_of = dict(
-            Message.objects.owned_by(user)
+            models.Message.objects.owned_by(user)
             .filter(pk__in=[c.chunk_parent_id for c in chunks])
             .values_list("pk", "conversation_id")
         )
         pos_of = dict(
-            Message.objects.owned_by(user).filter(pk__in=list(conv_of)).values_list("pk", "position")
+            models.Message.objects.owned_by(user).filter(pk__in=list(conv_of)).values_list("pk", "position")
         )
         for ch in chunks:
             ch.conversation_id = conv_of[ch.chunk_parent_id]
             ch.position = pos_of[ch.chunk_parent_id]
-        Message.objects.bulk_create(chunks, batch_size=1000)
+        models.Message.objects.bulk_create(chunks, batch_size=1000)
 
         assistant = list(
-            Message.objects.owned_by(user)
+            models.Message.objects.owned_by(user)
             .filter(role="assistant", is_chunk=False)
             .order_by("timestamp")
             .values_list("pk", "timestamp", "conversation_id")[: n // 2]
@@ -247,7 +235,7 @@ class Command(BaseCommand):
         for j, (mid, ts, _conv) in enumerate(assistant[::10]):
             tool = TOOLS[j % len(TOOLS)]
             calls.append(
-                ToolCall(
+                models.ToolCall(
                     owner=user,
                     message_id=mid,
                     tool_name=tool,
@@ -258,11 +246,11 @@ class Command(BaseCommand):
                     duration_ms=rng.randint(3, 90),
                 )
             )
-        ToolCall.objects.bulk_create(calls, batch_size=2000)
+        models.ToolCall.objects.bulk_create(calls, batch_size=2000)
         big = calls[:20]
-        ToolCall.objects.bulk_create(
+        models.ToolCall.objects.bulk_create(
             [
-                ToolCall(
+                models.ToolCall(
                     owner=user,
                     message_id=c.message_id,
                     tool_name=c.tool_name,
@@ -278,13 +266,13 @@ class Command(BaseCommand):
                 for k in range(4)
             ]
         )
-        ToolCall.objects.filter(pk__in=[c.pk for c in big]).update(token_count=5000)
+        models.ToolCall.objects.filter(pk__in=[c.pk for c in big]).update(token_count=5000)
         self.stdout.write(f"  {len(calls):,} tool calls, {len(chunks):,} chunks")
 
         snaps = []
         for j, (mid, _ts, conv_id) in enumerate(assistant[::25]):
             snaps.append(
-                ContextSnapshot(
+                models.ContextSnapshot(
                     owner=user,
                     conversation_id=conv_id,
                     message_id=mid,
@@ -311,14 +299,14 @@ class Command(BaseCommand):
                     build_ms=42.0,
                 )
             )
-        ContextSnapshot.objects.bulk_create(snaps, batch_size=1000)
+        models.ContextSnapshot.objects.bulk_create(snaps, batch_size=1000)
         self.stdout.write(f"  {len(snaps):,} context snapshots")
 
         # The topic tree: 8 → 64 → 512 leaves, temporally ordered, each leaf a stretch of time.
-        def make(level: int, k: int, parent: Topic | None, lo: int, hi: int) -> Topic:
+        def make(level: int, k: int, parent: models.Topic | None, lo: int, hi: int) -> models.Topic:
             words = TOP_WORDS[k * 8 // (8 ** (level + 1)) if level else k]
             centroid = [top_c, mid_c, leaf_c][level][k]
-            return Topic(
+            return models.Topic(
                 owner=user,
                 parent=parent,
                 level=level,
@@ -334,23 +322,25 @@ class Command(BaseCommand):
                 map_y=float(centroid[1]),
             )
 
-        tops = Topic.objects.bulk_create([make(0, k, None, k * n // 8, (k + 1) * n // 8) for k in range(8)])
-        mids = Topic.objects.bulk_create(
+        tops = models.Topic.objects.bulk_create(
+            [make(0, k, None, k * n // 8, (k + 1) * n // 8) for k in range(8)]
+        )
+        mids = models.Topic.objects.bulk_create(
             [make(1, k, tops[k // 8], k * n // 64, (k + 1) * n // 64) for k in range(64)]
         )
-        leaves = Topic.objects.bulk_create(
+        leaves = models.Topic.objects.bulk_create(
             [make(2, k, mids[k // 8], k * n // 512, (k + 1) * n // 512) for k in range(512)]
         )
         memberships = [
-            TopicMembership(owner=user, topic=leaves[leaf_of[i]], message_id=ids[i], score=0.8)
+            models.TopicMembership(owner=user, topic=leaves[leaf_of[i]], message_id=ids[i], score=0.8)
             for i in range(n)
         ]
-        TopicMembership.objects.bulk_create(memberships, batch_size=5000)
+        models.TopicMembership.objects.bulk_create(memberships, batch_size=5000)
         self.stdout.write("  topic tree 8/64/512 with memberships")
 
-        ents = Entity.objects.bulk_create(
+        ents = models.Entity.objects.bulk_create(
             [
-                Entity(
+                models.Entity(
                     owner=user,
                     name=f"{TOP_WORDS[k % 8][k % 6]}-{k}",
                     normalized=f"e{k}",
@@ -363,18 +353,19 @@ class Command(BaseCommand):
             ]
         )
         mentions = [
-            EntityMention(owner=user, entity=ents[(i * 13) % 2000], message_id=ids[i]) for i in range(0, n, 2)
+            models.EntityMention(owner=user, entity=ents[(i * 13) % 2000], message_id=ids[i])
+            for i in range(0, n, 2)
         ]
-        EntityMention.objects.bulk_create(mentions, batch_size=5000)
+        models.EntityMention.objects.bulk_create(mentions, batch_size=5000)
         with connection.cursor() as cur:
             cur.execute(
                 "UPDATE memory_entity e SET mention_count = s.c FROM (SELECT entity_id, count(*) c "
                 "FROM memory_entitymention WHERE owner_id = %s GROUP BY 1) s WHERE e.id = s.entity_id",
                 [user.pk],
             )
-        EntityEdge.objects.bulk_create(
+        models.EntityEdge.objects.bulk_create(
             [
-                EntityEdge(
+                models.EntityEdge(
                     owner=user, source=ents[k], target=ents[(k * 7 + 1) % 2000], weight=rng.randint(1, 30)
                 )
                 for k in range(2000)
@@ -382,7 +373,7 @@ class Command(BaseCommand):
             ],
             ignore_conflicts=True,
         )
-        UpkeepRun.objects.create(owner=user, kind="topic_upkeep", finished_at=now, ok=True)
+        models.UpkeepRun.objects.create(owner=user, kind="topic_upkeep", finished_at=now, ok=True)
         with connection.cursor() as cur:
             for table in (
                 "memory_message",
@@ -401,7 +392,7 @@ class Command(BaseCommand):
     def _bench(self, user, runs: int) -> None:
         client = Client()
         client.force_login(user)
-        owned = Message.objects.owned_by(user)
+        owned = models.Message.objects.owned_by(user)
         edited = owned.filter(edited=True, is_chunk=False).values_list("pk", flat=True).first()
         deleted = owned.filter(deleted=True, is_chunk=False).values_list("pk", flat=True).first()
         chunked = owned.filter(is_chunk=True).values_list("chunk_parent_id", flat=True).first()
@@ -410,13 +401,13 @@ class Command(BaseCommand):
             .order_by("timestamp")
             .values_list("timestamp", flat=True)[owned.logical().count() // 2]
         )
-        top = Topic.objects.owned_by(user).filter(level=0).first()
-        leaf = Topic.objects.owned_by(user).filter(level=2).first()
-        call = ToolCall.objects.owned_by(user).filter(is_chunk=False).order_by("-timestamp").first()
-        big = ToolCall.objects.owned_by(user).filter(chunks__isnull=False).distinct().first()
-        snap = ContextSnapshot.objects.owned_by(user).first()
-        entity = Entity.objects.owned_by(user).order_by("-mention_count").first()
-        conv = Conversation.objects.owned_by(user).first()
+        top = models.Topic.objects.owned_by(user).filter(level=0).first()
+        leaf = models.Topic.objects.owned_by(user).filter(level=2).first()
+        call = models.ToolCall.objects.owned_by(user).filter(is_chunk=False).order_by("-timestamp").first()
+        big = models.ToolCall.objects.owned_by(user).filter(chunks__isnull=False).distinct().first()
+        snap = models.ContextSnapshot.objects.owned_by(user).first()
+        entity = models.Entity.objects.owned_by(user).order_by("-mention_count").first()
+        conv = models.Conversation.objects.owned_by(user).first()
         day = timezone.localtime(middle).date().isoformat()
         pages = {
             "overview": reverse("explorer:overview"),
