@@ -517,17 +517,22 @@ def get_tool_call(owner, call_id: str) -> ToolCall:
 # --- changing ----------------------------------------------------------------------------------
 
 
+def _lock_whole_message(owner, message_id: str) -> Message:
+    """The owner's message `message_id`, locked until the transaction ends, for a change that
+    only a whole message takes (a chunk is changed through its message)."""
+    try:
+        message = Message.objects.owned_by(owner).select_for_update().get(pk=str(message_id))
+    except (Message.DoesNotExist, ValueError):
+        raise NotFound("message", message_id) from None
+    if message.is_chunk:
+        raise ChunkEditError(message.pk, message.chunk_parent_id)
+    return message
+
+
 def update_message(owner, message_id: str, new_content: str) -> Message:
     """Edit a message in place: same id, history kept, re-chunked and re-embedded."""
     with transaction.atomic():
-        try:
-            message = (
-                Message.objects.owned_by(owner).select_for_update().get(pk=str(message_id))
-            )
-        except (Message.DoesNotExist, ValueError):
-            raise NotFound("message", message_id) from None
-        if message.is_chunk:
-            raise ChunkEditError(message.pk, message.chunk_parent_id)
+        message = _lock_whole_message(owner, message_id)
         if message.deleted:
             raise DeletedMessageError(f"message {message.pk} is deleted; restore it before editing")
         content, notes = clean_content(new_content, allow_empty=False)
@@ -607,12 +612,7 @@ def _memory_changed(owner, message: Message) -> None:
 
 def _set_deleted(owner, message_id: str, deleted: bool) -> Message:
     with transaction.atomic():
-        try:
-            message = Message.objects.owned_by(owner).select_for_update().get(pk=str(message_id))
-        except (Message.DoesNotExist, ValueError):
-            raise NotFound("message", message_id) from None
-        if message.is_chunk:
-            raise ChunkEditError(message.pk, message.chunk_parent_id)
+        message = _lock_whole_message(owner, message_id)
         message.deleted = deleted
         message.deleted_at = timezone.now() if deleted else None
         message.save(update_fields=["deleted", "deleted_at"])
@@ -644,12 +644,7 @@ def forget_message(owner, message_id: str) -> None:
     """Permanent: content, chunks, passages and tool calls are gone. Replies are re-linked
     to the forgotten message's parent so the thread stays connected."""
     with transaction.atomic():
-        try:
-            message = Message.objects.owned_by(owner).select_for_update().get(pk=str(message_id))
-        except (Message.DoesNotExist, ValueError):
-            raise NotFound("message", message_id) from None
-        if message.is_chunk:
-            raise ChunkEditError(message.pk, message.chunk_parent_id)
+        message = _lock_whole_message(owner, message_id)
         replies = list(
             Message.objects.filter(parent_id=message.pk, is_chunk=False).values_list("pk", flat=True)
         )
