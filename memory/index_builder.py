@@ -371,17 +371,7 @@ def prepare_context(
     levels_room = hierarchy.levels_room(plan, writer)
     writer.allowance -= levels_room
     if time.perf_counter() > deadline:
-        _simple(plan, writer, hits, left_out, included)
-        plan.fallbacks.append(
-            {
-                "kind": "index_timeout",
-                "detail": (
-                    "index build passed INDEX_BUILD_TIMEOUT_MS="
-                    f"{settings.INDEX_BUILD_TIMEOUT_MS} before "
-                    "formatting; simple format used"
-                ),
-            }
-        )
+        _simple_after_timeout(plan, writer, hits, left_out, included, before_formatting=True)
     else:
         try:
             builder = {
@@ -395,17 +385,7 @@ def prepare_context(
             writer = _Writer(memory_allowance - levels_room)
             included = []
             hierarchy.write_pinned(owner, plan, writer, included, recent_ids, ahead.pinned)
-            _simple(plan, writer, hits, left_out, included)
-            plan.fallbacks.append(
-                {
-                    "kind": "index_timeout",
-                    "detail": (
-                        "index build passed INDEX_BUILD_TIMEOUT_MS="
-                        f"{settings.INDEX_BUILD_TIMEOUT_MS}; "
-                        "simple format used"
-                    ),
-                }
-            )
+            _simple_after_timeout(plan, writer, hits, left_out, included, before_formatting=False)
     writer.allowance += levels_room
     writer.full = False
     if time.perf_counter() <= deadline:
@@ -808,6 +788,22 @@ def _hierarchical(
         writer.add("Navigation:")
         for line in shown:
             writer.add(line)
+
+
+def _simple_after_timeout(plan, writer, hits, left_out, included, *, before_formatting: bool) -> None:
+    """The simple format, noted as a fallback: the build passed INDEX_BUILD_TIMEOUT_MS before a
+    strategy began formatting, or while it did."""
+    _simple(plan, writer, hits, left_out, included)
+    when = " before formatting" if before_formatting else ""
+    plan.fallbacks.append(
+        {
+            "kind": "index_timeout",
+            "detail": (
+                f"index build passed INDEX_BUILD_TIMEOUT_MS={settings.INDEX_BUILD_TIMEOUT_MS}{when}; "
+                "simple format used"
+            ),
+        }
+    )
 
 
 def _simple(plan, writer, hits, left_out, included) -> None:
