@@ -128,21 +128,16 @@ class SearchFilters:
 
     def sql(self) -> tuple[str, list[Any]]:
         clauses, params = [], []
-        if self.exclude_message_id:
-            clauses.append("p.logical_message_id <> %s")
-            params.append(self.exclude_message_id)
-        if self.conversation_id:
-            clauses.append("p.conversation_id = %s")
-            params.append(self.conversation_id)
-        if self.start:
-            clauses.append("p.timestamp >= %s")
-            params.append(self.start)
-        if self.end:
-            clauses.append("p.timestamp < %s")
-            params.append(self.end)
-        if self.role:
-            clauses.append("p.role = %s")
-            params.append(self.role)
+        for clause, value in (
+            ("p.logical_message_id <> %s", self.exclude_message_id),
+            ("p.conversation_id = %s", self.conversation_id),
+            ("p.timestamp >= %s", self.start),
+            ("p.timestamp < %s", self.end),
+            ("p.role = %s", self.role),
+        ):
+            if value:
+                clauses.append(clause)
+                params.append(value)
         include_tools = (
             settings.INDEX_INCLUDE_TOOL_CALLS if self.include_tool_calls is None else self.include_tool_calls
         )
@@ -866,6 +861,14 @@ def _fuse(
     hits = []
     for key, score in ranked:
         entry = info[key]
+        # What the ranking knew of the hit's passage, alike for messages and tool calls.
+        ranking = {
+            "score": score,
+            "vector_rank": entry.get("vector_rank"),
+            "keyword_rank": entry.get("keyword_rank"),
+            "vector_similarity": entry.get("similarity"),
+            "passage_text": entry["text"],
+        }
         if key[0] == "message":
             m = messages.get(key[1])
             if m is None:
@@ -880,13 +883,9 @@ def _fuse(
                     conversation=m.conversation_id,
                     role=m.role,
                     timestamp=m.timestamp,
-                    score=score,
                     snippet=_snippet(entry["text"]) or m.snippet,
                     external_id=(logical.metadata or {}).get("external_id"),
-                    vector_rank=entry.get("vector_rank"),
-                    keyword_rank=entry.get("keyword_rank"),
-                    vector_similarity=entry.get("similarity"),
-                    passage_text=entry["text"],
+                    **ranking,
                 )
             )
         else:
@@ -902,12 +901,8 @@ def _fuse(
                     conversation=entry.get("conversation") or "",
                     role="tool",
                     timestamp=c.timestamp,
-                    score=score,
                     snippet=_snippet(entry["text"]),
-                    vector_rank=entry.get("vector_rank"),
-                    keyword_rank=entry.get("keyword_rank"),
-                    vector_similarity=entry.get("similarity"),
-                    passage_text=entry["text"],
+                    **ranking,
                 )
             )
     # Tool-call hits carry their message's conversation.
