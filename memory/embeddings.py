@@ -815,25 +815,25 @@ def query_text(query: str) -> str:
     return (query or "").strip()[:QUERY_MAX_CHARS]
 
 
+def _on_device_arguments(model: str, cache_size: int) -> tuple:
+    """What the two on-device backends (e5 and MiniLM, both 384 dimensions) are built with."""
+    if settings.EMBEDDING_DIMENSIONS != 384:
+        raise ImproperlyConfigured(f"EMBEDDING_DIMENSIONS must be 384 for {model}")
+    return (
+        settings.EMBEDDING_MODEL, 384, settings.BATCH_EMBEDDING_SIZE, cache_size,
+        settings.EMBEDDING_WINDOW_TOKENS, settings.EMBEDDING_WINDOW_OVERLAP, settings.EMBEDDING_THREADS,
+    )
+
+
 @lru_cache(maxsize=1)
 def get_embedder() -> Embedder:
     """The process's one embedder, chosen by settings (loaded lazily on first use)."""
     cache_size = 20_000 if settings.CACHE_EMBEDDINGS else 0
     if settings.EMBEDDING_BACKEND == "e5":
-        if settings.EMBEDDING_DIMENSIONS != 384:
-            raise ImproperlyConfigured("EMBEDDING_DIMENSIONS must be 384 for the e5 model")
-        return E5Embedder(
-            settings.EMBEDDING_MODEL, 384, settings.BATCH_EMBEDDING_SIZE, cache_size,
-            settings.EMBEDDING_WINDOW_TOKENS, settings.EMBEDDING_WINDOW_OVERLAP,
-            settings.EMBEDDING_THREADS,
-        )
+        return E5Embedder(*_on_device_arguments("the e5 model", cache_size))
     if settings.EMBEDDING_BACKEND == "local":
-        if settings.EMBEDDING_DIMENSIONS != 384:
-            raise ImproperlyConfigured("EMBEDDING_DIMENSIONS must be 384 for the local MiniLM model")
         return LocalEmbedder(
-            settings.EMBEDDING_MODEL, 384, settings.BATCH_EMBEDDING_SIZE, cache_size,
-            settings.EMBEDDING_WINDOW_TOKENS, settings.EMBEDDING_WINDOW_OVERLAP,
-            settings.EMBEDDING_THREADS, settings.EMBEDDING_RUNTIME,
+            *_on_device_arguments("the local MiniLM model", cache_size), settings.EMBEDDING_RUNTIME
         )
     return OpenAIEmbedder(
         settings.EMBEDDING_MODEL, settings.EMBEDDING_DIMENSIONS, settings.BATCH_EMBEDDING_SIZE,
