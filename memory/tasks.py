@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import functools
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from django.conf import settings
@@ -154,19 +155,34 @@ def _queue_once(task: Any, owner_id: int) -> bool:
     return True
 
 
+def _never_fails(what: str) -> Callable[[Callable[..., bool]], Callable[..., bool]]:
+    """For the queue_* functions, which never fail their caller: a problem queueing `what` is
+    logged and reported as False (a later run catches up)."""
+
+    def decorate(queue: Callable[..., bool]) -> Callable[..., bool]:
+        @functools.wraps(queue)
+        def guarded(owner_id, *args, **kwargs) -> bool:
+            try:
+                return queue(owner_id, *args, **kwargs)
+            except Exception:
+                logger.exception("could not queue %s for owner %s", what, owner_id)
+                return False
+
+        return guarded
+
+    return decorate
+
+
+@_never_fails("graph upkeep")
 def queue_graph_upkeep(owner_id: int) -> bool:
     """Queue graph upkeep unless it ran within GRAPH_UPKEEP_EVERY or waits in the queue. Never
     fails the caller."""
-    try:
-        recent = UpkeepRun.objects.filter(
-            owner_id=owner_id, kind="graph_upkeep", started_at__gte=timezone.now() - GRAPH_UPKEEP_EVERY
-        )
-        if recent.exists():
-            return False
-        return _queue_once(graph_upkeep, owner_id)
-    except Exception:
-        logger.exception("could not queue graph upkeep for owner %s", owner_id)
+    recent = UpkeepRun.objects.filter(
+        owner_id=owner_id, kind="graph_upkeep", started_at__gte=timezone.now() - GRAPH_UPKEEP_EVERY
+    )
+    if recent.exists():
         return False
+    return _queue_once(graph_upkeep, owner_id)
 
 
 @task()
@@ -189,21 +205,18 @@ def summarize_topics(owner_id: int) -> dict[str, Any]:
     return _record(owner_id, "summarize_topics", lambda: summaries.summarize_topics(owner))
 
 
+@_never_fails("topic summaries")
 def queue_summaries(owner_id: int) -> bool:
     """With a model configured, queue model-written summaries for topics that only have
     extractive ones (one queued run per owner at a time). Never fails the caller."""
-    try:
-        from memory.models import Topic
+    from memory.models import Topic
 
-        if not summaries.is_configured():
-            return False
-        extractive = Topic.objects.filter(owner_id=owner_id, summary_source="extractive", message_count__gt=0)
-        if not extractive.exists():
-            return False
-        return _queue_once(summarize_topics, owner_id)
-    except Exception:
-        logger.exception("could not queue topic summaries for owner %s", owner_id)
+    if not summaries.is_configured():
         return False
+    extractive = Topic.objects.filter(owner_id=owner_id, summary_source="extractive", message_count__gt=0)
+    if not extractive.exists():
+        return False
+    return _queue_once(summarize_topics, owner_id)
 
 
 @task()
@@ -371,34 +384,28 @@ REQUEUE_SWEEP_SECONDS = 30.0
 _requeue_swept_at = -REQUEUE_SWEEP_SECONDS
 
 
+@_never_fails("topic upkeep")
 def queue_upkeep(owner_id: int, message_ids: Iterable[str]) -> bool:
     """Enqueue topic upkeep for these messages. Cheap, and never fails the caller: a queue
     problem is logged and reported as False (the next rebuild catches up). Tasks abandoned by
     a dead worker are requeued on the way, so the queue heals without an operator."""
     global _requeue_swept_at
-    try:
-        # A sweep is a locked query over the task table: once in a while is enough (a
-        # hundred turns a second each sweeping would cost more than their upkeep).
-        if time.monotonic() - _requeue_swept_at >= REQUEUE_SWEEP_SECONDS:
-            _requeue_swept_at = time.monotonic()
-            requeue_abandoned()
-        ids = [str(i) for i in message_ids if i]
-        if not ids:
-            return False
-        topic_upkeep.enqueue(int(owner_id), ids)
-        return True
-    except Exception:
-        logger.exception("could not queue topic upkeep for owner %s", owner_id)
+    # A sweep is a locked query over the task table: once in a while is enough (a
+    # hundred turns a second each sweeping would cost more than their upkeep).
+    if time.monotonic() - _requeue_swept_at >= REQUEUE_SWEEP_SECONDS:
+        _requeue_swept_at = time.monotonic()
+        requeue_abandoned()
+    ids = [str(i) for i in message_ids if i]
+    if not ids:
         return False
+    topic_upkeep.enqueue(int(owner_id), ids)
+    return True
 
 
+@_never_fails("a topic rebuild")
 def queue_rebuild(owner_id: int) -> bool:
-    try:
-        rebuild_topics.enqueue(int(owner_id))
-        return True
-    except Exception:
-        logger.exception("could not queue a topic rebuild for owner %s", owner_id)
-        return False
+    rebuild_topics.enqueue(int(owner_id))
+    return True
 
 
 # Connected when the app is ready (memory.apps), so every process, web or worker, has them.
