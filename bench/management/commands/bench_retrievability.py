@@ -88,6 +88,12 @@ class Reader:
                 raise LookupError(f"next_offset {following} does not move on")
             page = more(following)
 
+    def read_until(self, sentence: str, name: str, key: str, **args) -> bool:
+        """Call tool `name` with `args`, then page through its `key` until `sentence` is read."""
+        return self.page_until(
+            sentence, self.call(name, **args), key, lambda at: self.call(name, **args, offset=at)
+        )
+
 
 def make_text(rng: random.Random, size: int) -> tuple[str, str]:
     """`size` characters of sentences (with paragraphs, quotes and accents, which JSON
@@ -244,12 +250,7 @@ class Command(BaseCommand):
 
     def _find(self, r: Reader, t: Target) -> bool:
         if t.reader == "get_message_by_id":
-            return r.page_until(
-                t.sentence,
-                r.call("get_message_by_id", id=t.id),
-                "content",
-                lambda at: r.call("get_message_by_id", id=t.id, offset=at),
-            )
+            return r.read_until(t.sentence, "get_message_by_id", "content", id=t.id)
         if t.reader == "get_messages_by_ids":
             ids = [t.id, t.other_id]
 
@@ -265,12 +266,7 @@ class Command(BaseCommand):
         if t.reader == "get_message_with_chunks":
             return self._find_in_chunks(r, t)
         if t.reader == "get_tool_call":
-            return r.page_until(
-                t.sentence,
-                r.call("get_tool_call", id=t.call_id),
-                "result",
-                lambda at: r.call("get_tool_call", id=t.call_id, offset=at),
-            )
+            return r.read_until(t.sentence, "get_tool_call", "result", id=t.call_id)
         # get_tool_calls_by_message: the message's calls, then read on in the one it made.
         listed = r.call("get_tool_calls_by_message", message_id=t.id)["tool_calls"]
         first = listed[0]
