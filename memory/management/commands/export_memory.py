@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand
 
+from memory.management.users import existing_user
 from memory.portability import export_markdown, export_memory
 
 
@@ -23,10 +23,7 @@ class Command(BaseCommand):
                             help="leave out soft-deleted messages (replies re-link to their ancestors)")
 
     def handle(self, *args, **opts) -> None:
-        try:
-            user = get_user_model().objects.get(username=opts["user"])
-        except get_user_model().DoesNotExist:
-            raise CommandError(f"no user named {opts['user']!r}") from None
+        user = existing_user(opts["user"])
         if opts["format"] == "json":
             data = export_memory(user, exclude_deleted=opts["exclude_deleted"])
             text = json.dumps(data, ensure_ascii=False, indent=1) + "\n"

@@ -11,7 +11,6 @@ import sys
 import zipfile
 from pathlib import Path
 
-from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
 from memory.importers import (
@@ -23,6 +22,7 @@ from memory.importers import (
     parse_claude,
 )
 from memory.management.commands.import_memory import StagedProgress
+from memory.management.users import load_user
 from memory.portability import InvalidExport, import_memory, validate_export
 from memory.progress import Progress
 
@@ -64,10 +64,8 @@ class Command(BaseCommand):
                 data = (parse_chatgpt if kind == "chatgpt" else parse_claude)(data)
         except (CommandError, InvalidExport) as exc:
             raise CommandError(f"{path}: {exc}") from None
-        user, created = get_user_model().objects.get_or_create(username=opts["user"])
+        user, created = load_user(opts["user"])
         if created:
-            user.set_unusable_password()
-            user.save()
             self.stderr.write(f"created user {user.username!r} (set a password with "
                               f"`manage.py changepassword {user.username}`)")
         self.user = user

@@ -6,10 +6,10 @@ import json
 import sys
 from pathlib import Path
 
-from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
 from memory.importers import detect_kind
+from memory.management.users import load_user
 from memory.portability import InvalidExport, import_memory, validate_export
 from memory.progress import Progress
 
@@ -32,14 +32,6 @@ class StagedProgress:
     def close(self) -> None:
         if self.bars:
             list(self.bars.values())[-1].close()
-
-
-def load_user(username: str):
-    user, created = get_user_model().objects.get_or_create(username=username)
-    if created:
-        user.set_unusable_password()
-        user.save()
-    return user, created
 
 
 class Command(BaseCommand):

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import sys
 
-from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
+from memory.management.users import existing_user
 from memory.search import search
 
 
@@ -22,10 +22,7 @@ class Command(BaseCommand):
         parser.add_argument("--queries", help='JSON Lines file of {"query": ...}, run in one process')
 
     def handle(self, *args, **opts) -> None:
-        try:
-            user = get_user_model().objects.get(username=opts["user"])
-        except get_user_model().DoesNotExist:
-            raise CommandError(f"no user named {opts['user']!r}") from None
+        user = existing_user(opts["user"])
         if opts["limit"] < 1 or opts["limit"] > 200:
             raise CommandError("--limit must be between 1 and 200")
         queries: list[str] = []

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
-from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
 from memory.index_builder import prepare_context
+from memory.management.users import existing_user
 from memory.models import Conversation
 
 
@@ -22,10 +22,7 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true")
 
     def handle(self, *args, **opts) -> None:
-        try:
-            user = get_user_model().objects.get(username=opts["user"])
-        except get_user_model().DoesNotExist:
-            raise CommandError(f"no user named {opts['user']!r}") from None
+        user = existing_user(opts["user"])
         conversations = Conversation.objects.owned_by(user)
         if opts["conversation"]:
             conversation = conversations.filter(pk=opts["conversation"]).first()
