@@ -411,6 +411,12 @@ def test_list_pages_handle_huge_and_junk_page_numbers(owner_client, mem, name):
         ("entities", "?kind=galaxy", "No entities of kind"),
         ("topics", "?level=banana", "is not a level"),
         ("topics", "?level=99", "no level 99"),
+        # Values the shared filter form (explorer.filters) turns away, on the pages that read them.
+        ("timeline", "?until=someday", "is not a date for “until”"),
+        ("timeline", "?period=2024-02-30", "is not a date for the period"),
+        ("timeline", "?granularity=decade", "is not one of day, week, month"),
+        ("search", "?q=x&start=yesterday", "is not a date for “from”"),
+        ("contexts", "?conversation=nope", "No conversation “nope”"),
     ],
 )
 def test_bad_filters_show_a_message_instead_of_failing(owner_client, mem, name, query, expected):
