@@ -109,24 +109,9 @@ def build_memory(owner, conversation) -> SimpleNamespace:
     TopicMembership.objects.create(owner=owner, topic=leaf, message=question, score=0.9)
     TopicMembership.objects.create(owner=owner, topic=leaf, message=answer, score=0.8)
     TopicMembership.objects.create(owner=owner, topic=other_root, message=long, score=0.7)
-    pg = Entity.objects.create(
-        owner=owner,
-        name="Postgres",
-        normalized="postgres",
-        kind="name",
-        mention_count=2,
-        first_seen=t0,
-        last_seen=t0,
-    )
-    vault = Entity.objects.create(
-        owner=owner,
-        name="vault",
-        normalized="vault",
-        kind="name",
-        mention_count=1,
-        first_seen=t0,
-        last_seen=t0,
-    )
+    seen = {"owner": owner, "kind": "name", "first_seen": t0, "last_seen": t0}
+    pg = Entity.objects.create(name="Postgres", normalized="postgres", mention_count=2, **seen)
+    vault = Entity.objects.create(name="vault", normalized="vault", mention_count=1, **seen)
     EntityMention.objects.create(owner=owner, entity=pg, message=question)
     EntityMention.objects.create(owner=owner, entity=pg, message=answer)
     EntityMention.objects.create(owner=owner, entity=vault, message=answer)
