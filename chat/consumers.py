@@ -54,11 +54,12 @@ from typing import Any
 from channels.generic.websocket import AsyncWebsocketConsumer
 from channels.layers import InMemoryChannelLayer
 from django.conf import settings
+from django.db.models import Exists, OuterRef
 
 from chat import drafts, turn
 from chat.db import db, durable
 from chat.frames import TokenFrames
-from chat.models import ChatAllowance, LimitReached, RunningTurn
+from chat.models import ChatAllowance, LimitReached, ReplyDraft, RunningTurn
 from chat.rendering import message_html
 from memory import store
 from memory.errors import MemoryStoreError, NotFound
@@ -77,7 +78,14 @@ class FrameError(Exception):
 
 
 def _get_conversation(user, conversation_id: str) -> Conversation | None:
-    return Conversation.objects.owned_by(user).filter(pk=conversation_id).first()
+    """The user's conversation (None for another's or an unknown id), with `has_drafts`: whether
+    a reply draft is left in it (one query for both)."""
+    return (
+        Conversation.objects.owned_by(user)
+        .filter(pk=conversation_id)
+        .annotate(has_drafts=Exists(ReplyDraft.objects.filter(conversation=OuterRef("pk"))))
+        .first()
+    )
 
 
 def _message_in(
@@ -115,7 +123,7 @@ def _title(conversation_id: str) -> str:
 
 
 def _recover_drafts(user, conversation) -> list[tuple[str, str, str]]:
-    if not conversation.reply_drafts.exists():
+    if not conversation.reply_drafts.exists():  # read again: another socket may have stored them
         return []
     return [(m.pk, m.parent_id, message_html(m, user)) for m in drafts.recover_quietly(conversation)]
 
@@ -172,7 +180,12 @@ class ChatConsumer(AsyncWebsocketConsumer):
         await self.channel_layer.group_send(self.group, {"type": "chat.hello", "origin": self.channel_name})
         # Replies a stopped server left half-written: stored now, and shown to a tab that was
         # watching them stream (it reconnects after the restart).
-        for message_id, parent_id, html in await db(_recover_drafts)(self.user, self.conversation):
+        recovered = (
+            await db(_recover_drafts)(self.user, self.conversation)
+            if getattr(self.conversation, "has_drafts", True)
+            else []
+        )
+        for message_id, parent_id, html in recovered:
             await self._relay(
                 {
                     "type": "chat.reply_done", "message_id": message_id, "parent_id": parent_id,

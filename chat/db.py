@@ -4,12 +4,13 @@ own, `durable` retries it when the connection drops."""
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from channels.db import database_sync_to_async
+from asgiref.sync import SyncToAsync
 from django.conf import settings
-from django.db import InterfaceError, OperationalError, connection, transaction
+from django.db import InterfaceError, OperationalError, close_old_connections, connection, transaction
 
 logger = logging.getLogger(__name__)
 
@@ -29,8 +30,34 @@ def _db_executor() -> ThreadPoolExecutor:
     return _executor
 
 
+# A connection used this recently is taken as alive: Django's health check (a `SELECT 1` before
+# the first query of every call, CONN_HEALTH_CHECKS) is skipped for it. A chat turn makes about
+# ten calls, so under load that was ten extra round trips a turn. One that died meanwhile (a
+# database restart) fails its query, and `durable` reconnects and tries again.
+HEALTH_CHECK_IDLE_SECONDS = 5.0
+_last_used = threading.local()
+
+
+class _DatabaseCall(SyncToAsync):
+    """channels' database_sync_to_async (stale connections closed before and after each call),
+    with the health check only for a connection idle longer than HEALTH_CHECK_IDLE_SECONDS."""
+
+    def thread_handler(self, loop, *args, **kwargs):
+        close_old_connections()
+        if (
+            connection.connection is not None
+            and time.monotonic() - getattr(_last_used, "at", float("-inf")) < HEALTH_CHECK_IDLE_SECONDS
+        ):
+            connection.health_check_done = True
+        try:
+            return super().thread_handler(loop, *args, **kwargs)
+        finally:
+            close_old_connections()
+            _last_used.at = time.monotonic()
+
+
 def db(func):
-    return database_sync_to_async(func, thread_sensitive=False, executor=_db_executor())
+    return _DatabaseCall(func, thread_sensitive=False, executor=_db_executor())
 
 
 DB_WRITE_ATTEMPTS = 4

@@ -8,7 +8,7 @@ import math
 
 from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
-from django.db import models, transaction
+from django.db import connection, models, transaction
 from django.utils import timezone
 
 from chat.processes import PROCESS, is_dead
@@ -103,8 +103,11 @@ class ChatAllowance(models.Model):
         with transaction.atomic():
             allowance = cls._locked(user)
             now = timezone.now()
-            running = [t for t in RunningTurn.objects.filter(user=user) if not t.is_stale(now)]
-            RunningTurn.objects.filter(user=user).exclude(pk__in=[t.pk for t in running]).delete()
+            running, stale = [], []
+            for t in RunningTurn.objects.filter(user=user):
+                (stale if t.is_stale(now) else running).append(t.pk)
+            if stale:
+                RunningTurn.objects.filter(pk__in=stale).delete()
             cap = settings.CHAT_MAX_CONCURRENT_TURNS
             if len(running) >= cap:
                 already = "A reply is" if cap == 1 else f"{cap} replies are"
@@ -181,4 +184,6 @@ class RunningTurn(models.Model):
     def release(cls, pk: str) -> None:
         # Forgotten here first: should the delete fail, the slot already counts as stale.
         _live_turns.discard(pk)
-        cls.objects.filter(pk=pk).delete()
+        # One statement (QuerySet.delete wraps even a fast delete in a transaction of its own).
+        with connection.cursor() as cursor:
+            cursor.execute(f"DELETE FROM {cls._meta.db_table} WHERE id = %s", [pk])

@@ -16,6 +16,15 @@ from memory.models import Conversation, Message, new_ulid
 from memory.tools import ToolResult
 
 
+def prefetch_related_objects_from(instance, name: str, objects: list) -> None:
+    """Set `instance.<name>.all()` to `objects` (as prefetch_related would), with no query."""
+    queryset = getattr(instance, name).all()
+    queryset._result_cache = list(objects)
+    queryset._prefetch_done = True
+    cache = getattr(instance, "_prefetched_objects_cache", {})
+    instance._prefetched_objects_cache = {**cache, name: queryset}
+
+
 @dataclass
 class Reply:
     id: str = field(default_factory=new_ulid)
@@ -81,13 +90,17 @@ def store_reply(owner, conversation: Conversation, user_message: Message, reply:
                 allow_empty=True,
             )
         ],
-        # The reply's vectors come from background work; keyword search finds it at once.
-        embed=False,
+        # The reply's vectors come from the topic upkeep both callers queue next (memory.tasks
+        # .run_upkeep embeds first); keyword search finds it at once.
+        embed="upkeep",
+        # Both callers run this in one transaction of their own (chat.db.durable).
+        savepoint=False,
     )
     if reply.status == "complete" and reply.mode == "llm":
         semantic_cache.remember_reply(owner, conversation, user_message, assistant, reply.text)
+    calls = []
     for outcome in reply.tool_outcomes:
-        store.store_tool_call(
+        call = store.store_tool_call(
             owner,
             assistant,
             outcome.name,
@@ -98,6 +111,9 @@ def store_reply(owner, conversation: Conversation, user_message: Message, reply:
             duration_ms=int(outcome.duration_ms),
             embed=False,
         )
+        calls.append(call)
+    # Its row is rendered next: the tool calls just stored are what it would read back.
+    prefetch_related_objects_from(assistant, "tool_calls", calls)
     if snapshot is not None:
         snapshot.message = assistant
         fields = ["message"]

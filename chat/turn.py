@@ -31,13 +31,14 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from django.conf import settings
+from django.db import transaction
 from django.utils import timezone
 
 from chat import branches, drafts, llm
 from chat.db import db, durable
 from chat.rendering import live_tool_call_html, message_html, streaming_row_html, tool_label
 from chat.replies import Reply, store_reply
-from memory import budget, semantic_cache, store, summaries, tasks
+from memory import budget, index_builder, semantic_cache, store, summaries, tasks
 from memory.models import Conversation, Message
 from memory.tools import ToolResult, execute_tool
 
@@ -90,10 +91,14 @@ async def run_turn(
     # 1. The user message, committed first.
     if reply_to is None:
         # Its vector (the memory query's) is computed in the shared embedding batch while the
-        # message is stored.
-        _start_embedding(content)
+        # message is stored, unless the plan will list a small memory whole without a search
+        # (for an owner this process has not planned for yet, the store step counts first).
+        listed_whole = index_builder.memory_listed_whole(owner)
+        if listed_whole is False:
+            _start_embedding(content)
         user_message, html = await db(_stored_and_rendered)(
-            durable(_store_user_message), owner, conversation, content, parent_id
+            durable(_store_user_message), owner, conversation, content, parent_id,
+            embed_query=listed_whole is None,
         )
         await emit(
             {
@@ -250,17 +255,16 @@ async def run_turn(
         }
     )
 
-    # 5. Topic upkeep, in the background.
-    await db(durable(tasks.queue_upkeep))(owner.pk, [user_message.pk, assistant.pk])
+    # 5. Topic upkeep, in the background: queued by _store_reply once the reply is committed.
     return assistant
 
 
 # --- the steps -----------------------------------------------------------------------------------
 
 
-def _stored_and_rendered(store_step, owner, *args) -> tuple[Message, str]:
+def _stored_and_rendered(store_step, owner, *args, **kwargs) -> tuple[Message, str]:
     """A store step and the stored message's html in one trip to a database thread."""
-    message = store_step(owner, *args)
+    message = store_step(owner, *args, **kwargs)
     # Rendering reads again; a dropped connection here must not lose the turn either.
     return message, durable(message_html, atomic=False)(message, owner)
 
@@ -279,10 +283,15 @@ def _start_embedding(content: Any):
         return None
 
 
-def _store_user_message(owner, conversation: Conversation, content: Any, parent_id: Any) -> Message:
+def _store_user_message(
+    owner, conversation: Conversation, content: Any, parent_id: Any, *, embed_query: bool = False
+) -> Message:
+    """embed_query: start embedding the message as the memory query unless the memory is small
+    enough for the plan to list it whole (a count, once the message is stored)."""
     conversation = store.get_conversation(owner, conversation.pk)
     if parent_id is UNSET:
-        leaf = branches.active_leaf(conversation)
+        # No position taken yet: the conversation has no message to continue from.
+        leaf = branches.active_leaf(conversation) if conversation.next_position else None
         parent_id = leaf.pk if leaf else None
     elif parent_id is not None:
         parent = store.get_message(owner, parent_id, include_deleted=True)
@@ -292,9 +301,12 @@ def _store_user_message(owner, conversation: Conversation, content: Any, parent_
     # the owner's next embedding task): no model call and no HNSW insert on the turn's path.
     # Keyword search finds it at once, and it is in the recent window of the turns that follow.
     message = store.store_message(
-        owner, conversation, "user", content, parent_id=parent_id, embed="upkeep"
+        owner, conversation, "user", content, parent_id=parent_id, embed="upkeep",
+        savepoint=False,  # durable: the whole step is one transaction, retried whole
     )
     message.conversation = conversation  # rendering it needs no second look-up
+    if embed_query and index_builder.too_big_to_list_whole(owner):
+        _start_embedding(content)
     branches.set_leaf(conversation, message)
     if not conversation.title:
         # An untitled conversation is named after its first message.
@@ -306,10 +318,8 @@ def _store_user_message(owner, conversation: Conversation, content: Any, parent_
 
 def _prepare_context(owner, conversation: Conversation, user_message: Message, allocation: budget.Allocation):
     """The plan, within its zones of `allocation`: it only reads, and needs no transaction."""
-    from memory.index_builder import prepare_context
-
     active_ids = branches.ancestor_ids(user_message.pk)
-    return prepare_context(
+    return index_builder.prepare_context(
         owner,
         conversation,
         user_message.content,
@@ -322,9 +332,7 @@ def _prepare_context(owner, conversation: Conversation, user_message: Message, a
 def _save_snapshot(owner, conversation: Conversation, user_message: Message, reply: Reply, plan):
     """The plan as the turn's snapshot, and the reply's draft (saved as it streams); run by
     `durable`, so both in one transaction."""
-    from memory.index_builder import save_snapshot
-
-    snapshot = save_snapshot(plan, owner, conversation, user_message)
+    snapshot = index_builder.save_snapshot(plan, owner, conversation, user_message)
     mode = "llm" if summaries.is_configured() else "offline_recall"
     drafts.begin(owner, conversation, reply.id, user_message, snapshot, mode)
     return snapshot
@@ -484,4 +492,8 @@ def _recall_hits(owner, user_message: Message):
 def _store_reply(owner, conversation: Conversation, user_message: Message, reply: Reply, snapshot) -> Message:
     assistant = store_reply(owner, conversation, user_message, reply, snapshot)
     drafts.finish(reply.id)
+    # Queued in the same trip to the database, once the reply is committed (a retried attempt
+    # queues nothing; queue_upkeep never fails its caller).
+    ids = [user_message.pk, assistant.pk]
+    transaction.on_commit(lambda: tasks.queue_upkeep(owner.pk, ids))
     return assistant

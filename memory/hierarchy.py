@@ -97,6 +97,13 @@ def boundaries(owner, *, lines: bool = False) -> Boundaries:
         walk = walk.annotate(head=Left("content", 1000), written=KeyTextTransform("summary", "metadata"))
         fields += ["role", "head", "written"]
     keys = list(walk.values_list(*fields)[: settings.HIERARCHY_ARCHIVE_THRESHOLD + 1])
+    return boundaries_of(keys, lines=lines)
+
+
+def boundaries_of(keys: list[tuple], *, lines: bool = False) -> Boundaries:
+    """Boundaries from the newest keys already read, newest first: (timestamp, id) each, or
+    with lines (timestamp, id, role, start of content, written summary or None); at least
+    HIERARCHY_ARCHIVE_THRESHOLD + 1 of them, or all there are."""
     if len(keys) <= settings.HIERARCHY_SUMMARY_THRESHOLD:
         return Boundaries(False, None, None, None)
 
@@ -253,8 +260,14 @@ class LevelRows:
     topics: dict[Level, list[Topic]]
 
 
-def level_rows(owner) -> LevelRows:
-    b = boundaries(owner, lines=True)
+def level_rows(owner, messages: list[Message] | None = None) -> LevelRows:
+    """messages: every visible message of the owner, when they were read already (a small
+    memory): the boundaries then come from them."""
+    if messages is None:
+        b = boundaries(owner, lines=True)
+    else:
+        newest = sorted(messages, key=lambda m: (m.timestamp, m.pk), reverse=True)
+        b = boundaries_of([_line_key(m) for m in newest], lines=True)
     topics: dict[Level, list[Topic]] = {}
     if b.active and b.summary is not None:
         for level in (Level.ARCHIVE, Level.META):
@@ -267,6 +280,21 @@ def level_rows(owner) -> LevelRows:
             rows.reverse()
             topics[level] = rows
     return LevelRows(b, topics)
+
+
+def _line_key(m: Message) -> tuple:
+    """What boundaries(lines=True) reads of a message, from the message itself."""
+    written = (m.metadata or {}).get("summary")
+    if written is not None and not isinstance(written, str):
+        written = json.dumps(written)
+    return (m.timestamp, m.pk, m.role, m.content[:1000], written)
+
+
+def pinned_of(messages: list[Message]) -> list[Message]:
+    """pinned_rows, from every visible message of a small memory read already."""
+    pinned = [m for m in messages if m.pinned]
+    pinned.sort(key=lambda m: (m.pinned_at or m.timestamp, m.timestamp), reverse=True)
+    return pinned[: settings.INDEX_PINNED_MAX]
 
 
 def write_levels(

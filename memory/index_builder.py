@@ -8,7 +8,9 @@
    strategy: full, snippets, clusters or hierarchical;
 3. take the recent window of the active branch in full, newest first, while it fits the
    history zone;
-4. run hybrid search (vector + keyword) with session neighbours;
+4. run hybrid search (vector + keyword) with session neighbours; a small memory (the full
+   strategy) whose every message fits the memory zone is read whole instead, and neither
+   searched nor embedded: the window, pins and levels then come from those rows too;
 5. write the memory index line by line while it fits the memory zone (unused tool and history
    tokens flow to memory; the reserve is never touched);
 6. past INDEX_BUILD_TIMEOUT_MS, fall back to the simple format, and record it.
@@ -23,6 +25,7 @@ query bounded by a LIMIT, so the cost of a turn stays flat as memory grows.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from dataclasses import dataclass, field
@@ -84,6 +87,8 @@ class ContextPlan:
     skip_ids: set[str] = field(default_factory=set, repr=False)  # the new user message
     pinned_ids: list[str] = field(default_factory=list)
     levels: dict[str, Any] = field(default_factory=dict)  # the levels section, as shown
+    # Every visible message, newest first, when a small memory is listed whole (no search).
+    whole: list[Message] | None = field(default=None, repr=False)
 
     @property
     def total_tokens(self) -> int:
@@ -169,6 +174,52 @@ def history_size(owner, *, cap: int | None = None) -> int:
             [owner.pk, cap],
         )
         return int(cursor.fetchone()[0])
+
+
+# Tokens a whole message's index line adds to its text: id, day, role and separators.
+WHOLE_LINE_TOKENS = 24
+# Owners whose memory was last listed whole, per process (most recent last): the chat skips
+# embedding their next message as a query. A guess only: a memory that has grown since is
+# embedded when the plan searches it.
+_WHOLE: dict[int, bool] = {}
+_WHOLE_KEEP = 10_000
+
+
+def _whole_memory(owner, allowance: int) -> list[Message] | None:
+    """Every visible message of a small memory (at most INDEX_FULL_MAX), newest first, when
+    their index lines fit `allowance` tokens; None when they do not."""
+    rows = list(
+        Message.objects.visible_to(owner)
+        .logical()
+        .defer("edit_history")
+        .order_by("-timestamp", "-id")[: settings.INDEX_FULL_MAX + 1]
+    )
+    if len(rows) > settings.INDEX_FULL_MAX:
+        return None
+    if sum(m.token_count + WHOLE_LINE_TOKENS for m in rows) > allowance:
+        return None
+    return rows
+
+
+def _remember_whole(owner, whole: bool) -> None:
+    _WHOLE.pop(owner.pk, None)
+    _WHOLE[owner.pk] = whole
+    if len(_WHOLE) > _WHOLE_KEEP:
+        # The least recently planned goes (two threads may both try: one of them removes it).
+        with contextlib.suppress(KeyError, RuntimeError, StopIteration):
+            del _WHOLE[next(iter(_WHOLE))]
+
+
+def memory_listed_whole(owner) -> bool | None:
+    """Whether this owner's last plan (in this process) listed the memory whole, without a
+    search (None: no plan of theirs yet): the chat embeds the next message as a query in
+    advance only when the plan will search."""
+    return _WHOLE.get(owner.pk)
+
+
+def too_big_to_list_whole(owner) -> bool:
+    """More messages than the full strategy lists (a bounded count): the plan will search."""
+    return history_size(owner, cap=settings.INDEX_FULL_MAX + 1) > settings.INDEX_FULL_MAX
 
 
 def choose_strategy(size: int) -> tuple[str, str]:
@@ -264,6 +315,15 @@ def prepare_context(
     )
     t = mark("count", started)
 
+    # A small memory whose every message fits the memory zone is listed whole: a search would
+    # only order it, so none is run (and the query is never embedded).
+    whole = _whole_memory(owner, zones["memory"]) if strategy == "full" and query else None
+    searching = bool(query) and whole is None
+    plan.whole = whole
+    _remember_whole(owner, whole is not None)
+    if whole is not None:
+        plan.reason += "; all of it fits the memory zone, so it is listed without a search"
+
     # What the plan shows besides the search's matches (the recent window, the rolling summary,
     # pinned messages, the levels, the overview) does not depend on the search: read on a worker
     # thread while the search runs, or here when the caller's transaction hides rows from
@@ -279,7 +339,7 @@ def prepare_context(
         recently_used_tools,
         zones["history"] // 3,
     )
-    ahead_job = in_worker(_read_ahead, *ahead_args) if query else None
+    ahead_job = in_worker(_read_ahead, *ahead_args) if searching else None
 
     # One query vector for the search and the topic ranking (a model call each when the
     # embedding cache is off). None when the embedder fails: search then reports why.
@@ -303,10 +363,10 @@ def prepare_context(
             # The turn's own message is what is searched for, never a result of it.
             exclude_message_ids=[user_message.pk] if user_message else (),
         )
-        if query
+        if searching
         else None
     )
-    query_vector = query_vector_when_needed()
+    query_vector = query_vector_when_needed() if searching else None
     t = mark("search", t)
     ahead = ahead_job.result() if ahead_job is not None else _read_ahead(*ahead_args)
     plan.timings_ms["read_ahead"] = ahead.ms
@@ -435,25 +495,39 @@ def _read_ahead(
     recent window and the rolling summary before it, the pinned messages, the levels' rows and
     (hierarchical) the period summaries and top-level topics."""
     started = time.perf_counter()
-    if recently_used_tools is None and conversation is not None:
+    whole = plan.whole
+    # A small memory read whole already: the window, the pins and the levels come from it, and
+    # a conversation's first turn has no tools used lately nor a summary to read.
+    ongoing = conversation is not None and (
+        whole is None
+        or any(m.conversation_id == conversation.pk and m.pk not in exclude for m in whole)
+    )
+    if recently_used_tools is None and ongoing:
         recently_used_tools = _recent_tool_names(owner, conversation)
-    window = recent_messages(
-        owner,
-        conversation,
-        limit=settings.INDEX_RECENT_WINDOW,
-        exclude=exclude,
-        active_message_ids=active_message_ids,
+    if whole is None:
+        window = recent_messages(
+            owner,
+            conversation,
+            limit=settings.INDEX_RECENT_WINDOW,
+            exclude=exclude,
+            active_message_ids=active_message_ids,
+        )
+    else:
+        window = _recent_of(whole, conversation, exclude, active_message_ids)
+    summary = (
+        rolling_summary.for_plan(
+            owner,
+            conversation,
+            window_start=window[-1].position if window else None,
+            active_message_ids=active_message_ids,
+            allowance=summary_allowance,
+        )
+        if ongoing
+        else ("", {})
     )
-    summary = rolling_summary.for_plan(
-        owner,
-        conversation,
-        window_start=window[-1].position if window else None,
-        active_message_ids=active_message_ids,
-        allowance=summary_allowance,
-    )
-    pinned = hierarchy.pinned_rows(owner)
+    pinned = hierarchy.pinned_rows(owner) if whole is None else hierarchy.pinned_of(whole)
     # Every strategy writes the levels section (it is empty while the memory is small).
-    levels = hierarchy.level_rows(owner)
+    levels = hierarchy.level_rows(owner, whole)
     periods: dict[str, PeriodSummary] = {}
     top: list[Topic] = []
     if plan.strategy == "hierarchical":
@@ -487,6 +561,24 @@ def _check(deadline: float) -> None:
 
 def _hit_limit(strategy: str) -> int:
     return {"full": 50, "snippets": 30, "clusters": 20, "hierarchical": 15}[strategy]
+
+
+def _recent_of(
+    whole: list[Message], conversation, exclude: set[str], active_message_ids: list[str] | None
+) -> list[Message]:
+    """recent_messages, from every visible message of a small memory read already."""
+    if conversation is None or settings.INDEX_RECENT_WINDOW <= 0:
+        return []
+    active = set(active_message_ids) if active_message_ids is not None else None
+    mine = [
+        m
+        for m in whole
+        if m.conversation_id == conversation.pk
+        and m.pk not in exclude
+        and (active is None or m.pk in active)
+    ]
+    mine.sort(key=lambda m: m.position, reverse=True)
+    return mine[: settings.INDEX_RECENT_WINDOW]
 
 
 def _recent_tool_names(owner, conversation) -> list[str]:
@@ -586,12 +678,15 @@ def _full(
     recent_ids = {m.pk for m in plan.recent} | {m.pk for m in left_out} | plan.skip_ids
     hit_ids = [h.message_id for h in hits if h.type == "message"]
     # Small memory: every historical message in full, the relevant ones first.
-    others = list(
-        Message.objects.visible_to(owner)
-        .logical()
-        .exclude(pk__in=recent_ids)
-        .order_by("-timestamp")[: settings.INDEX_FULL_MAX + 1]
-    )
+    if plan.whole is not None:
+        others = [m for m in plan.whole if m.pk not in recent_ids]
+    else:
+        others = list(
+            Message.objects.visible_to(owner)
+            .logical()
+            .exclude(pk__in=recent_ids)
+            .order_by("-timestamp")[: settings.INDEX_FULL_MAX + 1]
+        )
     rank = {mid: i for i, mid in enumerate(hit_ids)}
     others.sort(key=lambda m: (rank.get(m.pk, len(rank)), -m.timestamp.timestamp()))
     if others:

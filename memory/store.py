@@ -157,6 +157,7 @@ def store_message(
     external_id: str | None = None,
     allow_empty: bool = False,
     embed: bool | str | None = None,
+    savepoint: bool = True,
 ) -> Message:
     """Store one message (chunked above the threshold) and its passages; return it.
 
@@ -172,14 +173,23 @@ def store_message(
         [NewMessage(role=role, content=content, parent_id=parent_id, timestamp=timestamp,
                     metadata=metadata or {}, external_id=external_id, allow_empty=allow_empty)],
         embed=embed,
+        savepoint=savepoint,
     )
     return message
 
 
 def store_messages(
-    owner, conversation: Conversation, items: Sequence[NewMessage], *, embed: bool | str | None = True
+    owner,
+    conversation: Conversation,
+    items: Sequence[NewMessage],
+    *,
+    embed: bool | str | None = True,
+    savepoint: bool = True,
 ) -> list[Message]:
-    """Store several messages of one conversation in order, in one transaction."""
+    """Store several messages of one conversation in order, in one transaction.
+
+    savepoint=False: inside the caller's transaction without a savepoint of its own (two round
+    trips fewer), for a caller that rolls back the whole transaction on any error (a chat turn)."""
     if conversation.owner_id != owner.pk:
         raise NotFound("conversation", conversation.pk)
     prepared = []
@@ -187,19 +197,26 @@ def store_messages(
         content, notes = clean_content(item.content, allow_empty=item.allow_empty)
         prepared.append((item, clean_role(item.role), content, notes))
     parent_ids = {i.parent_id for i in items if i.parent_id} - {i.id for i in items}
+    # The parents must be the owner's (deleted ones too); the live ones' text gives the
+    # passages their context. One query for both.
+    parent_texts: dict[str, str] = {}
     if parent_ids:
-        found = set(
+        rows = (
             Message.objects.owned_by(owner).filter(pk__in=parent_ids, is_chunk=False)
-            .values_list("pk", flat=True)
+            .values_list("pk", "deleted", "content", "metadata")
         )
+        found = set()
+        for pk, deleted, text, metadata in rows:
+            found.add(pk)
+            if not deleted and not is_system_text(metadata):
+                parent_texts[pk] = text
         missing = parent_ids - found
         if missing:
             raise NotFound("message", sorted(missing)[0])
-    parent_texts = _live_texts(owner, parent_ids)
     parent_texts.update({i.id: c for i, _, c, _ in prepared if not is_system_text(i.metadata)})
 
     now = timezone.now()
-    with transaction.atomic():
+    with transaction.atomic(savepoint=savepoint):
         first = take_positions(conversation.pk, len(prepared))
         messages: list[Message] = []
         chunks: list[Message] = []

@@ -19,6 +19,7 @@ def slow_vector_search(execute, sql, params, many, context):
 
 def test_a_timed_out_vector_search_falls_back_and_says_so(owner, conversation, settings):
     settings.VECTOR_SEARCH_TIMEOUT_MS = 50
+    settings.INDEX_FULL_MAX = 0  # the plan searches (a memory it can list whole is not searched)
     add_turns(owner, conversation, ["the heron nests by the lake", "herons eat fish"])
     with connection.execute_wrapper(slow_vector_search):
         results = search(owner, "heron nests")
