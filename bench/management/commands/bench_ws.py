@@ -77,12 +77,13 @@ def _percentile(values: list[float], p: float) -> float:
     return values[lo] + (values[hi] - values[lo]) * (k - lo)
 
 
-def _cpu_seconds(pid: int | None) -> float | None:
-    """User + system CPU time of a process so far."""
+def _cpu_seconds(pid: int | None, thread: int | None = None) -> float | None:
+    """User + system CPU time of a process (or of one of its threads) so far."""
     if not pid:
         return None
+    stat = f"/proc/{pid}/task/{thread}/stat" if thread else f"/proc/{pid}/stat"
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        fields = Path(stat).read_text().rsplit(")", 1)[1].split()
     except OSError:
         return None
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -568,6 +569,11 @@ class _Server:
     def cpu(self) -> float:
         return sum(_cpu_seconds(p.pid) or 0.0 for p in self.procs)
 
+    def loop_cpu(self) -> float:
+        """CPU of the processes' main threads: daphne's event loop (the rest is worker threads:
+        database calls and, for Recollect, the embedding model)."""
+        return sum(_cpu_seconds(p.pid, thread=p.pid) or 0.0 for p in self.procs)
+
 
 class Baseline:
     """`bench_ws --baseline`: see the option's help. Both servers run side by side, and each
@@ -683,15 +689,18 @@ class Baseline:
         self._script("[bench]", self.opts["tokens"])
         cpu = {}
         results = self._run(
-            server, users, (n - 1) / rate, "[bench]", on_go=lambda: cpu.setdefault(0, server.cpu())
+            server, users, (n - 1) / rate, "[bench]",
+            on_go=lambda: cpu.setdefault(0, (server.cpu(), server.loop_cpu())),
         )
-        cpu_used = server.cpu() - cpu[0]
+        cpu_used = server.cpu() - cpu[0][0]
+        loop_used = server.loop_cpu() - cpu[0][1]
         first = [(r["tokens"][0][0] - r["sent"]) * 1000 for r in results if r["tokens"] and "sent" in r]
         errors = [r["error"] for r in results if r["error"]]
         return {
             "rate": rate, "turns": n, "lost": self._lost(server, users, results, self.opts["tokens"]),
             "p50": _percentile(first, 50), "p95": _percentile(first, 95) if len(first) == n else float("inf"),
-            "cpu_ms": cpu_used / n * 1000, "error": errors[0] if errors else None,
+            "cpu_ms": cpu_used / n * 1000, "loop_ms": loop_used / n * 1000,
+            "error": errors[0] if errors else None,
         }
 
     def _users(self, server: _Server, n: int) -> list[dict]:
@@ -709,7 +718,8 @@ class Baseline:
             self.out.write(
                 f"  {server.name:<10} {rate:>6g} turns/s{' again' if attempt > 1 else ''}: {step['turns']} "
                 f"turns, first token p50 {step['p50']:.0f} / p95 {step['p95']:.0f} ms, lost {step['lost']}, "
-                f"server CPU {step['cpu_ms']:.0f} ms per turn, load {load} -> "
+                f"server CPU {step['cpu_ms']:.0f} ms per turn ({step['loop_ms']:.0f} on the event loop), "
+                f"load {load} -> "
                 f"{'ok' if ok else 'over the goal'}{error}"
             )
             self.out.flush()
@@ -721,18 +731,21 @@ class Baseline:
     # --- CPU per turn before the first token, and per streamed token -------------------------------
 
     def _measure_cpu(self, server: _Server) -> None:
-        """Two runs of --cpu-clients turns at once, the LLM holding every request --cpu-hold
+        """After a first round not counted (each user's first turn on the server), two runs of
+        --cpu-clients turns at once, the LLM holding every request --cpu-hold
         seconds before it streams: CPU until all requests arrived = CPU before the first token;
         the difference between a short and a long reply = CPU per streamed token."""
         k, hold = self.opts["cpu_clients"], self.opts["cpu_hold"]
         short, long = 10, 10 + 2 * self.opts["tokens"]
         totals = {}
         firsts = []
-        for tokens in (short, long):
+        # A first round, not counted, meets every user's first turn on this server (their rows
+        # created, their memory's size learnt), so the two counted rounds meet the same state.
+        for warmup, tokens in ((True, short), (False, short), (False, long)):
             marker = f"[cpu{tokens}]"
             users = self._users(server, k)
             self.llm.post("/_reset", {})
-            self._script(marker, tokens, hold=hold)
+            self._script(marker, tokens, hold=0 if warmup else hold)
             marks: dict[str, float] = {}
 
             async def run(users=users, marker=marker, marks=marks):
@@ -756,6 +769,8 @@ class Baseline:
                 return results
 
             results = asyncio.run(run())
+            if warmup:
+                continue
             lost = self._lost(server, users, results, tokens)
             if lost or "arrived" not in marks:
                 server.cpu_note = f"lost {lost} in the CPU runs"
