@@ -51,6 +51,7 @@ import json
 import logging
 from typing import Any
 
+from channels.consumer import get_handler_name
 from channels.generic.websocket import AsyncWebsocketConsumer
 from channels.layers import InMemoryChannelLayer
 from django.conf import settings
@@ -151,6 +152,16 @@ async def _keep_renewed(slot: str) -> None:
 
 
 class ChatConsumer(AsyncWebsocketConsumer):
+    async def dispatch(self, message) -> None:
+        """Channels' dispatch without its `aclose_old_connections` before every handler (a hop
+        to the process's one shared sync thread for every frame and group event): this consumer
+        reaches the database only through chat.db's threads, which close stale connections
+        around each call themselves."""
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"No handler for message type {message['type']}")
+        await handler(message)
+
     async def connect(self) -> None:
         self.user = self.scope.get("user")
         self.turn_task: asyncio.Task | None = None
@@ -370,7 +381,10 @@ class ChatConsumer(AsyncWebsocketConsumer):
 
     async def _deliver(self, event: dict[str, Any]) -> None:
         await self._relay(event, force=True)
-        await self._tell_group(event)
+        # Alone on the conversation (presence is exact with the in-process layer), there is no
+        # one else to tell: the event would only come back to this socket, to be dropped.
+        if self.peers or self.tokens_to_group:
+            await self._tell_group(event)
 
     async def _send_tokens(self, event: dict[str, Any]) -> None:
         await self._relay(event, force=True)
