@@ -21,6 +21,7 @@ def descend(conversation: Conversation, message: Message) -> Message:
 
 
 def active_leaf(conversation: Conversation) -> Message | None:
+    """The end of the active branch: a message with no replies (None: an empty conversation)."""
     selection = BranchSelection.objects.filter(conversation=conversation).select_related("leaf").first()
     leaf = selection.leaf if selection else None
     if leaf is None or leaf.conversation_id != conversation.pk:

@@ -99,12 +99,15 @@ class ChatAllowance(models.Model):
     @classmethod
     def start_turn(cls, user) -> RunningTurn:
         """Count a turn and take one of the user's turn slots (release it with
-        `RunningTurn.release`), or raise LimitReached ("busy" or "rate_limited")."""
+        `RunningTurn.release`), or raise LimitReached ("busy" or "rate_limited").
+
+        Two statements on the path of every turn: the allowance locked with the user's slots
+        read in the same query, then the count saved and the slot taken in one."""
         with transaction.atomic():
-            allowance = cls._locked(user)
             now = timezone.now()
+            recent, held = cls._locked_with_slots(user)
             running, stale = [], []
-            for t in RunningTurn.objects.filter(user=user):
+            for t in held:
                 (stale if t.is_stale(now) else running).append(t.pk)
             if stale:
                 RunningTurn.objects.filter(pk__in=stale).delete()
@@ -116,10 +119,40 @@ class ChatAllowance(models.Model):
                     f"{already} already being written for you (in this or another tab); "
                     "wait for it to finish or stop it.",
                 )
-            allowance._count(now)
-            held = RunningTurn.objects.create(user=user, process=PROCESS, started_at=now, renewed_at=now)
-            _live_turns.add(held.pk)
-            return held
+            recent = cls._with_action(recent, now)
+            slot = RunningTurn(user=user, process=PROCESS, started_at=now, renewed_at=now)
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    f"WITH counted AS (UPDATE {cls._meta.db_table} SET recent_actions = %s "
+                    f"WHERE user_id = %s) INSERT INTO {RunningTurn._meta.db_table} "
+                    "(id, user_id, process, started_at, renewed_at) VALUES (%s, %s, %s, %s, %s)",
+                    [recent, user.pk, slot.pk, user.pk, slot.process, now, now],
+                )
+            _live_turns.add(slot.pk)
+            return slot
+
+    @classmethod
+    def _locked_with_slots(cls, user) -> tuple[list[dt.datetime], list[RunningTurn]]:
+        """The user's counted actions, their allowance locked until the transaction ends
+        (created on first use), and the turn slots they hold: one query."""
+        sql = (
+            f"SELECT a.recent_actions, t.id, t.process, t.renewed_at FROM {cls._meta.db_table} a "
+            f"LEFT JOIN {RunningTurn._meta.db_table} t ON t.user_id = a.user_id "
+            "WHERE a.user_id = %s FOR UPDATE OF a"
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [user.pk])
+            rows = cursor.fetchall()
+            if not rows:
+                cls._locked(user)  # created, then locked
+                cursor.execute(sql, [user.pk])
+                rows = cursor.fetchall()
+        slots = [
+            RunningTurn(id=pk, user_id=user.pk, process=process, renewed_at=renewed_at)
+            for _, pk, process, renewed_at in rows
+            if pk is not None
+        ]
+        return list(rows[0][0] or []), slots
 
     @classmethod
     def _locked(cls, user) -> ChatAllowance:
@@ -132,9 +165,15 @@ class ChatAllowance(models.Model):
         return allowance
 
     def _count(self, now) -> None:
+        self.recent_actions = self._with_action(self.recent_actions, now)
+        self.save(update_fields=["recent_actions"])
+
+    @staticmethod
+    def _with_action(actions, now) -> list[dt.datetime]:
+        """The last minute's actions with one more at `now`, or LimitReached("rate_limited")."""
         limit = settings.CHAT_RATE_LIMIT_PER_MINUTE
         window = dt.timedelta(minutes=1)
-        recent = sorted(t for t in self.recent_actions if t > now - window)
+        recent = sorted(t for t in actions if t > now - window)
         if len(recent) >= limit:
             wait = math.ceil((recent[-limit] + window - now).total_seconds())
             raise LimitReached(
@@ -142,8 +181,7 @@ class ChatAllowance(models.Model):
                 f"That is the limit of {limit} messages and changes a minute (sends, regenerations, "
                 f"edits, deletions); try again in {max(wait, 1)} s.",
             )
-        self.recent_actions = [*recent, now]
-        self.save(update_fields=["recent_actions"])
+        return [*recent, now]
 
 
 _live_turns: set[str] = set()  # slots this process holds for turns it is running

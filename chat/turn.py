@@ -96,10 +96,13 @@ async def run_turn(
         listed_whole = index_builder.memory_listed_whole(owner)
         if listed_whole is False:
             _start_embedding(content)
+        # Sent after the active branch's leaf (which has no replies: see branches.active_leaf),
+        # the message is its parent's only reply: no siblings to read.
         user_message, html = await db(_stored_and_rendered)(
             durable(_store_user_message), owner, conversation, content, parent_id,
-            embed_query=listed_whole is None,
+            embed_query=listed_whole is None, only_child=parent_id is UNSET,
         )
+        new_user_message = True
         await emit(
             {
                 "type": "chat.message",
@@ -114,6 +117,7 @@ async def run_turn(
         )
     else:
         user_message = reply_to
+        new_user_message = False
     reply.mark("stored", started)
     await emit(
         {
@@ -237,8 +241,10 @@ async def run_turn(
             # The reply matters more than the record of its context: it is stored without.
             logger.exception("could not save the context snapshot in conversation %s", conversation.pk)
     # 4. The assistant message, its tool calls, the snapshot link, the active branch.
+    # A reply to the message this turn stored is its only child: no siblings to read.
     assistant, html = await db(_stored_and_rendered)(
-        durable(_store_reply), owner, conversation, user_message, reply, snapshot
+        durable(_store_reply), owner, conversation, user_message, reply, snapshot,
+        only_child=new_user_message,
     )
     await emit(
         {
@@ -262,11 +268,13 @@ async def run_turn(
 # --- the steps -----------------------------------------------------------------------------------
 
 
-def _stored_and_rendered(store_step, owner, *args, **kwargs) -> tuple[Message, str]:
+def _stored_and_rendered(
+    store_step, owner, *args, only_child: bool = False, **kwargs
+) -> tuple[Message, str]:
     """A store step and the stored message's html in one trip to a database thread."""
     message = store_step(owner, *args, **kwargs)
     # Rendering reads again; a dropped connection here must not lose the turn either.
-    return message, durable(message_html, atomic=False)(message, owner)
+    return message, durable(message_html, atomic=False)(message, owner, only_child=only_child)
 
 
 def _start_embedding(content: Any):

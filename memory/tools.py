@@ -195,12 +195,16 @@ def select_tools(
     recent = [n for n in dict.fromkeys(recently_used or []) if n in TOOLS][:6]
     wanted = [n for n in dict.fromkeys(wanted or []) if n in TOOLS]
 
+    # " " + k in this text: some word of the query starts with the keyword k (or is it).
+    starts = " " + " ".join(words)
+
     def score(t: Tool) -> int:
-        return sum(1 for k in t.keywords if k in words or any(w.startswith(k) for w in words))
+        return sum(1 for k in t.keywords if " " + k in starts)
 
     first = recent + [t.name for t in TOOLS.values() if t.core] + wanted
+    scores = {t.name: score(t) for t in TOOLS.values() if t.name not in first}
     relevant = sorted(
-        (t for t in TOOLS.values() if t.name not in first and score(t) > 0), key=lambda t: -score(t)
+        (TOOLS[n] for n, s in scores.items() if s > 0), key=lambda t: -scores[t.name]
     )
     ordered = [TOOLS[n] for n in dict.fromkeys(first)] + relevant
     chosen, used = [], 0

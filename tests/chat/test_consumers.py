@@ -344,6 +344,22 @@ async def test_regenerate_answers_the_same_message_again_as_a_new_branch(owner, 
     await ws.disconnect()
 
 
+async def test_a_streamed_row_shows_its_place_among_other_versions(owner, conversation, scripted_llm):
+    """A message sent after the active leaf and the reply to it are only children (their rows
+    are rendered without reading siblings); a message sent as a new branch is not."""
+    ws = await connect(owner, conversation.pk)
+    first = await exchange(ws, "the first version")
+    assert first[0]["type"] == "message" and "branch-pos" not in first[0]["html"]
+    assert "branch-pos" not in first[-1]["html"]
+    followed = await exchange(ws, "after the leaf")
+    assert "branch-pos" not in followed[0]["html"] and "branch-pos" not in followed[-1]["html"]
+    await ws.send_json_to({"type": "send", "content": "the second version", "parent_id": None})
+    events = await receive_until(ws, "reply_done")
+    assert events[0]["type"] == "message" and ">2/2<" in events[0]["html"]
+    assert "branch-pos" not in events[-1]["html"]  # the new message's only reply
+    await ws.disconnect()
+
+
 async def test_an_edited_branch_leaves_the_old_branch_out_of_the_recent_conversation(
     owner, conversation, scripted_llm
 ):
