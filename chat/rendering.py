@@ -155,8 +155,9 @@ ONLY_CHILD = Siblings(index=1, count=1, previous_id=None, next_id=None)
 def message_html(message: Message, owner, *, only_child: bool = False) -> str:
     """The chat row of one message: the same fragment the page, htmx and the websocket use.
 
-    only_child: the caller knows the message has no siblings (a reply to a message stored in
-    the same turn), so they are not read."""
+    only_child: the caller knows the message is its parent's only reply (chat.turn: a message
+    sent after the active leaf, and the reply to a message of the same turn), so its siblings
+    are not read."""
     sib = ONLY_CHILD if only_child else siblings_for(message.conversation, [message])[message.pk]
     return render_to_string("chat/_message.html", {"m": message, "sib": sib, "user": owner})
 

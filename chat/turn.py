@@ -102,7 +102,6 @@ async def run_turn(
             durable(_store_user_message), owner, conversation, content, parent_id,
             embed_query=listed_whole is None, only_child=parent_id is UNSET,
         )
-        new_user_message = True
         await emit(
             {
                 "type": "chat.message",
@@ -117,7 +116,6 @@ async def run_turn(
         )
     else:
         user_message = reply_to
-        new_user_message = False
     reply.mark("stored", started)
     await emit(
         {
@@ -244,7 +242,7 @@ async def run_turn(
     # A reply to the message this turn stored is its only child: no siblings to read.
     assistant, html = await db(_stored_and_rendered)(
         durable(_store_reply), owner, conversation, user_message, reply, snapshot,
-        only_child=new_user_message,
+        only_child=reply_to is None,
     )
     await emit(
         {
