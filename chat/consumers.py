@@ -35,8 +35,11 @@ regenerate, edit, delete, restore and forget counts against CHAT_RATE_LIMIT_PER_
 past it; one socket runs one turn at a time).
 
 The tab that started a turn gets its events directly; other tabs get them through the
-conversation's Channels group (with the in-process layer, tokens go through the group only
-when another tab is there; with Redis, always: a tab on another server may not be known yet).
+conversation's Channels group. Tokens go through the group only while another tab is known
+(sockets greet each other on connect: `hello` / `here` / `bye`); a tab that becomes known
+while a reply streams is first sent the reply's text so far, so it misses nothing. Other
+events go through the group whenever another tab is known and, with Redis, always: a tab that
+has just opened on another server may not have been heard from yet.
 A `token` event carries whatever text arrived since the last one: a socket gets at most one
 token frame per CHAT_TOKEN_FRAME_SECONDS (~15 ms), the tokens that arrived meanwhile joined
 (chat/frames.py), so a busy server sends fewer, larger frames instead of falling behind; the
@@ -184,8 +187,10 @@ class ChatConsumer(AsyncWebsocketConsumer):
         self.group = f"conv.{self.conversation.pk}"
         self.peers: set[str] = set()  # other sockets on this conversation (other tabs)
         # Presence is exact within one process; across servers (Redis) a tab that has just
-        # opened may not be known yet, so there every token goes through the group.
-        self.tokens_to_group = not isinstance(self.channel_layer, InMemoryChannelLayer)
+        # opened may not be known yet, so there every event but tokens goes through the group
+        # (a tab heard from later is sent the text so far: see chat_hello).
+        self.events_to_group = not isinstance(self.channel_layer, InMemoryChannelLayer)
+        self.streamed: tuple[str | None, list[str]] = (None, [])  # the reply's text sent so far
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
         await self.channel_layer.group_send(self.group, {"type": "chat.hello", "origin": self.channel_name})
@@ -383,13 +388,18 @@ class ChatConsumer(AsyncWebsocketConsumer):
         await self._relay(event, force=True)
         # Alone on the conversation (presence is exact with the in-process layer), there is no
         # one else to tell: the event would only come back to this socket, to be dropped.
-        if self.peers or self.tokens_to_group:
+        if self.peers or self.events_to_group:
             await self._tell_group(event)
 
     async def _send_tokens(self, event: dict[str, Any]) -> None:
         await self._relay(event, force=True)
-        # Alone on the conversation (the usual case), the group has no one else to tell.
-        if self.peers or self.tokens_to_group:
+        reply_id, parts = self.streamed
+        if reply_id != event["message_id"]:
+            self.streamed = reply_id, parts = event["message_id"], []
+        parts.append(event["delta"])
+        # Alone on the conversation (the usual case), the group has no one else to tell; a tab
+        # heard from later gets the text so far then (chat_hello).
+        if self.peers:
             self.group_tokens.add(event)
 
     async def _tell_group(self, event: dict[str, Any]) -> None:
@@ -419,9 +429,20 @@ class ChatConsumer(AsyncWebsocketConsumer):
 
     # Presence: each socket learns which other sockets share its conversation.
     async def chat_hello(self, event: dict) -> None:
-        if event["origin"] != self.channel_name:
-            self.peers.add(event["origin"])
-            await self.channel_layer.send(event["origin"], {"type": "chat.here", "origin": self.channel_name})
+        origin = event["origin"]
+        if origin == self.channel_name:
+            return
+        reply_id, parts = self.streamed
+        if not self.peers and self.reply_id is not None and reply_id == self.reply_id and parts:
+            # Alone until now, this socket sent the reply's tokens to no one: the text so far
+            # goes to the group as one token, queued (before any await) ahead of every later
+            # token, so a tab that saw the reply start shows all of it, once.
+            self.group_tokens.add(
+                {"type": "chat.token", "message_id": reply_id, "delta": "".join(parts),
+                 "origin": self.channel_name}
+            )
+        self.peers.add(origin)
+        await self.channel_layer.send(origin, {"type": "chat.here", "origin": self.channel_name})
 
     async def chat_here(self, event: dict) -> None:
         self.peers.add(event["origin"])

@@ -228,6 +228,28 @@ async def test_two_tabs_on_one_conversation_both_see_the_reply(owner, conversati
     await tab2.disconnect()
 
 
+async def test_a_tab_heard_from_mid_reply_gets_the_text_so_far_once_then_the_rest(
+    owner, conversation, scripted_llm
+):
+    # Alone, the writing tab sends its tokens to no one else; a tab it learns of while the
+    # reply streams is sent the text so far as one token, then every later one, each once.
+    words = [f"w{i} " for i in range(30)]
+    scripted_llm.script({"text": "".join(words), "delay": 0.02})
+    tab1 = await connect(owner, conversation.pk)
+    await tab1.send_json_to({"type": "send", "content": "a long reply please"})
+    seen = []
+    while sum(1 for e in seen if e["type"] == "token") < 3:
+        seen.append(await tab1.receive_json_from(timeout=10))
+    tab2 = await connect(owner, conversation.pk)
+    events2 = await receive_until(tab2, "reply_done")
+    await receive_until(tab1, "reply_done")
+    tokens2 = [e["delta"] for e in events2 if e["type"] == "token"]
+    assert "".join(tokens2) == "".join(words)
+    assert tokens2[0].startswith("w0 w1 w2 ")  # the catch-up: all of it at once
+    await tab1.disconnect()
+    await tab2.disconnect()
+
+
 async def test_a_new_conversation_is_named_after_its_first_message_in_every_tab(owner, scripted_llm):
     conversation = await database_sync_to_async(Conversation.objects.create)(owner=owner)
     tab1 = await connect(owner, conversation.pk)

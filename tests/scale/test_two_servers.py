@@ -84,3 +84,49 @@ async def test_a_stranger_cannot_join_a_conversation_on_either_server(server_pai
                 await ws.recv()
         assert "4404" in str(refused.value) or "403" in str(refused.value)
     assert await asyncio.to_thread(Conversation.objects.filter(pk=conversation.pk).exists)
+
+
+async def test_tokens_cross_redis_only_to_a_tab_the_writer_knows_of_which_first_gets_the_text_so_far(
+    server_pair, redis_server, owner, conversation, module_llm
+):
+    # A listener on the conversation's group that has not said hello stands for a tab whose
+    # greeting has not arrived yet: it gets every event of the turn but no token (a tab alone
+    # sends its tokens through Redis to no one). Once it says hello mid-reply, it gets the text
+    # so far as one token, then the rest: all of the reply, once.
+    from channels_redis.core import RedisChannelLayer
+
+    first, _ = server_pair
+    cookie = await asyncio.to_thread(session_cookie, owner)
+    module_llm.state.reset()
+    words = [f"w{i} " for i in range(40)]
+    module_llm.state.add_script("quiet", [{"text": "".join(words), "delay": 0.03}], False)
+    layer = RedisChannelLayer(hosts=[redis_server.url])
+    listener = await layer.new_channel()
+    await layer.group_add(f"conv.{conversation.pk}", listener)
+    heard: list[dict] = []
+
+    async def listen_until(event_type: str) -> None:
+        async with asyncio.timeout(60):
+            while not heard or heard[-1]["type"] != event_type:
+                heard.append(await layer.receive(listener))
+
+    try:
+        async with await open_socket(first, cookie, conversation.pk) as tab:
+            await tab.send(json.dumps({"type": "send", "content": "quiet please"}))
+            written = []
+            while sum(1 for e in written if e["type"] == "token") < 5:
+                written.append(json.loads(await tab.recv()))
+            await listen_until("chat.reply_started")
+            assert "chat.token" not in [e["type"] for e in heard]
+            before = len(heard)
+            await layer.group_send(f"conv.{conversation.pk}", {"type": "chat.hello", "origin": listener})
+            await listen_until("chat.reply_done")
+            await events_until(tab, "reply_done")
+        tokens = [e["delta"] for e in heard[before:] if e["type"] == "chat.token"]
+        assert "".join(tokens) == "".join(words)
+        assert tokens[0].startswith("w0 w1 w2 w3 w4 ")
+        turn_events = [e["type"] for e in heard[:before] if e["type"] not in ("chat.hello", "chat.here")]
+        assert turn_events[:2] == ["chat.message", "chat.reply_started"]
+    finally:
+        await layer.group_discard(f"conv.{conversation.pk}", listener)
+        await layer.close_pools()
