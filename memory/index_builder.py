@@ -185,16 +185,25 @@ _WHOLE: dict[int, bool] = {}
 _WHOLE_KEEP = 10_000
 
 
-def _whole_memory(owner, allowance: int) -> list[Message] | None:
-    """Every visible message of a small memory (at most INDEX_FULL_MAX), newest first, when
-    their index lines fit `allowance` tokens; None when they do not."""
+def _small_memory_rows(owner) -> list[Message] | None:
+    """Every visible message of a memory of at most INDEX_FULL_MAX messages, newest first (None
+    for a larger one): what history_size counts, read whole."""
     rows = list(
         Message.objects.visible_to(owner)
         .logical()
         .defer("edit_history")
         .order_by("-timestamp", "-id")[: settings.INDEX_FULL_MAX + 1]
     )
-    if len(rows) > settings.INDEX_FULL_MAX:
+    return rows if len(rows) <= settings.INDEX_FULL_MAX else None
+
+
+def _whole_memory(owner, allowance: int, rows: list[Message] | None = None) -> list[Message] | None:
+    """Every visible message of a small memory (at most INDEX_FULL_MAX), newest first, when
+    their index lines fit `allowance` tokens; None when they do not. `rows`: those messages,
+    already read."""
+    if rows is None:
+        rows = _small_memory_rows(owner)
+    if rows is None:
         return None
     if sum(m.token_count + WHOLE_LINE_TOKENS for m in rows) > allowance:
         return None
@@ -303,7 +312,10 @@ def prepare_context(
         marks[name] = round((now - since) * 1000, 2)
         return now
 
-    size = history_size(owner)
+    # A memory listed whole last time is most likely small still: its rows are read first, and
+    # their number is its size (one query instead of a count and a read).
+    rows = _small_memory_rows(owner) if query and _WHOLE.get(owner.pk) else None
+    size = len(rows) if rows is not None else history_size(owner)
     strategy, reason = choose_strategy(size)
     plan = ContextPlan(
         query=query,
@@ -317,7 +329,7 @@ def prepare_context(
 
     # A small memory whose every message fits the memory zone is listed whole: a search would
     # only order it, so none is run (and the query is never embedded).
-    whole = _whole_memory(owner, zones["memory"]) if strategy == "full" and query else None
+    whole = _whole_memory(owner, zones["memory"], rows) if strategy == "full" and query else None
     searching = bool(query) and whole is None
     plan.whole = whole
     _remember_whole(owner, whole is not None)

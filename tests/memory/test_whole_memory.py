@@ -88,3 +88,30 @@ def test_more_messages_than_the_full_strategy_shows_are_searched(owner, conversa
     plan = prepare_context(owner, conversation, new.content, user_message=new)
     assert plan.strategy == "snippets"
     assert plan.hits
+
+
+@pytest.mark.django_db
+def test_a_memory_listed_whole_before_is_read_with_its_size_in_one_query(owner, conversation, settings):
+    # The plan's reads batched: once a memory was listed whole, the next plan reads its rows
+    # first and takes their number as its size (no count); one that has grown past
+    # INDEX_FULL_MAX meanwhile is counted and searched as before.
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    settings.INDEX_FULL_MAX = 10
+    other = Conversation.objects.create(owner=owner, title="other")
+    _memory(owner, conversation, other, 8)
+    first = store_message(owner, conversation, "user", "what about the sourdough?", embed=False)
+    prepare_context(owner, conversation, first.content, user_message=first)
+    assert index_builder.memory_listed_whole(owner) is True
+
+    new = store_message(owner, conversation, "user", "and the boat?", embed=False)
+    with CaptureQueriesContext(connection) as queries:
+        plan = prepare_context(owner, conversation, new.content, user_message=new)
+    assert plan.strategy == "full" and plan.history_size == 10 and plan.whole is not None
+    assert not [q for q in queries.captured_queries if "count(*)" in q["sql"].lower()]
+
+    grown = store_message(owner, conversation, "user", "one more", embed=False)
+    plan = prepare_context(owner, conversation, grown.content, user_message=grown)
+    assert plan.strategy == "snippets" and plan.history_size == 11 and plan.whole is None
+    assert index_builder.memory_listed_whole(owner) is False
