@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from django.conf import settings
@@ -44,6 +45,7 @@ class Reply:
     prompt: budget.Prompt | None = None  # what the model is sent, zone by zone
     retried: bool = False  # the prompt was refused as too long once and sent again, halved
     draft_begun: asyncio.Future | None = None  # the draft's row is written (with the snapshot)
+    after_first_token: Callable[[], object] | None = None  # run once the first token is out
 
     def mark(self, name: str, since: float) -> None:
         """Milliseconds from the start of the turn to a step (kept in the reply's metadata)."""

@@ -128,20 +128,28 @@ async def run_turn(
     )
 
     snapshot = None
-    snapshot_saving: asyncio.Future | None = None
+    plan = None
+
+    def save_snapshot() -> asyncio.Future | None:
+        """Start saving the plan as this turn's snapshot, with the reply's draft (once)."""
+        if reply.draft_begun is None and plan is not None:
+            reply.draft_begun = asyncio.ensure_future(
+                db(durable(_save_snapshot))(owner, conversation, user_message, reply, plan)
+            )
+        return reply.draft_begun
+
     try:
         # 2. What the model will see. It waits for the message's vector only when it searches,
         # so the embedding also overlaps its first queries. The plan is saved as this turn's
-        # snapshot (with the reply's draft) while the model is asked: the first token waits
-        # for neither, and both are written before the reply is.
+        # snapshot (with the reply's draft) once the first token is out (or the model's first
+        # round is over): nothing that can wait runs before the first token. Both are written
+        # before the reply is, and the draft before its first save.
         allocation = budget.allocate()
         plan = await db(durable(_prepare_context, atomic=False))(
             owner, conversation, user_message, allocation
         )
         reply.mark("context", started)
-        snapshot_saving = reply.draft_begun = asyncio.ensure_future(
-            db(durable(_save_snapshot))(owner, conversation, user_message, reply, plan)
-        )
+        reply.after_first_token = save_snapshot
 
         # 3. The answer.
         if not summaries.is_configured():
@@ -166,6 +174,7 @@ async def run_turn(
                 offered = tools if round_no < settings.MAX_TOOL_ROUNDS else None
                 text_before = len(reply.text)
                 end = await _stream_round(prompt, offered, reply, emit, stop)
+                save_snapshot()  # a round of tool calls only had no first token
                 # No tools were offered on the last round: tool calls then are not run.
                 if end is None or not end.tool_calls or offered is None:
                     break
@@ -232,6 +241,7 @@ async def run_turn(
         reply.status = "failed"
         reply.error = reply.error or "Something went wrong on the server while answering."
 
+    snapshot_saving = save_snapshot()
     if snapshot_saving is not None:
         try:
             snapshot = await snapshot_saving
@@ -372,10 +382,13 @@ async def _stream_once(messages, tools, max_tokens: int, reply: Reply, emit: Emi
     async def consume():
         async for event in llm.stream_chat(messages, tools, max_tokens=max_tokens):
             if isinstance(event, llm.TextDelta):
-                if not reply.text:
+                first = not reply.text
+                if first:
                     reply.mark("first_token", reply.started)
                 reply.text += event.text
                 await emit({"type": "chat.token", "message_id": reply.id, "delta": event.text})
+                if first and reply.after_first_token is not None:
+                    reply.after_first_token()
                 _save_draft_soon(reply)
             else:
                 reply.add_usage(event.usage)

@@ -3,6 +3,7 @@ incomplete reply when the conversation is next opened (the kill -9 test is in te
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import subprocess
 import sys
@@ -111,3 +112,31 @@ async def test_the_draft_follows_the_reply_while_it_streams(owner, conversation,
     await receive_until(ws, "reply_done")
     await ws.disconnect()
     assert await database_sync_to_async(ReplyDraft.objects.count)() == 0
+
+
+async def test_the_snapshot_and_draft_are_written_after_the_first_token_not_before_it(
+    owner, conversation, scripted_llm
+):
+    # Nothing that can wait runs before the first token: while the model has not answered yet,
+    # the turn's snapshot and draft are not written; the stored reply has both (the draft
+    # replaced by the reply, the snapshot linked to it).
+    from channels.db import database_sync_to_async
+
+    from memory.models import ContextSnapshot
+
+    scripted_llm.script({"text": "after a pause", "hang": 1.0})
+    ws = await connect(owner, conversation.pk)
+    await ws.send_json_to({"type": "send", "content": "take your time"})
+    events = await receive_until(ws, "reply_started")
+    while not scripted_llm.requests:  # the model has been asked and holds its answer
+        await asyncio.sleep(0.02)
+    drafts_written = await database_sync_to_async(ReplyDraft.objects.count)()
+    snapshots = ContextSnapshot.objects.filter(conversation=conversation)
+    snapshots_written = await database_sync_to_async(snapshots.count)()
+    assert (drafts_written, snapshots_written) == (0, 0)
+    events = await receive_until(ws, "reply_done")
+    assert events[-1]["status"] == "complete"
+    snapshot = await database_sync_to_async(ContextSnapshot.objects.get)(conversation=conversation)
+    assert snapshot.message_id == events[-1]["message_id"]
+    assert not await database_sync_to_async(ReplyDraft.objects.exists)()
+    await ws.disconnect()
