@@ -47,7 +47,12 @@ def test_baseline_prints_a_row_for_the_bare_relay_and_one_for_recollect():
 @pytest.mark.django_db(transaction=True)
 def test_a_run_deletes_only_the_users_it_made(stranger):
     # A person whose name happens to start like the bench's users.
+    from django_tasks_db.models import DBTaskResult
+
+    from memory import tasks
+
     lookalike = get_user_model().objects.create_user("bench_ws_0000")
+    tasks.queue_upkeep(stranger.pk, ["01STRANGERSMESSAGE00000000"])
     out = io.StringIO()
     call_command(
         "bench_ws", "--clients", "2", "--tokens", "3", "--rate", "100", "--remote-embeddings",
@@ -55,3 +60,6 @@ def test_a_run_deletes_only_the_users_it_made(stranger):
     )
     assert "messages lost: 0 " in out.getvalue(), out.getvalue()
     assert set(get_user_model().objects.values_list("pk", flat=True)) == {stranger.pk, lookalike.pk}
+    # The upkeep its turns queued goes with its users; a person's stays.
+    owners = [r["args"][0] for r in DBTaskResult.objects.values_list("args_kwargs", flat=True)]
+    assert owners == [stranger.pk]

@@ -68,6 +68,17 @@ def _stop(procs: list[subprocess.Popen], redis: subprocess.Popen | None) -> None
         redis.wait(10)
 
 
+def _delete_users(user_ids: list[int]) -> None:
+    """The users a run made, with what they left: their rows (by cascade) and the background
+    tasks their turns queued (no worker runs during a benchmark; a task row names its owner
+    only in its arguments)."""
+    from django_tasks_db.models import DBTaskResult
+
+    get_user_model().objects.filter(pk__in=user_ids).delete()
+    for start in range(0, len(user_ids), 500):
+        DBTaskResult.objects.filter(args_kwargs__args__0__in=user_ids[start : start + 500]).delete()
+
+
 def _percentile(values: list[float], p: float) -> float:
     if not values:
         return float("nan")
@@ -219,7 +230,7 @@ class Command(BaseCommand):
             finally:
                 llm.stop()
                 if not opts["keep"]:  # only the users this run made
-                    get_user_model().objects.filter(pk__in=[u["user"].pk for u in baseline.users]).delete()
+                    _delete_users([u["user"].pk for u in baseline.users])
             return
         procs: list[subprocess.Popen] = []
         redis = None
@@ -276,7 +287,7 @@ class Command(BaseCommand):
             llm.stop()
             if not opts["keep"]:
                 # Only the users this run made: another run's, or a person's, are not ours.
-                get_user_model().objects.filter(pk__in=[u["user"].pk for u in users]).delete()
+                _delete_users([u["user"].pk for u in users])
 
     def _llm_only(self, llm, n: int, opts) -> None:
         from django.test.utils import override_settings
