@@ -18,16 +18,27 @@ def count_tokens(text: str) -> int:
         return 0
     if len(text) <= _CACHED_MAX_CHARS:
         return _count_short(text)
+    if len(text) <= _CACHED_LONG_MAX_CHARS:
+        return _count_long(text)
     return len(encoding().encode(text, disallowed_special=()))
 
 
 # A turn's plan counts the same short lines again and again (tool schemas, instructions, the
 # levels section's lines, the same snippets turn after turn): those counts are remembered.
 _CACHED_MAX_CHARS = 2000
+# And the same long texts a few times within one turn (the memory index when it is written, in
+# the system prompt, and in the prompt's fit; about half a millisecond each at 10,000 tokens):
+# the last few are remembered too, at most 64 x 64,000 characters.
+_CACHED_LONG_MAX_CHARS = 64_000
 
 
 @lru_cache(maxsize=8192)
 def _count_short(text: str) -> int:
+    return len(encoding().encode(text, disallowed_special=()))
+
+
+@lru_cache(maxsize=64)
+def _count_long(text: str) -> int:
     return len(encoding().encode(text, disallowed_special=()))
 
 
