@@ -40,8 +40,6 @@ class Reply:
     rounds: int = 0
     started: float = field(default_factory=time.perf_counter)
     timings_ms: dict[str, float] = field(default_factory=dict)
-    draft_saved_at: float = field(default_factory=time.monotonic)
-    draft_saving: asyncio.Future | None = None
     prompt: budget.Prompt | None = None  # what the model is sent, zone by zone
     retried: bool = False  # the prompt was refused as too long once and sent again, halved
     draft_begun: asyncio.Future | None = None  # the draft's row is written (with the snapshot)

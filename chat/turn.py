@@ -48,27 +48,6 @@ Emit = Callable[[dict[str, Any]], Awaitable[None]]
 UNSET = object()
 
 
-def _save_draft_soon(reply: Reply) -> None:
-    """Save the text so far to the reply's draft once REPLY_DRAFT_SAVE_SECONDS have passed
-    since the last save: one save at a time, in the background, never awaited here."""
-    now = time.monotonic()
-    if now - reply.draft_saved_at < settings.REPLY_DRAFT_SAVE_SECONDS:
-        return
-    if reply.draft_saving is not None and not reply.draft_saving.done():
-        return
-    reply.draft_saved_at = now
-    reply.draft_saving = asyncio.ensure_future(_save_draft(reply.id, reply.text, reply.draft_begun))
-
-
-async def _save_draft(reply_id: str, text: str, begun: asyncio.Future | None = None) -> None:
-    try:
-        if begun is not None:
-            await asyncio.shield(begun)
-        await db(drafts.save)(reply_id, text)
-    except Exception:  # noqa: BLE001 - the next save, or the stored reply, catches up
-        logger.warning("could not save the draft of reply %s", reply_id)
-
-
 async def run_turn(
     owner,
     conversation: Conversation,
@@ -241,6 +220,7 @@ async def run_turn(
         reply.status = "failed"
         reply.error = reply.error or "Something went wrong on the server while answering."
 
+    drafts.saver().forget(reply.id)  # streaming is over: the stored reply replaces its draft
     snapshot_saving = save_snapshot()
     if snapshot_saving is not None:
         try:
@@ -387,9 +367,11 @@ async def _stream_once(messages, tools, max_tokens: int, reply: Reply, emit: Emi
                     reply.mark("first_token", reply.started)
                 reply.text += event.text
                 await emit({"type": "chat.token", "message_id": reply.id, "delta": event.text})
-                if first and reply.after_first_token is not None:
-                    reply.after_first_token()
-                _save_draft_soon(reply)
+                if first:
+                    if reply.after_first_token is not None:
+                        reply.after_first_token()
+                    # Its text is saved with every other streaming reply's, once a second.
+                    drafts.saver().track(reply)
             else:
                 reply.add_usage(event.usage)
                 return event

@@ -140,3 +140,43 @@ async def test_the_snapshot_and_draft_are_written_after_the_first_token_not_befo
     assert snapshot.message_id == events[-1]["message_id"]
     assert not await database_sync_to_async(ReplyDraft.objects.exists)()
     await ws.disconnect()
+
+
+async def test_the_replies_streaming_at_once_are_saved_together_once_a_second(
+    owner, conversation, scripted_llm, settings, monkeypatch
+):
+    # One UPDATE per REPLY_DRAFT_SAVE_SECONDS for every reply the server streams, not one per
+    # reply: while two replies stream, their drafts are saved in the same calls, and what a
+    # draft holds mid-stream is the start of its reply.
+    from channels.db import database_sync_to_async
+
+    from memory.models import Conversation
+
+    settings.REPLY_DRAFT_SAVE_SECONDS = 0.2
+    calls: list[dict[str, str]] = []
+    seen_mid_stream: dict[str, str] = {}
+    real_save_many = drafts.save_many
+
+    def recording(texts):
+        calls.append(dict(texts))
+        real_save_many(texts)
+        for draft in ReplyDraft.objects.filter(pk__in=list(texts)):
+            seen_mid_stream[draft.pk] = draft.text
+
+    monkeypatch.setattr(drafts, "save_many", recording)
+    words = "".join(f"w{i} " for i in range(40))
+    scripted_llm.script({"text": words, "delay": 0.03}, match="[slow]", repeat=True)
+    other = await database_sync_to_async(Conversation.objects.create)(owner=owner, title="other")
+    tabs = [await connect(owner, conversation.pk), await connect(owner, other.pk)]
+    for tab in tabs:
+        await tab.send_json_to({"type": "send", "content": "[slow] a reply please"})
+    done = [(await receive_until(tab, "reply_done"))[-1] for tab in tabs]
+    assert [d["status"] for d in done] == ["complete", "complete"]
+    reply_ids = {d["message_id"] for d in done}
+    assert any(set(call) == reply_ids for call in calls), calls  # both in one statement
+    assert len(calls) <= 2 * 40 * 0.03 / 0.2 + 2  # about one call per interval, not per reply
+    assert set(seen_mid_stream) == reply_ids
+    assert all(words.startswith(text) and text for text in seen_mid_stream.values())
+    assert not await database_sync_to_async(ReplyDraft.objects.exists)()
+    for tab in tabs:
+        await tab.disconnect()
