@@ -372,6 +372,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
         elif event["type"] == "chat.reply_done":
             self.reply_id = None
             self.busy = False
+            self.streamed = (None, [])  # the stored reply's row replaces what streamed
         known_title = event.pop("conversation_title", None)
         await self._deliver(event)
         if event["type"] == "chat.message" and not self.conversation.title:
