@@ -190,7 +190,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
         # opened may not be known yet, so there every event but tokens goes through the group
         # (a tab heard from later is sent the text so far: see chat_hello).
         self.events_to_group = not isinstance(self.channel_layer, InMemoryChannelLayer)
-        self.streamed: tuple[str | None, list[str]] = (None, [])  # the reply's text sent so far
+        self.streamed: list[str] = []  # the text of this socket's reply sent so far
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
         await self.channel_layer.group_send(self.group, {"type": "chat.hello", "origin": self.channel_name})
@@ -369,10 +369,11 @@ class ChatConsumer(AsyncWebsocketConsumer):
         await self.group_tokens.drain()
         if event["type"] == "chat.reply_started":
             self.reply_id = event["message_id"]
+            self.streamed = []
         elif event["type"] == "chat.reply_done":
             self.reply_id = None
             self.busy = False
-            self.streamed = (None, [])  # the stored reply's row replaces what streamed
+            self.streamed = []  # the stored reply's row replaces what streamed
         known_title = event.pop("conversation_title", None)
         await self._deliver(event)
         if event["type"] == "chat.message" and not self.conversation.title:
@@ -394,10 +395,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
 
     async def _send_tokens(self, event: dict[str, Any]) -> None:
         await self._relay(event, force=True)
-        reply_id, parts = self.streamed
-        if reply_id != event["message_id"]:
-            self.streamed = reply_id, parts = event["message_id"], []
-        parts.append(event["delta"])
+        self.streamed.append(event["delta"])
         # Alone on the conversation (the usual case), the group has no one else to tell; a tab
         # heard from later gets the text so far then (chat_hello).
         if self.peers:
@@ -433,13 +431,12 @@ class ChatConsumer(AsyncWebsocketConsumer):
         origin = event["origin"]
         if origin == self.channel_name:
             return
-        reply_id, parts = self.streamed
-        if not self.peers and self.reply_id is not None and reply_id == self.reply_id and parts:
+        if not self.peers and self.reply_id is not None and self.streamed:
             # Alone until now, this socket sent the reply's tokens to no one: the text so far
             # goes to the group as one token, queued (before any await) ahead of every later
             # token, so a tab that saw the reply start shows all of it, once.
             self.group_tokens.add(
-                {"type": "chat.token", "message_id": reply_id, "delta": "".join(parts),
+                {"type": "chat.token", "message_id": self.reply_id, "delta": "".join(self.streamed),
                  "origin": self.channel_name}
             )
         self.peers.add(origin)
