@@ -222,7 +222,9 @@ def index_messages(owner, messages: Sequence[Message]) -> int:
     """Extract and store the entities of `messages` (logical, visible); replaces their old
     mentions and edges, so an edited message is re-indexed by calling this again. Returns
     mentions stored."""
-    messages = [m for m in messages if not m.is_chunk and m.owner_id == owner.pk]
+    # Text that only repeats memory (offline-recall answers, quoted tool results) names
+    # nothing new: its names and ids would only echo memory back into the graph.
+    messages = [m for m in messages if not m.is_chunk and m.owner_id == owner.pk and m.is_source]
     if not messages:
         return 0
     found = {m.pk: extract_counted(m.content) for m in messages}
@@ -404,7 +406,8 @@ def rebuild(owner, *, progress=None, batch: int = 500) -> int:
         EntityEdge.objects.filter(owner_id=owner.pk).delete()
         EntityMention.objects.filter(owner_id=owner.pk).delete()
         Entity.objects.filter(owner_id=owner.pk).delete()
-    qs = Message.objects.visible_to(owner).logical().order_by("timestamp", "position")
+    Message.objects.visible_to(owner).flag_quotes()
+    qs = Message.objects.visible_to(owner).logical().sources().order_by("timestamp", "position")
     done = 0
     while True:
         rows = list(qs[done : done + batch])

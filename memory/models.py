@@ -11,11 +11,14 @@ the end of a 20,000-token message is as findable as its start.
 
 from __future__ import annotations
 
+import re
+
 from django.conf import settings
 from django.contrib.postgres.indexes import GinIndex, OpClass
 from django.contrib.postgres.search import SearchVector, SearchVectorField
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q, Value
+from django.db.models.expressions import CombinedExpression
 from django.db.models.functions import Cast
 from django.utils import timezone
 from pgvector.django import HalfVectorField, HnswIndex, VectorField
@@ -31,6 +34,40 @@ def is_system_text(metadata: dict | None) -> bool:
     searched, clustered into topics or mined for entities, so its boilerplate and the ids it
     quotes do not become memory."""
     return bool((metadata or {}).get("system_text"))
+
+
+# A reply that mostly pastes what its memory tools returned is flagged so in its metadata
+# (MessageQuerySet.flag_quotes): it repeats memory, it adds nothing to it.
+QUOTES_MEMORY = "quotes_memory"
+QUOTED_SHARE = 0.5  # of a reply's 5-word runs found in its tool results
+_SHINGLE = 5
+_SHINGLE_WORD = re.compile(r"\w+")
+
+
+def repeats_memory(metadata: dict | None) -> bool:
+    """Text that only repeats memory: Recollect's own (an offline-recall answer; older ones carry
+    only their mode) or a reply flagged as quoting its tool results. It is kept, shown and
+    searched, but it is not a source of topics, entities, facts or summaries: memory must not
+    feed on itself. MessageQuerySet.sources() is the same test in SQL."""
+    m = metadata or {}
+    return bool(m.get("system_text") or m.get("mode") == "offline_recall" or m.get(QUOTES_MEMORY))
+
+
+def _shingles(text: str) -> set[tuple[str, ...]]:
+    words = [w.lower() for w in _SHINGLE_WORD.findall(text)]
+    return {tuple(words[i : i + _SHINGLE]) for i in range(max(0, len(words) - _SHINGLE + 1))}
+
+
+def quoted_share(text: str, quoted: list[str]) -> float:
+    """The share of `text`'s 5-word runs that occur in one of the `quoted` texts (0 for a text
+    of fewer than 5 words)."""
+    own = _shingles(text)
+    if not own:
+        return 0.0
+    found: set[tuple[str, ...]] = set()
+    for source in quoted:
+        found |= own & _shingles(source)
+    return len(found) / len(own)
 
 
 class Role(models.TextChoices):
@@ -82,6 +119,38 @@ class MessageQuerySet(OwnedQuerySet):
     def pinned(self) -> MessageQuerySet:
         """Messages the person marked important: they always reach the memory index."""
         return self.filter(pinned=True)
+
+    def sources(self) -> MessageQuerySet:
+        """Messages memory may learn from: not those that only repeat it (repeats_memory), so
+        topics, labels, entities, facts and summaries are drawn from what people and models
+        said, never from Recollect quoting memory back."""
+        return self.exclude(
+            Q(metadata__contains={"system_text": True})
+            | Q(metadata__contains={"mode": "offline_recall"})
+            | Q(metadata__contains={QUOTES_MEMORY: True})
+        )
+
+    def flag_quotes(self) -> list[str]:
+        """Flag the assistant messages here that mostly paste their tool calls' results
+        (QUOTED_SHARE of their 5-word runs): they repeat memory. Returns the ids flagged now."""
+        replies = list(
+            self.filter(role=Role.ASSISTANT, is_chunk=False, tool_calls__isnull=False)
+            .sources()
+            .distinct()
+            .only("id", "content", "metadata")
+        )
+        if not replies:
+            return []
+        results: dict[str, list[str]] = {}
+        calls = ToolCall.objects.filter(message__in=[m.pk for m in replies], is_chunk=False)
+        for message_id, result in calls.values_list("message_id", "result"):
+            results.setdefault(message_id, []).append(result[:200_000])
+        flagged = [m.pk for m in replies if quoted_share(m.content, results.get(m.pk, [])) >= QUOTED_SHARE]
+        # Merged into the stored metadata in SQL: a key another writer set meanwhile stays.
+        Message.objects.filter(pk__in=flagged).update(
+            metadata=CombinedExpression(F("metadata"), "||", Value({QUOTES_MEMORY: True}, models.JSONField()))
+        )
+        return flagged
 
 
 class Message(models.Model):
@@ -172,6 +241,11 @@ class Message(models.Model):
     @property
     def logical_id(self) -> str:
         return self.chunk_parent_id if self.is_chunk else self.id
+
+    @property
+    def is_source(self) -> bool:
+        """Memory may learn from this message (see MessageQuerySet.sources)."""
+        return not repeats_memory(self.metadata)
 
     def set_pinned(self, pinned: bool) -> Message:
         """Pin or unpin; a chunk pins its whole message (the one that is returned)."""

@@ -27,7 +27,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 
 from memory import compression, summaries, threads
-from memory.models import ConversationSummary, Message, is_system_text
+from memory.models import ConversationSummary, Message
 from memory.tokens import count_tokens
 
 logger = logging.getLogger(__name__)
@@ -65,8 +65,8 @@ def invalidate(conversation_id: str, position: int) -> None:
 
 def _branch(owner, conversation_id: str, leaf_id: str | None) -> list[Message]:
     """The visible messages of the thread through `leaf_id` (default: the conversation's
-    newest message) down to its newest reply, oldest first; Recollect's own text (offline
-    recall) left out."""
+    newest message) down to its newest reply, oldest first; text that only repeats memory
+    (offline recall, replies pasting tool results) left out."""
     if leaf_id is None:
         leaf_id = (
             Message.objects.visible_to(owner).logical().filter(conversation_id=conversation_id)
@@ -82,7 +82,7 @@ def _branch(owner, conversation_id: str, leaf_id: str | None) -> list[Message]:
         .only("id", "role", "content", "timestamp", "position", "metadata")
         .order_by("position")
     )
-    return [m for m in rows if not is_system_text(m.metadata)]
+    return [m for m in rows if m.is_source]
 
 
 def _clip(text: str, limit: int) -> str:

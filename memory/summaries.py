@@ -1,7 +1,8 @@
-"""Topic summaries written by the language model, as background work.
+"""Topic summaries: extractive ones, and those written by the language model in the background.
 
-Every topic starts with an extractive summary (its sample messages' first sentences, or its
-subtopics' labels), which needs no model. When a model is configured (OPENAI_API_KEY or
+Every topic starts with an extractive summary, which needs no model: a leaf's is dated and
+made of its most telling sentences with who said them (`extractive`), a parent's is dated and
+lists its subtopics (`parent_summary`). When a model is configured (OPENAI_API_KEY or
 OPENAI_BASE_URL), the `summarize_topics` task asks SUMMARY_MODEL to rewrite the extractive
 summaries: leaves from their sample and latest messages, parents from their subtopics'
 summaries, deepest first so a parent reads its children's new summaries. The result is kept
@@ -16,11 +17,17 @@ stay, and the next run tries again.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
+from django.utils import timezone
 
+from memory import compression, labels
 from memory.models import Message, Topic, TopicMembership
 
 logger = logging.getLogger(__name__)
@@ -35,6 +42,127 @@ EXCERPT_CHARS = 500
 PROMPT_CHARS = 6000
 SUMMARY_CHARS = 1000
 GIVE_UP_AFTER = 3  # failures in a row
+
+
+# --- extractive summaries --------------------------------------------------------------------
+
+SUMMARY_WORDS_PER_MESSAGE = 6
+SUMMARY_WORDS_MIN, SUMMARY_WORDS_MAX = 30, 120
+_USED = 0.3  # what a word still counts for once a chosen sentence holds it (SumBasic)
+
+
+def period_text(start: dt.datetime | None, end: dt.datetime | None) -> str:
+    """A period as a person writes it: "8 May 2023", "8–25 May 2023", "28 May – 2 June 2023"."""
+    if start is None:
+        return ""
+    a = timezone.localtime(start) if timezone.is_aware(start) else start
+    b = timezone.localtime(end) if end is not None and timezone.is_aware(end) else (end or start)
+    if a.date() == b.date():
+        return f"{a.day} {a:%B %Y}"
+    if (a.year, a.month) == (b.year, b.month):
+        return f"{a.day}–{b.day} {b:%B %Y}"
+    if a.year == b.year:
+        return f"{a.day} {a:%B} – {b.day} {b:%B %Y}"
+    return f"{a.day} {a:%B %Y} – {b.day} {b:%B %Y}"
+
+
+def speaker_name(role: str, speaker: str | None) -> str:
+    """Who said a message: the speaker an import recorded, else "You" or "Assistant"."""
+    if isinstance(speaker, str) and speaker.strip():
+        return " ".join(speaker.split())[:60]
+    return {"user": "You", "assistant": "Assistant"}.get(role, role.title())
+
+
+@dataclass
+class Said:
+    timestamp: dt.datetime
+    who: str
+    text: str
+    closeness: float = 0.0  # the message's cosine to its topic's centroid
+
+
+@dataclass
+class _Sentence:
+    order: tuple[int, int]
+    who: str
+    text: str
+    length: int
+    content: set[str]
+    boost: float
+
+
+def extractive(said: Sequence[Said], weights: dict[str, float], *, language: str = "en",
+               budget: int | None = None) -> str:
+    """What happened in a run of messages, dated: the sentences that hold most of the words
+    that set this topic apart (`weights`, e.g. tf-idf against the owner's other topics), chosen
+    one at a time (a word counts less once a chosen sentence holds it, so they do not repeat
+    each other), up to `budget` words, in the order they were said, each after who said it:
+    "8 May 2023. Caroline: I went to a LGBTQ support group yesterday. Melanie: …"."""
+    if not said:
+        return ""
+    budget = budget or min(SUMMARY_WORDS_MAX, max(SUMMARY_WORDS_MIN, SUMMARY_WORDS_PER_MESSAGE * len(said)))
+    stop = labels.STOP_WORDS.get(language, labels.STOP_WORDS["en"])
+    top = max(weights.values(), default=0.0) or 1.0
+    weight = {w: v / top for w, v in weights.items()}
+    mean = sum(s.closeness for s in said) / len(said)
+    spread = math.sqrt(sum((s.closeness - mean) ** 2 for s in said) / len(said)) or 1.0
+    pool: list[_Sentence] = []
+    for i, s in enumerate(said):
+        z = (s.closeness - mean) / spread if s.closeness else 0.0
+        for j, (a, b) in enumerate(compression.sentence_spans(s.text[:4000])):
+            text = " ".join(s.text[a:b].split())
+            tokens = labels.TOKEN.findall(text)
+            content = {labels.word_key(t) for t in tokens if labels.content_word(t, stop)}
+            if len(tokens) < 4 or not content:
+                continue
+            # A question asks, a statement tells: what happened is mostly told.
+            boost = (0.7 if text.endswith("?") else 1.0) * (1 + 0.1 * max(-2.0, min(2.0, z)))
+            pool.append(_Sentence((i, j), s.who, text, len(tokens), content, boost))
+
+    def score(x: _Sentence) -> float:
+        return sum(weight.get(w, 0.0) for w in x.content) / math.sqrt(x.length) * x.boost
+
+    chosen: list[_Sentence] = []
+    used = 0
+    while pool and used < budget:
+        best = max(pool, key=score)
+        if score(best) <= 0 and chosen:
+            break
+        pool.remove(best)
+        if used and used + best.length > budget * 1.25:
+            continue  # too long for what is left; a shorter one may fit
+        chosen.append(best)
+        used += best.length
+        for w in best.content:
+            weight[w] = weight.get(w, 0.0) * _USED
+    if not chosen:
+        first = said[0]
+        return f"{period_text(first.timestamp, said[-1].timestamp)}. {first.who}: {_clip(first.text, 200)}"
+    chosen.sort(key=lambda x: x.order)
+    parts: list[str] = []
+    who = None
+    for x in chosen:
+        parts.append(x.text if x.who == who else f"{x.who}: {x.text}")
+        who = x.who
+    text = f"{period_text(said[0].timestamp, said[-1].timestamp)}. " + " ".join(parts)
+    return _clip(text, SUMMARY_CHARS)
+
+
+def parent_summary(topic: Topic, kids: Sequence[Topic]) -> str:
+    """A parent topic, dated: its subtopics in time order, each with when it happened."""
+    shown = [f"{k.label} ({_day(k.period_start)})" if k.period_start else k.label for k in kids[:8]]
+    more = f"; and {labels.count_of(len(kids) - 8, 'more subtopic')}" if len(kids) > 8 else ""
+    head = period_text(topic.period_start, topic.period_end)
+    return _clip(f"{head + '. ' if head else ''}{labels.count_of(len(kids), 'subtopic')}: "
+                 + "; ".join(shown) + more + ".", SUMMARY_CHARS)
+
+
+def _day(when: dt.datetime) -> str:
+    local = timezone.localtime(when) if timezone.is_aware(when) else when
+    return f"{local.day} {local:%B %Y}"
+
+
+# --- model-written summaries ------------------------------------------------------------------
 
 
 def is_configured() -> bool:
@@ -76,6 +204,7 @@ def topic_prompt(topic: Topic) -> str:
         ids = list(dict.fromkeys([*topic.sample_message_ids, *latest]))
         messages = (
             Message.objects.filter(pk__in=ids, owner_id=topic.owner_id, deleted=False)
+            .sources()
             .order_by("timestamp")
             .only("timestamp", "role", "content")
         )

@@ -31,7 +31,7 @@ from django_tasks import TaskResult, TaskResultStatus, task
 from django_tasks.signals import task_finished, task_started
 
 from memory import entities, rolling_summary, signals, store, summaries, topics
-from memory.models import Message, TaskLease, UpkeepRun, is_system_text
+from memory.models import Message, TaskLease, UpkeepRun
 
 logger = logging.getLogger(__name__)
 
@@ -63,17 +63,19 @@ def run_upkeep(owner, message_ids: Iterable[str]) -> dict[str, Any]:
     edited or deleted ones have their topics re-derived (so no deleted text stays in a label,
     summary or sample)."""
     ids = [str(i) for i in message_ids][:500]
+    # Replies that mostly paste their tool results are flagged first: like Recollect's own text
+    # (offline-recall answers) they are shown, never mined for topics or entities.
+    quoting = Message.objects.owned_by(owner).filter(pk__in=ids).flag_quotes()
     messages = list(Message.objects.owned_by(owner).logical().filter(pk__in=ids))
-    # Recollect's own text (offline-recall answers) is shown, never mined for topics or entities.
-    live = [m for m in messages if not m.deleted and not is_system_text(m.metadata)]
+    live = [m for m in messages if not m.deleted and m.is_source]
     changed = [m.pk for m in messages if m.deleted or m.edited] + [
         i for i in ids if i not in {m.pk for m in messages}
-    ]
+    ] + quoting
     mentions = entities.index_messages(owner, live)
     if changed:
         # Deleted messages left the graph when they were deleted (memory.store); this catches
         # any that did not (deleted before that was so), and prunes after forgotten ones.
-        entities.remove_mentions(owner, [m.pk for m in messages if m.deleted])
+        entities.remove_mentions(owner, [m.pk for m in messages if m.deleted or not m.is_source])
         if len(messages) < len(ids):  # some were forgotten: their mentions went with them
             entities.prune_orphans(owner)
     refreshed = topics.refresh(owner, topics.topics_mentioning(owner, changed)) if changed else {}

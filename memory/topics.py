@@ -15,6 +15,7 @@ build_topics`); between rebuilds, `assign_messages` puts new messages into the n
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import math
 import re
 from collections import Counter
@@ -28,9 +29,16 @@ from django.db.models import Count, F
 from django.utils import timezone
 from pgvector.django import CosineDistance
 
+from memory import labels, summaries
 from memory.models import Message, PeriodSummary, Topic, TopicMembership
 
+logger = logging.getLogger(__name__)
+
 LEAF_MAX = 120  # messages per leaf; a longer run is cut so a leaf stays readable with one call
+# An idle gap this long always ends a leaf: what was said on another day is another part of the
+# story, even about the same thing (the tree groups such leaves under one parent), so a leaf's
+# summary can say when it happened. Shorter gaps end a run only when the subject changes.
+BREAK = dt.timedelta(hours=3)
 # The cosine thresholds of the embedder in use (memory.embeddings.Embedder.topic_*): a new
 # message joins a leaf this close to it (join); inside a session, a message this far from the
 # run starts a new leaf (cut); across an idle gap, a run continues only if this close (merge).
@@ -42,24 +50,10 @@ def _thresholds() -> tuple[float, float, float]:
     e = get_embedder()
     join = settings.INDEX_CLUSTERING_THRESHOLD
     return (e.topic_join if join is None else join), e.topic_cut, e.topic_merge
+
+
 MIN_LEAF = 3
-
-_STOP_TEXT = """
-the and for that this with you your are was were have has had not but what when where which
-who how why all any can could would should will just about into from than then them they
-their there here been being also our out over some such more most very only other its it's
-i'm i've we're you're don't does did doing done get got make made like want need know think
-use used using one two three yes no okay ok sure thanks thank please let lets now new may
-might must much many well good great really right way also each every even still back first
-last time see say said tell told give given take going come came look looks something
-anything nothing things thing sorry hello hi hey assistant user message messages
-"""
-_STOP = set(_STOP_TEXT.split())
-_WORD = re.compile(r"[A-Za-z][A-Za-z0-9_\-]{2,30}")
-
-
-def words(text: str) -> list[str]:
-    return [w.lower() for w in _WORD.findall(text[:8000]) if w.lower() not in _STOP]
+LABEL_TEXTS = 60  # messages of a leaf read for its label (spread over the leaf)
 
 
 def parse_vector(value) -> np.ndarray | None:
@@ -94,14 +88,25 @@ def message_vectors(owner, message_ids: Iterable[str] | None = None) -> dict[str
         return {mid: unit(parse_vector(v)) for mid, v in cursor.fetchall()}
 
 
+# What a leaf keeps of each message: (id, conversation_id, timestamp, tokens, text, role, speaker).
+ROW_FIELDS = ("id", "conversation_id", "timestamp", "token_count", "content", "role", "metadata__speaker")
+
+
+def _row(m: Message) -> tuple:
+    speaker = (m.metadata or {}).get("speaker")
+    return (m.pk, m.conversation_id, m.timestamp, m.token_count, m.content[:4000], m.role, speaker)
+
+
 @dataclass
 class _Node:
-    messages: list = field(default_factory=list)  # (id, conversation_id, timestamp, tokens, text)
+    messages: list = field(default_factory=list)  # ROW_FIELDS tuples
     vectors: list = field(default_factory=list)
     children: list[_Node] = field(default_factory=list)
-    terms: Counter = field(default_factory=Counter)
+    phrases: labels.Phrases | None = None
     vec_sum: np.ndarray | None = None
     vec_n: int = 0
+    options: list[str] = field(default_factory=list)  # label candidates, best first
+    keywords: list[str] = field(default_factory=list)
 
     def add(self, row, vec) -> None:
         self.messages.append(row)
@@ -118,6 +123,12 @@ class _Node:
 
     def size(self) -> int:
         return sum(c.size() for c in self.children) if self.children else len(self.messages)
+
+    def start(self):
+        return self.children[0].start() if self.children else self.messages[0][2]
+
+    def end(self):
+        return self.children[-1].end() if self.children else self.messages[-1][2]
 
 
 def _similarity(a: np.ndarray | None, b: np.ndarray | None) -> float | None:
@@ -140,6 +151,7 @@ def segment(rows: Sequence, vectors: dict[str, np.ndarray]) -> list[_Node]:
             idle = row[2] - prev[2] > gap or row[1] != prev[1]
             cut = (
                 len(current.messages) >= LEAF_MAX
+                or row[2] - prev[2] > BREAK
                 or (idle and (sim is None or sim < merge_similarity))
                 or (sim is not None and sim < cut_similarity and len(current.messages) >= MIN_LEAF)
             )
@@ -177,13 +189,6 @@ def group_levels(nodes: list[_Node], max_children: int) -> list[_Node]:
     return nodes
 
 
-def _keywords(terms: Counter, doc_freq: Counter, n_docs: int, k: int = 8) -> list[str]:
-    scored = {
-        t: c * math.log(1 + n_docs / (1 + doc_freq.get(t, 0))) for t, c in terms.items() if c >= 1
-    }
-    return [t for t, _ in sorted(scored.items(), key=lambda kv: (-kv[1], kv[0]))[:k]]
-
-
 _SENTENCE_END = re.compile(r"[.!?](?=\s|$)")
 
 
@@ -210,22 +215,84 @@ def _leaf_samples(node: _Node, k: int = 3) -> list[str]:
     return [mid for mid, _ in ranked[:k]]
 
 
+def _spread(items: Sequence, k: int) -> list:
+    """At most k of `items`, evenly spread (a long leaf is named from all of it)."""
+    if len(items) <= k:
+        return list(items)
+    step = len(items) / k
+    return [items[int(i * step)] for i in range(k)]
+
+
+def _phrase_vectors(phrases: Iterable[str]) -> dict[str, np.ndarray]:
+    """The embedder's vectors of label candidates, in one call; none when it cannot embed (the
+    labels then rest on statistics alone)."""
+    from memory.embeddings import get_embedder
+
+    phrases = list(dict.fromkeys(phrases))
+    if not phrases:
+        return {}
+    try:
+        vectors = np.asarray(get_embedder().embed(phrases), dtype=np.float32)
+    except Exception:  # noqa: BLE001 - a label without the embedder is still a label
+        logger.exception("could not embed label candidates")
+        return {}
+    return {p: unit(v) for p, v in zip(phrases, vectors, strict=True)}
+
+
+def _describe(nodes: Sequence[_Node], doc_freq: Counter, n_docs: int) -> None:
+    """Keywords and label candidates (best first) of nodes whose children, if any, are described
+    already: a leaf's from its messages, a parent's from its children's phrases."""
+    pools = []
+    for node in nodes:
+        if node.children:
+            node.phrases = labels.merge([c.phrases for c in node.children if c.phrases is not None])
+        elif node.phrases is None:
+            node.phrases = labels.phrases_of([m[4] for m in _spread(node.messages, LABEL_TEXTS)])
+        node.keywords = node.phrases.keywords(doc_freq, n_docs)
+        pools.append(labels.candidates(node.phrases, doc_freq, n_docs))
+    vectors = _phrase_vectors(c.phrase for pool in pools for c in pool)
+    for node, pool in zip(nodes, pools, strict=True):
+        node.options = [labels.capitalised(c.phrase) for c in labels.closest(pool, vectors, node.centroid())]
+        fallback = labels.fallback_label(node.keywords)
+        if fallback != "(untitled)" and fallback not in node.options:
+            node.options.append(fallback)
+
+
+def _name_siblings(
+    nodes: Sequence[_Node], taken: Sequence[str] = (), used: set[str] | None = None
+) -> list[str]:
+    """Labels for siblings: none the same as another's or as one of `taken` (their parent's),
+    and where they can, none the same as one `used` elsewhere in the tree (added to it)."""
+    used = set() if used is None else used
+
+    def free(options: list[str], against: Iterable[str]) -> list[str]:
+        against = list(against)
+        return [o for o in options if not any(labels.same_label(o, t) for t in against)]
+
+    groups = [free(n.options, [*taken, *used]) or free(n.options, taken) or n.options for n in nodes]
+    names = labels.distinct_labels(groups, [summaries.period_text(n.start(), n.end()) for n in nodes])
+    used.update(names)
+    return names
+
+
 def rebuild(owner, *, progress=None) -> dict:
-    """Rebuild the owner's whole topic tree and period summaries from visible messages."""
+    """Rebuild the owner's whole topic tree and period summaries from the messages memory
+    learns from (Message.objects.sources(): not those that only repeat memory)."""
+    Message.objects.visible_to(owner).flag_quotes()
     rows = list(
         Message.objects.visible_to(owner)
         .logical()
+        .sources()
         .order_by("timestamp", "position")
-        .values_list("id", "conversation_id", "timestamp", "token_count", "content")
+        .values_list(*ROW_FIELDS)
     )
-    rows = [(r[0], r[1], r[2], r[3], r[4][:4000]) for r in rows]
+    rows = [(*r[:4], r[4][:4000], *r[5:]) for r in rows]
     if progress:
         progress(0)
     vectors = message_vectors(owner)
     leaves = segment(rows, vectors)
     for leaf in leaves:
-        for m in leaf.messages:
-            leaf.terms.update(set(words(m[4])))
+        leaf.phrases = labels.phrases_of([m[4] for m in _spread(leaf.messages, LABEL_TEXTS)])
         if progress:
             progress(len(leaf.messages))
     top = group_levels(leaves, settings.TOPIC_MAX_CHILDREN)
@@ -242,30 +309,33 @@ def rebuild(owner, *, progress=None) -> dict:
 def _materialise(owner, top: list[_Node], leaves: list[_Node]):
     doc_freq: Counter = Counter()
     for leaf in leaves:
-        doc_freq.update(set(leaf.terms))
+        doc_freq.update(set(leaf.phrases.words))
     n_docs = max(1, len(leaves))
+    # Bottom-up, a level at a time (a parent reads its children's phrases), each level's label
+    # candidates embedded in one call.
+    levels: list[list[_Node]] = [list(top)]
+    while any(n.children for n in levels[-1]):
+        levels.append([c for n in levels[-1] for c in n.children])
+    for level in reversed(levels):
+        _describe(level, doc_freq, n_docs)
     topics: list[Topic] = []
     memberships: list[TopicMembership] = []
 
-    def walk(node: _Node, parent: Topic | None, level: int, order: int) -> Topic:
-        if node.children:
-            node.terms = Counter()
-            for child in node.children:
-                node.terms.update(child.terms)
-        keywords = _keywords(node.terms, doc_freq, n_docs)
+    def walk(node: _Node, parent: Topic | None, level: int, order: int, label: str) -> Topic:
         centroid = node.centroid()
         topic = Topic(
             owner_id=owner.pk,
             parent=parent,
             level=level,
             order=order,
-            label=label_from(keywords, [row[4] for row in node.messages] if not node.children else ()),
-            keywords=keywords,
+            label=label[:200],
+            keywords=node.keywords,
             centroid=centroid.tolist() if centroid is not None else None,
         )
         topics.append(topic)
         if node.children:
-            kids = [walk(c, topic, level + 1, i) for i, c in enumerate(node.children)]
+            names = _name_siblings(node.children, [label], used)
+            kids = [walk(c, topic, level + 1, i, names[i]) for i, c in enumerate(node.children)]
             topic.message_count = sum(k.message_count for k in kids)
             topic.token_count = sum(k.token_count for k in kids)
             topic.period_start = kids[0].period_start
@@ -274,21 +344,14 @@ def _materialise(owner, top: list[_Node], leaves: list[_Node]):
             topic.sample_message_ids = [
                 k.sample_message_ids[0] for k in biggest[:3] if k.sample_message_ids
             ]
-            topic.summary = (
-                f"{len(kids)} subtopics: "
-                + "; ".join(k.label for k in kids[:8])
-                + (f". Largest: {biggest[0].summary}" if biggest[0].summary else "")
-            )[:1000]
+            topic.summary = summaries.parent_summary(topic, kids)
         else:
             topic.message_count = len(node.messages)
             topic.token_count = sum(m[3] for m in node.messages)
             topic.period_start = node.messages[0][2]
             topic.period_end = node.messages[-1][2]
             topic.sample_message_ids = _leaf_samples(node)
-            texts = {m[0]: m[4] for m in node.messages}
-            topic.summary = " … ".join(first_sentence(texts[i]) for i in topic.sample_message_ids)[
-                :1000
-            ]
+            topic.summary = _leaf_summary(node, doc_freq, n_docs)
             c = centroid
             vec_by_id = dict(node.vectors)
             for m in node.messages:
@@ -299,43 +362,28 @@ def _materialise(owner, top: list[_Node], leaves: list[_Node]):
                 )
         return topic
 
+    used: set[str] = set()
+    names = _name_siblings(top, (), used)
     for i, node in enumerate(top):
-        walk(node, None, 0, i)
+        walk(node, None, 0, i, names[i])
     return topics, memberships
 
 
-_TOKEN = re.compile(r"[A-Za-z][A-Za-z0-9'’\-]*")
-
-
-def label_from(keywords: Sequence[str], texts: Sequence[str] = ()) -> str:
-    """A 2-5 word name for a topic, extractive: the phrase of its messages that
-    holds the most of its keywords (the best-ranked weighing most), as written there; without
-    texts, or when no phrase holds two keywords, its two best keywords ("Tulips and roses")."""
-    weight = {k: 1 / (1 + i) for i, k in enumerate(keywords[:8])}
-    best: tuple[float, int, str] | None = None
-    for text in list(texts)[:40]:
-        tokens = _TOKEN.findall(text[:3000])
-        lowered = [t.lower() for t in tokens]
-        for n in range(2, 6):
-            for i in range(len(tokens) - n + 1):
-                window = lowered[i : i + n]
-                if window[0] in _STOP or window[-1] in _STOP:
-                    continue
-                found = {w for w in window if w in weight}
-                if len(found) < 2:
-                    continue
-                score = sum(weight[w] for w in found)
-                phrase = " ".join(tokens[i : i + n])
-                key = (score, -n, phrase)
-                if best is None or key[:2] > best[:2]:
-                    best = key
-    if best is not None:
-        phrase = best[2]
-        return phrase[0].upper() + phrase[1:]
-    if not keywords:
-        return "(untitled)"
-    first = keywords[0][0].upper() + keywords[0][1:]
-    return f"{first} and {keywords[1]}" if len(keywords) > 1 else first
+def _leaf_summary(node: _Node, doc_freq: Counter, n_docs: int) -> str:
+    """What happened in a leaf, dated: its most telling sentences, who said them, in order."""
+    c = node.centroid()
+    vec_by_id = dict(node.vectors)
+    said = [
+        summaries.Said(
+            timestamp=m[2],
+            who=summaries.speaker_name(m[5], m[6]),
+            text=m[4],
+            closeness=float(np.dot(vec_by_id[m[0]], c)) if c is not None and m[0] in vec_by_id else 0.0,
+        )
+        for m in node.messages
+    ]
+    weights = dict(labels.ranked_words(node.phrases.words, doc_freq, n_docs))
+    return summaries.extractive(said, weights, language=node.phrases.language)
 
 
 def layout(owner) -> None:
@@ -379,6 +427,7 @@ def assign_messages(owner, message_ids: Sequence[str]) -> dict:
     messages = list(
         Message.objects.visible_to(owner)
         .logical()
+        .sources()
         .filter(pk__in=[m for m in message_ids if m not in existing])
         .order_by("timestamp", "position")
     )
@@ -419,7 +468,7 @@ def assign_messages(owner, message_ids: Sequence[str]) -> dict:
             created += 1
         else:
             joined += 1
-        _join(target, message, vec)
+        _join(owner, target, message, vec)
         touched.add(target.pk)
     if touched:
         # New messages do not make a model-written summary of a parent wrong; edits and deletes
@@ -458,7 +507,7 @@ def _new_leaf(owner, latest: Topic | None) -> Topic:
     )
 
 
-def _join(topic: Topic, message: Message, vec: np.ndarray | None) -> None:
+def _join(owner, topic: Topic, message: Message, vec: np.ndarray | None) -> None:
     n = topic.message_count
     if vec is not None:
         old = parse_vector(topic.centroid) if topic.centroid is not None else None
@@ -469,10 +518,6 @@ def _join(topic: Topic, message: Message, vec: np.ndarray | None) -> None:
     topic.period_end = max(filter(None, [topic.period_end, message.timestamp]))
     if len(topic.sample_message_ids) < 3:
         topic.sample_message_ids = [*topic.sample_message_ids, message.pk]
-    if not topic.summary or topic.label == "(new topic)":
-        topic.keywords = [w for w, _ in Counter(words(message.content)).most_common(8)]
-        topic.label = label_from(topic.keywords, [message.content])
-        topic.summary = first_sentence(message.content)
     topic.save()
     TopicMembership.objects.get_or_create(
         owner_id=topic.owner_id,
@@ -482,10 +527,86 @@ def _join(topic: Topic, message: Message, vec: np.ndarray | None) -> None:
             "score": float(np.dot(vec, parse_vector(topic.centroid))) if vec is not None else 0.0
         },
     )
+    # Named again as it grows (at 1, 2, 4, 8, ... messages): often enough to follow what it
+    # became, seldom enough that upkeep stays cheap. A model-written name and summary stay.
+    if _doubled(n, n + 1) and topic.summary_source != "llm":
+        _redescribe(owner, topic)
+
+
+def _doubled(before: int, after: int) -> bool:
+    """A count went past a power of two (1, 2, 4, 8, ...)."""
+    return after > 0 and (before <= 0 or int(math.log2(after)) > int(math.log2(before)))
+
+
+def _leaf_doc_freq(owner, exclude: str | None = None) -> tuple[Counter, int]:
+    """How many of the owner's leaves have each keyword (what sets a topic's words apart)."""
+    doc_freq: Counter = Counter()
+    n = 0
+    for kws in leaves_qs(owner).exclude(pk=exclude).values_list("keywords", flat=True):
+        doc_freq.update(set(kws))
+        n += 1
+    return doc_freq, max(1, n + 1)
+
+
+def _sibling_labels(topic: Topic) -> list[str]:
+    siblings = Topic.objects.filter(owner_id=topic.owner_id, parent_id=topic.parent_id).exclude(pk=topic.pk)
+    taken = list(siblings.values_list("label", flat=True))
+    if topic.parent_id:
+        taken += list(Topic.objects.filter(pk=topic.parent_id).values_list("label", flat=True))
+    return [t for t in taken if t not in ("(new topic)", "(group)")]
+
+
+def _redescribe(
+    owner, topic: Topic, members: Sequence[Message] | None = None, node: _Node | None = None
+) -> None:
+    """Name a leaf again from its members (the messages memory learns from), distinct from its
+    siblings, with new keywords and an extractive summary."""
+    if node is None:
+        if members is None:
+            members = list(
+                Message.objects.visible_to(owner).sources()
+                .filter(topic_memberships__topic=topic)
+                .order_by("timestamp", "position")
+            )
+        vectors = message_vectors(owner, [m.pk for m in members])
+        node = _Node()
+        for m in members:
+            node.add(_row(m), vectors.get(m.pk))
+    if not node.messages:
+        return
+    doc_freq, n_docs = _leaf_doc_freq(owner, exclude=topic.pk)
+    _describe([node], doc_freq, n_docs)
+    _name(topic, node.options, node.keywords)
+    topic.summary = _leaf_summary(node, doc_freq, n_docs)
+    topic.summary_source = "extractive"
+    topic.save(update_fields=["label", "keywords", "summary", "summary_source", "updated_at"])
+
+
+def _name(topic: Topic, options: list[str], keywords: list[str]) -> None:
+    topic.keywords = keywords
+    taken = _sibling_labels(topic)
+    [topic.label] = labels.distinct_labels(
+        [[o for o in options if not any(labels.same_label(o, t) for t in taken)]
+         or options or [labels.fallback_label(keywords)]],
+        [summaries.period_text(topic.period_start, topic.period_end)],
+    )
+    topic.label = topic.label[:200]
+
+
+def _parent_phrases(owner, kids: Sequence[Topic]) -> labels.Phrases:
+    """A parent's phrases, from its children's sample messages (a few each)."""
+    ids = [i for k in kids for i in k.sample_message_ids[:3]]
+    texts = list(
+        Message.objects.visible_to(owner).sources().filter(pk__in=ids).values_list("content", flat=True)
+    )
+    return labels.phrases_of(texts)
 
 
 def _refresh_ancestors(owner, topic_ids: Iterable[str], *, rewrite_summaries: bool = True) -> None:
-    """Recompute counts, periods and centroids of the ancestors of these topics, bottom-up."""
+    """Recompute counts, periods and centroids of the ancestors of these topics, bottom-up.
+    rewrite_summaries (after an edit or delete): every name and summary is derived again, so no
+    removed text stays in them; otherwise (new messages) a parent is named again when its size
+    passes a power of two, and a model-written name and summary stay."""
     parents = set(
         Topic.objects.owned_by(owner)
         .filter(pk__in=list(topic_ids))
@@ -499,6 +620,7 @@ def _refresh_ancestors(owner, topic_ids: Iterable[str], *, rewrite_summaries: bo
             if not kids:
                 parent.delete()
                 continue
+            before = parent.message_count
             parent.message_count = sum(k.message_count for k in kids)
             parent.token_count = sum(k.token_count for k in kids)
             starts = [k.period_start for k in kids if k.period_start]
@@ -509,21 +631,24 @@ def _refresh_ancestors(owner, topic_ids: Iterable[str], *, rewrite_summaries: bo
                 parse_vector(k.centroid) * k.message_count for k in kids if k.centroid is not None
             ]
             parent.centroid = unit(np.sum(vecs, axis=0)).tolist() if vecs else None
-            terms: Counter = Counter()
-            for k in kids:
-                for i, w in enumerate(k.keywords):
-                    terms[w] += k.message_count / (1 + i)
-            parent.keywords = [w for w, _ in terms.most_common(8)]
-            parent.label = label_from(parent.keywords)
-            if rewrite_summaries or parent.summary_source != "llm":
-                parent.summary = (f"{len(kids)} subtopics: " + "; ".join(k.label for k in kids[:8]))[
-                    :1000
-                ]
-                parent.summary_source = "extractive"
             biggest = sorted(kids, key=lambda k: -k.message_count)
             parent.sample_message_ids = [
                 k.sample_message_ids[0] for k in biggest[:3] if k.sample_message_ids
             ]
+            keep = parent.summary_source == "llm" and not rewrite_summaries
+            if not keep:
+                parent.summary = summaries.parent_summary(parent, kids)
+                parent.summary_source = "extractive"
+            if not keep and (
+                rewrite_summaries or parent.label == "(group)" or _doubled(before, parent.message_count)
+            ):
+                node = _Node(phrases=_parent_phrases(owner, kids))
+                node.vec_sum, node.vec_n = (np.asarray(parent.centroid), 1) if parent.centroid else (None, 0)
+                doc_freq, n_docs = _leaf_doc_freq(owner)
+                _describe([node], doc_freq, n_docs)
+                kid_labels = [k.label for k in kids]
+                options = [o for o in node.options if not any(labels.same_label(o, k) for k in kid_labels)]
+                _name(parent, options or node.options, node.keywords)
             parent.save()
             if parent.parent_id:
                 next_parents.add(parent.parent_id)
@@ -582,10 +707,12 @@ def refresh(owner, topic_ids: Iterable[str]) -> dict:
     for topic in Topic.objects.owned_by(owner).filter(pk__in=topic_ids, children__isnull=True):
         members = list(
             Message.objects.visible_to(owner)
+            .sources()
             .filter(topic_memberships__topic=topic)
             .order_by("timestamp", "position")
         )
-        TopicMembership.objects.filter(topic=topic, message__deleted=True).delete()
+        # Deleted members go, and so do members found to only repeat memory since they joined.
+        TopicMembership.objects.filter(topic=topic).exclude(message__in=members).delete()
         if not members:
             parent_id = topic.parent_id
             topic.delete()
@@ -601,29 +728,15 @@ def refresh(owner, topic_ids: Iterable[str]) -> dict:
         vectors = message_vectors(owner, [m.pk for m in members])
         node = _Node()
         for m in members:
-            node.add(
-                (m.pk, m.conversation_id, m.timestamp, m.token_count, m.content[:4000]),
-                vectors.get(m.pk),
-            )
-            node.terms.update(set(words(m.content)))
-        doc_freq = Counter()
-        for other in leaves_qs(owner).exclude(pk=topic.pk).values_list("keywords", flat=True):
-            doc_freq.update(set(other))
-        n_docs = max(1, leaves_qs(owner).count())
-        topic.keywords = _keywords(node.terms, doc_freq, n_docs)
-        topic.label = label_from(topic.keywords, [m.content for m in members[-40:]])
+            node.add(_row(m), vectors.get(m.pk))
         c = node.centroid()
         topic.centroid = c.tolist() if c is not None else None
         topic.message_count = len(members)
         topic.token_count = sum(m.token_count for m in members)
         topic.period_start, topic.period_end = members[0].timestamp, members[-1].timestamp
         topic.sample_message_ids = _leaf_samples(node)
-        texts = {m.pk: m.content for m in members}
-        topic.summary = " … ".join(first_sentence(texts[i]) for i in topic.sample_message_ids)[
-            :1000
-        ]
-        topic.summary_source = "extractive"
         topic.save()
+        _redescribe(owner, topic, node=node)
         _refresh_ancestors(owner, [topic.pk])
         refreshed += 1
     return {"refreshed": refreshed, "removed": removed}
@@ -697,7 +810,7 @@ def update_period_summaries(owner, now: dt.datetime | None = None) -> list[Perio
         top_topics = [
             {"id": t["topic_id"], "label": t["topic__label"], "count": t["n"]} for t in top
         ]
-        summary = f"{count} messages" + (
+        summary = labels.count_of(count, "message") + (
             ": mostly " + "; ".join(f"{t['label']} ({t['count']})" for t in top_topics[:3])
             if top_topics
             else ""

@@ -212,6 +212,29 @@ def scratch_database(name: str, *, keep: bool) -> Iterator[None]:
         test_settings["NAME"] = old_test_name
 
 
+def import_history_as_user(dataset_id: str, history: Path, stderr):
+    """Import one history as user eval-<id>, embedded and with its entity graph, as a person's
+    imported memory would be; returns the user. Progress and notes go to `stderr`."""
+    username = f"eval-{dataset_id}"
+    stderr.write(f"{dataset_id}: importing {history.name} as user {username}")
+    call_command("import_history", str(history), user=username, stdout=stderr, stderr=stderr)
+    user = get_user_model().objects.get(username=username)
+    # The import embeds inline; this catches up what it left (a kept database made with
+    # another embedding model, an import cut short).
+    embedder = get_embedder()
+    pending = Passage.objects.owned_by(user).filter(
+        Q(embedding__isnull=True) | ~Q(embedding_model=embedder.name)
+    ).count()
+    if pending:
+        with Progress(pending, f"embed {dataset_id}") as bar:
+            embed_pending(user, progress=bar.update)
+    # The entity graph, as upkeep builds it after a person's turns (an import queues none).
+    if not Entity.objects.owned_by(user).exists():
+        entities.rebuild(user)
+        graph.upkeep(user)
+    return user
+
+
 class Command(BaseCommand):
     help = ("Turn recall@1/5/10/25 of hybrid search, BM25, keyword-only and vector-only search on "
             "conversation datasets, in a scratch database.")
@@ -284,26 +307,7 @@ class Command(BaseCommand):
             }))
 
     def _import(self, dataset: Dataset):
-        """Import one history as user eval-<id>, embedded; returns the user."""
-        username = f"eval-{dataset.id}"
-        self.stderr.write(f"{dataset.id}: {len(dataset.turns):,} turns as user {username}")
-        call_command("import_history", str(dataset.history), user=username,
-                     stdout=self.stderr, stderr=self.stderr)
-        user = get_user_model().objects.get(username=username)
-        # The import embeds inline; this catches up what it left (a kept database made with
-        # another embedding model, an import cut short).
-        embedder = get_embedder()
-        pending = Passage.objects.owned_by(user).filter(
-            Q(embedding__isnull=True) | ~Q(embedding_model=embedder.name)
-        ).count()
-        if pending:
-            with Progress(pending, f"embed {dataset.id}") as bar:
-                embed_pending(user, progress=bar.update)
-        # The entity graph, as upkeep builds it after a person's turns (an import queues none).
-        if not Entity.objects.owned_by(user).exists():
-            entities.rebuild(user)
-            graph.upkeep(user)
-        return user
+        return import_history_as_user(dataset.id, dataset.history, self.stderr)
 
     def _run_queries(self, datasets: list[Dataset], users: dict):
         """Every query through every method: (per method, (category, recall at KS) per query;
