@@ -305,10 +305,13 @@ def merge(parts: Sequence[Phrases]) -> Phrases:
 
 
 def _stem(word: str) -> str:
-    """A crude singular, only to tell "dog" and "dogs" apart as the same label word."""
-    for end in ("ies", "es", "s"):
-        if word.endswith(end) and len(word) > len(end) + 2:
-            return word[: -len(end)] + ("y" if end == "ies" else "")
+    """A crude singular, only to tell "rose" and "roses" apart as the same label word."""
+    if word.endswith("ies") and len(word) > 4:
+        return word[:-3] + "y"
+    if word.endswith(("sses", "xes", "zes", "ches", "shes")):
+        return word[:-2]
+    if word.endswith("s") and not word.endswith(("ss", "us", "is")) and len(word) > 3:
+        return word[:-1]
     return word
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -33,11 +34,15 @@ from memory.models import Message, Topic, TopicMembership
 logger = logging.getLogger(__name__)
 
 SYSTEM = (
-    "You write the summary of one topic in a person's long-term chat memory. Use only the "
-    "excerpts given. Write two or three plain sentences, at most 70 words, saying what the "
-    "topic is about and the concrete facts, names, numbers and decisions in it. No preamble, "
-    "no bullet points, no speculation."
+    "You name and summarize one topic in a person's long-term chat memory. Use only the "
+    "excerpts given, and write in their language. First line: \"Name: \" and a title of 2 to 5 "
+    "words, as a person would title it (no ids, no dates). Second line: \"Summary: \" and two "
+    "or three plain sentences, at most 70 words, saying when it happened (the dates given), who "
+    "took part, and what happened: the concrete facts, names, numbers and decisions. No "
+    "preamble, no bullet points, no speculation."
 )
+_NAME = re.compile(r"^\W*(?:name|title)\W*:", re.IGNORECASE)
+_SUMMARY = re.compile(r"\bsummary\W*:\s*", re.IGNORECASE)
 EXCERPT_CHARS = 500
 PROMPT_CHARS = 6000
 SUMMARY_CHARS = 1000
@@ -206,10 +211,14 @@ def topic_prompt(topic: Topic) -> str:
             Message.objects.filter(pk__in=ids, owner_id=topic.owner_id, deleted=False)
             .sources()
             .order_by("timestamp")
-            .only("timestamp", "role", "content")
+            .only("timestamp", "role", "content", "metadata")
         )
-        lines.append(f"{topic.message_count} messages; excerpts:")
-        lines += [f"- [{m.timestamp:%Y-%m-%d}] {m.role}: {_clip(m.content, EXCERPT_CHARS)}" for m in messages]
+        lines.append(f"{labels.count_of(topic.message_count, 'message')}; excerpts:")
+        lines += [
+            f"- [{m.timestamp:%Y-%m-%d}] {speaker_name(m.role, (m.metadata or {}).get('speaker'))}: "
+            f"{_clip(m.content, EXCERPT_CHARS)}"
+            for m in messages
+        ]
     return "\n".join(lines)[:PROMPT_CHARS]
 
 
@@ -220,8 +229,39 @@ def write_summary(client, topic: Topic) -> str:
         max_tokens=200,
         temperature=0.2,
     )
-    text = (response.choices[0].message.content or "").strip() if response.choices else ""
-    return _clip(text, SUMMARY_CHARS)
+    # Whole: its first line may be the topic's name (see `named`).
+    text = (response.choices[0].message.content or "") if response.choices else ""
+    return text.strip()[: SUMMARY_CHARS * 2]
+
+
+def named(text: str) -> tuple[str | None, str]:
+    """(name, summary) of a model's answer: "Name: …" then "Summary: …"; an answer without a
+    name is all summary."""
+    text = text.strip()
+    name = _NAME.match(text)
+    if name is None:
+        return None, text
+    body = text[name.end():]
+    marker = _SUMMARY.search(body)
+    if marker is None:  # a name line, then the summary
+        first, _, rest = body.strip().partition("\n")
+        return first.strip(" \"'*.“”"), rest.strip()
+    return body[: marker.start()].strip(" \"'*.“”\n"), body[marker.end():].strip()
+
+
+def acceptable_name(name: str | None, siblings: Sequence[str]) -> str | None:
+    """The model's name for a topic, if it is one a person would write: 2-5 words, no id or
+    word of Recollect's own, not a sibling's."""
+    if not name:
+        return None
+    words = labels.TOKEN.findall(name)
+    if not 2 <= len(words) <= 5 or len(name) > 80:
+        return None
+    if any(labels.is_id_like(w) or w.lower() in labels.SYSTEM_WORDS for w in words):
+        return None
+    if any(labels.same_label(name, s) for s in siblings):
+        return None
+    return labels.capitalised(name)
 
 
 def summarize_topics(owner, limit: int | None = None) -> dict[str, Any]:
@@ -247,12 +287,18 @@ def summarize_topics(owner, limit: int | None = None) -> dict[str, Any]:
                 break
             continue
         in_a_row = 0
+        name, summary = named(summary)
         if not summary:
             failed += 1
             continue
+        siblings = list(
+            Topic.objects.filter(owner_id=topic.owner_id, parent_id=topic.parent_id)
+            .exclude(pk=topic.pk).values_list("label", flat=True)
+        )
+        label = acceptable_name(name, siblings) or topic.label
         # Only if the topic is as the model read it (an edit or delete may have re-derived it).
         done += Topic.objects.filter(
             pk=topic.pk, updated_at=topic.updated_at, summary_source="extractive"
-        ).update(summary=summary, summary_source="llm")
+        ).update(summary=_clip(summary, SUMMARY_CHARS), summary_source="llm", label=label[:200])
     remaining = Topic.objects.owned_by(owner).filter(summary_source="extractive", message_count__gt=0).count()
     return {"summarized": done, "failed": failed, "remaining": remaining}

@@ -118,3 +118,83 @@ def test_build_topics_can_have_every_summary_written_with_progress(
     out = capsys.readouterr()
     assert "summaries written" in out.out and "summaries" in out.err + out.out
     assert not Topic.objects.owned_by(owner).exclude(summary_source="llm").exists()
+
+
+def test_the_model_names_the_topic_when_its_name_is_one_a_person_would_write(
+    owner, conversation, scripted_llm  # noqa: F811
+):
+    _, leaf = _garden_topic(owner, conversation)
+    scripted_llm.script(
+        {"text": "Name: Spring garden planting\nSummary: On 3 May the tulips and roses were planted."},
+        match=PROMPT, repeat=True,
+    )
+    summaries.summarize_topics(owner)
+    leaf.refresh_from_db()
+    assert leaf.label == "Spring garden planting"
+    assert leaf.summary == "On 3 May the tulips and roses were planted." and leaf.summary_source == "llm"
+    prompt = scripted_llm.requests[0]["messages"][0]["content"]
+    assert "Name:" in prompt and "when it happened" in prompt
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["Ticket m88dk6dhp09gb6vfxy0g4kha", "Garden", "A very long name of far too many words", "Offline recall"],
+)
+def test_a_model_name_with_an_id_a_system_word_or_the_wrong_length_is_not_taken(
+    owner, conversation, scripted_llm, name  # noqa: F811
+):
+    _, leaf = _garden_topic(owner, conversation)
+    before = leaf.label
+    scripted_llm.script({"text": f"Name: {name}\nSummary: Tulips and roses."}, match=PROMPT, repeat=True)
+    summaries.summarize_topics(owner)
+    leaf.refresh_from_db()
+    assert leaf.label == before and leaf.summary == "Tulips and roses."
+
+
+def test_an_extractive_summary_is_dated_and_says_who_said_what():
+    import datetime as dt
+
+    day = dt.datetime(2023, 5, 8, 13, 56, tzinfo=dt.UTC)
+    said = [
+        summaries.Said(day, "Caroline", "Hey Mel! Good to see you!"),
+        summaries.Said(day, "Melanie", "Hi! I'm swamped with the kids and work."),
+        summaries.Said(day, "Caroline", "I went to an LGBTQ support group yesterday and it was so powerful."),
+        summaries.Said(day, "Melanie", "I painted a lake sunrise last year; painting helps me relax."),
+    ]
+    weights = {"lgbtq": 3.0, "support": 2.0, "group": 2.0, "painted": 2.0, "lake": 2.5, "sunrise": 2.5}
+    text = summaries.extractive(said, weights, budget=30)
+    assert text.startswith("8 May 2023. ")
+    assert "Caroline: I went to an LGBTQ support group" in text
+    assert "Melanie: I painted a lake sunrise" in text
+    assert "Good to see you" not in text  # says nothing that happened
+    assert text.index("LGBTQ") < text.index("sunrise")  # in the order it was said
+
+
+def test_periods_read_as_a_person_writes_them():
+    import datetime as dt
+
+    d = dt.datetime
+    assert summaries.period_text(d(2023, 5, 8, 10), d(2023, 5, 8, 12)) == "8 May 2023"
+    assert summaries.period_text(d(2023, 5, 8), d(2023, 5, 25)) == "8–25 May 2023"
+    assert summaries.period_text(d(2023, 5, 28), d(2023, 6, 2)) == "28 May – 2 June 2023"
+    assert summaries.period_text(d(2022, 12, 28), d(2023, 1, 2)) == "28 December 2022 – 2 January 2023"
+
+
+def test_a_leaf_summary_is_dated_and_a_parents_lists_its_dated_subtopics(owner, conversation, settings):
+    import datetime as dt
+
+    from django.utils import timezone
+
+    settings.TOPIC_MAX_CHILDREN = 2
+    start = timezone.now() - dt.timedelta(days=20)
+    for day in range(3):
+        add_turns(owner, conversation, GARDEN, start=start + dt.timedelta(days=day))
+    topics.rebuild(owner)
+    for leaf in Topic.objects.owned_by(owner).filter(children__isnull=True):
+        assert leaf.summary.startswith(summaries.period_text(leaf.period_start, leaf.period_end) + ". ")
+        assert "You: " in leaf.summary or "Assistant: " in leaf.summary
+    parent = Topic.objects.owned_by(owner).exclude(children__isnull=True).first()
+    kids = list(parent.children.order_by("order"))
+    assert parent.summary.startswith(summaries.period_text(parent.period_start, parent.period_end))
+    assert f"{len(kids)} subtopics: " in parent.summary
+    assert all(k.label in parent.summary for k in kids)
