@@ -65,7 +65,8 @@ def test_it_prints_a_table_and_a_sample_and_drops_its_scratch_database(run):
 def test_rouge_counts_shared_words_and_the_longest_common_subsequence():
     reference = tokens("Ana adopted a greyhound called Pepper")
     recall, precision = 2 / 6, 2 / 3  # "pepper" and "greyhound" of 6 and of 3 words
-    assert rouge_1(tokens("Pepper the greyhound"), reference) == (recall, 2 * recall * precision / (recall + precision))
+    f1 = 2 * recall * precision / (recall + precision)
+    assert rouge_1(tokens("Pepper the greyhound"), reference) == (recall, f1)
     assert lcs_length(tokens("a b c d"), tokens("a x c d")) == 3
     recall, f1 = rouge_l(tokens("Ana a greyhound"), reference)
     assert recall == pytest.approx(3 / 6) and f1 == pytest.approx(2 * 0.5 * 1.0 / 1.5)
