@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 
 import pytest
 from django.utils import timezone
@@ -210,3 +211,47 @@ def test_first_sentence_of_a_long_text_without_a_full_stop_is_cut_quickly():
     assert topics.first_sentence(text) == "a" * 159 + "…"
     # The whole-text regex took minutes here (quadratic); a linear pass takes milliseconds.
     assert time.perf_counter() - started < 1.0
+
+
+# Text that fed topics and entities at 6c3f2cf: offline-recall answers (older ones carry only
+# their mode), and people pasting message ids and commit hashes into what they say.
+ECHOED_ID = "m88dk6dhp09gb6vfxy0g4kha"
+OLD_OFFLINE = (
+    "**Offline recall** · no language model is configured, so this answer is what memory search "
+    f"found for your message.\n\nNothing in memory matches it yet.\n- user · {ECHOED_ID}: “kayak trip”"
+)
+ID_LIKE = re.compile(r"(?=\w*\d)(?=\w*[^\W\d_])\w{5,}")  # a word of both digits and letters
+
+
+def test_ids_and_system_words_never_name_a_topic_or_an_entity(owner, conversation):
+    from memory import entities
+    from memory.models import Entity, EntityMention, Message
+
+    start = timezone.now() - dt.timedelta(days=2)
+    said = [
+        f"Kayak trip on the river Tarn, see {ECHOED_ID}",
+        OLD_OFFLINE,
+        f"The kayak rental in Millau, ticket {ECHOED_ID} and commit 3f9c2ab7e1",
+        OLD_OFFLINE,
+        f"Book the kayak rental for the river Tarn trip, ref {ECHOED_ID} x7k9q2",
+        OLD_OFFLINE,
+    ]
+    stored = add_turns(owner, conversation, said, start=start)
+    offline = [m.pk for m in stored[1::2]]
+    Message.objects.filter(pk__in=offline).update(metadata={"mode": "offline_recall"})
+    entities.rebuild(owner)
+    topics.rebuild(owner)
+    assert not TopicMembership.objects.filter(message_id__in=offline).exists()
+    assert not EntityMention.objects.filter(message_id__in=offline).exists()
+    named = " ".join(
+        f"{t.label} {' '.join(t.keywords)} {t.summary}" for t in Topic.objects.owned_by(owner)
+    )
+    names = " ".join(Entity.objects.filter(owner_id=owner.pk).values_list("name", flat=True))
+    for text in (named, names):
+        words = {w.lower() for w in re.findall(r"\w+", text)}
+        assert not words & {"configured", "offline", "matches", "recall"}, text
+    labels_and_keywords = " ".join(
+        f"{t.label} {' '.join(t.keywords)}" for t in Topic.objects.owned_by(owner)
+    )
+    assert not ID_LIKE.findall(labels_and_keywords + " " + names), labels_and_keywords
+    assert "kayak" in labels_and_keywords.lower()
