@@ -11,6 +11,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 
 @dataclass(frozen=True)
 class Bar:
@@ -127,17 +129,50 @@ class Circle:
     label_y: float = 0.0
 
 
-# Topic labels are drawn at 10px (`.topic-map text` in explorer.css). Their width is estimated
-# generously, so a label near an edge is moved far enough in to be whole.
-LABEL_FONT_PX = 10.0
-LABEL_CHAR_WIDTH = 0.68 * LABEL_FONT_PX
-LABEL_MAX_CHARS = 22
-LABEL_MARGIN = 3.0
+# Topic labels are drawn at 11px in DejaVu Sans or Verdana (`.topic-map text` in explorer.css):
+# wide fonts, so widths estimated from theirs (in em, below) are generous for any narrower
+# fallback, and labels placed apart here stay apart on screen.
+LABEL_FONT_PX = 11.0
+LABEL_HEIGHT = 1.25 * LABEL_FONT_PX  # the text's box: ascent and descent, with a little air
+LABEL_MAX_CHARS = 26
+LABEL_MARGIN = 3.0  # kept between a label and the map's edge
+LABEL_GAP = 2.0  # kept between two labels
+_EM = {
+    **dict.fromkeys("ijlI|!.,:;'’ ", 0.33),
+    **dict.fromkeys("frt-()[]/", 0.43),
+    **dict.fromkeys("mwMW…—", 1.0),
+    **dict.fromkeys("ABCDGHKNOQRUVXYZ&%@", 0.8),
+}
+_EM_LOWER = 0.64  # other lower-case letters, digits and most accented ones
+_EM_UPPER = 0.72
 
 
-def _label_text(label: str) -> str:
+def label_width(text: str) -> float:
+    """The drawn width of `text` in the map's units, estimated on the wide side."""
+    em = 0.0
+    for ch in text:
+        if ch in _EM:
+            em += _EM[ch]
+        elif ord(ch) > 0x2E7F:  # CJK and other full-width scripts
+            em += 1.0
+        else:
+            em += _EM_UPPER if ch.isupper() else _EM_LOWER
+    return em * LABEL_FONT_PX
+
+
+def label_texts(label: str) -> list[str]:
+    """`label` as it may be drawn, longest first: whole, then cut after fewer and fewer words
+    (never mid-word, unless a single word is too long)."""
     flat = " ".join(str(label or "").split())
-    return flat if len(flat) <= LABEL_MAX_CHARS else flat[: LABEL_MAX_CHARS - 1] + "…"
+    words = flat.split(" ")
+    out = [flat] if len(flat) <= LABEL_MAX_CHARS else []
+    for n in range(len(words) - 1, 0, -1):
+        cut = " ".join(words[:n]).rstrip(",;:-–") + "…"
+        if len(cut) <= LABEL_MAX_CHARS:
+            out.append(cut)
+    if not out:
+        out.append(flat[: LABEL_MAX_CHARS - 1] + "…")
+    return out
 
 
 def _inside(centre: float, half: float, size: float) -> float:
@@ -153,53 +188,143 @@ class TopicMap:
     circles: list[Circle]
 
 
+def _spread_apart(xy: np.ndarray, r: np.ndarray, width: int, height: int, rounds: int = 80) -> None:
+    """Push overlapping circles apart (in place), kept inside the map: nearby topics stay near,
+    none hides another. A bounded number of rounds (the page must stay quick): a crowded map
+    may keep small overlaps, never a circle's centre under another circle."""
+    x, y = xy[:, 0].copy(), xy[:, 1].copy()
+    need = r[:, None] + r[None, :] + 2
+    np.fill_diagonal(need, 0)
+    for _ in range(rounds):
+        dx, dy = x[:, None] - x[None, :], y[:, None] - y[None, :]
+        dist = np.maximum(np.sqrt(dx * dx + dy * dy), 1e-6)
+        push = np.clip(need - dist, 0, None) / (2 * dist)
+        if not push.any():
+            break
+        x += (dx * push).sum(axis=1)
+        y += (dy * push).sum(axis=1)
+        np.clip(x, r + 1, np.maximum(r + 1, width - r - 1), out=x)
+        np.clip(y, r + 1, np.maximum(r + 1, height - r - 1), out=y)
+    xy[:, 0], xy[:, 1] = x, y
+
+
+def _box(x: float, y: float, w: float) -> tuple[float, float, float, float]:
+    return (x - w / 2, y - LABEL_HEIGHT / 2, x + w / 2, y + LABEL_HEIGHT / 2)
+
+
+def _boxes_meet(a: tuple, b: tuple) -> bool:
+    g = LABEL_GAP
+    return a[0] < b[2] + g and b[0] < a[2] + g and a[1] < b[3] + g and b[1] < a[3] + g
+
+
+def _covers(box: tuple, cx: float, cy: float, r: float) -> bool:
+    nearest_x, nearest_y = min(max(cx, box[0]), box[2]), min(max(cy, box[1]), box[3])
+    return math.hypot(cx - nearest_x, cy - nearest_y) < r
+
+
+def place_labels(
+    circles: Sequence[tuple[float, float, float, str]], width: int, height: int
+) -> list[tuple[str, float, float] | None]:
+    """Where each circle's label (cx, cy, r, label) is drawn, as (text, x, y), or None when it
+    has no room: the biggest circles first, each label in its circle or beside it, shortened
+    word by word when whole it would touch a label already placed, and over another circle only
+    when nowhere else is free. No two labels overlap; each stays inside the map."""
+    placed: list[tuple] = []
+    out: list[tuple[str, float, float] | None] = [None] * len(circles)
+    for i in sorted(range(len(circles)), key=lambda k: -circles[k][2]):
+        out[i] = _place_one(i, circles, placed, width, height)
+    return out
+
+
+def _place_one(i, circles, placed, width, height) -> tuple[str, float, float] | None:
+    cx, cy, r, label = circles[i]
+    for text in label_texts(label):
+        w = label_width(text)
+        spots = [
+            (cx, cy),
+            (cx, cy - r - LABEL_HEIGHT / 2 - 1),
+            (cx, cy + r + LABEL_HEIGHT / 2 + 1),
+            (cx + r + 3 + w / 2, cy),
+            (cx - r - 3 - w / 2, cy),
+        ]
+        for own_room in (True, False):
+            for x, y in spots:
+                x, y = _inside(x, w / 2, width), _inside(y, LABEL_HEIGHT / 2, height)
+                box = _box(x, y, w)
+                if any(_boxes_meet(box, other) for other in placed):
+                    continue
+                if own_room and any(
+                    _covers(box, ox, oy, orad) for j, (ox, oy, orad, _) in enumerate(circles) if j != i
+                ):
+                    continue
+                placed.append(box)
+                return text, x, y
+    return None
+
+
 def topic_map(
     items: Sequence[tuple[str, int, str, float | None, float | None]],
     *,
     width: int = 760,
     height: int = 380,
-    max_labels: int = 24,
+    max_labels: int = 40,
 ) -> TopicMap:
-    """Circles for (label, message_count, href, map_x, map_y), sized by count (area ~ count).
+    """Circles for (label, message_count, href, map_x, map_y), sized by count (area ~ count),
+    pushed apart where they would overlap, and labelled (the biggest `max_labels` at most)
+    where their labels do not overlap (place_labels).
 
     Items with a 2-D layout (map_x/map_y from the topic centroids) are scaled into the box;
     items without one are placed on a golden-angle spiral so the map is never empty.
     """
+    if not items:
+        return TopicMap(width=width, height=height, circles=[])
     r_min, r_max = 5.0, 42.0
     pad = r_max + 4
-    peak = max((c for _, c, _, _, _ in items), default=0) or 1
+    peak = max(c for _, c, _, _, _ in items) or 1
     xs = [x for *_, x, y in items if x is not None and y is not None]
     ys = [y for *_, x, y in items if x is not None and y is not None]
     have_layout = len(xs) == len(items) and len(items) > 1 and (max(xs) - min(xs) or max(ys) - min(ys))
-    labelled = {i for i, _ in sorted(enumerate(items), key=lambda p: -p[1][1])[:max_labels]}
-    circles = []
+    radii = np.array([r_min + (r_max - r_min) * math.sqrt(max(c, 0) / peak) for _, c, _, _, _ in items])
+    # Circles may fill 30% of the map at most, or they could not all be set apart.
+    radii *= min(1.0, math.sqrt(0.3 * width * height / float((math.pi * radii**2).sum())))
     if have_layout:
         min_x, min_y = min(xs), min(ys)
         span_x = (max(xs) - min_x) or 1.0
         span_y = (max(ys) - min_y) or 1.0
-    for i, (label, count, href, mx, my) in enumerate(items):
-        r = r_min + (r_max - r_min) * math.sqrt(max(count, 0) / peak)
-        if have_layout:
-            cx = pad + (width - 2 * pad) * ((mx - min_x) / span_x)
-            cy = pad + (height - 2 * pad) * ((my - min_y) / span_y)
-        else:
-            angle = i * 2.399963  # golden angle
-            dist = math.sqrt((i + 0.5) / max(1, len(items)))
-            cx = width / 2 + math.cos(angle) * dist * (width / 2 - pad)
-            cy = height / 2 + math.sin(angle) * dist * (height / 2 - pad)
-        text = _label_text(label)
+        xy = np.array([[(mx - min_x) / span_x, (my - min_y) / span_y] for *_, mx, my in items])
+        xy = pad + xy * [width - 2 * pad, height - 2 * pad]
+    else:
+        n = len(items)
+        xy = np.array(
+            [[width / 2 + math.cos(i * 2.399963) * math.sqrt((i + 0.5) / n) * (width / 2 - pad),
+              height / 2 + math.sin(i * 2.399963) * math.sqrt((i + 0.5) / n) * (height / 2 - pad)]
+             for i in range(n)]
+        )
+    # Topics at the very same spot are parted along the golden angle, then pushed apart.
+    xy += np.array([[math.cos(i * 2.399963), math.sin(i * 2.399963)] for i in range(len(items))]) * 0.01
+    _spread_apart(xy, radii, width, height)
+    labelled = set(sorted(range(len(items)), key=lambda k: -items[k][1])[:max_labels])
+    spots = place_labels(
+        [(float(xy[i, 0]), float(xy[i, 1]), float(radii[i]), items[i][0]) for i in sorted(labelled)],
+        width,
+        height,
+    )
+    where = dict(zip(sorted(labelled), spots, strict=True))
+    circles = []
+    for i, (label, count, href, _, _) in enumerate(items):
+        spot = where.get(i)
         circles.append(
             Circle(
-                cx=round(cx, 1),
-                cy=round(cy, 1),
-                r=round(r, 1),
+                cx=round(float(xy[i, 0]), 1),
+                cy=round(float(xy[i, 1]), 1),
+                r=round(float(radii[i]), 1),
                 label=label,
                 value=int(count),
                 href=href,
-                label_visible=i in labelled,
-                label_text=text,
-                label_x=_inside(cx, len(text) * LABEL_CHAR_WIDTH / 2, width),
-                label_y=_inside(cy, LABEL_FONT_PX / 2, height),
+                label_visible=spot is not None,
+                label_text=spot[0] if spot else "",
+                label_x=spot[1] if spot else 0.0,
+                label_y=spot[2] if spot else 0.0,
             )
         )
     # Big circles first so small ones stay clickable on top.

@@ -36,7 +36,7 @@ from explorer.filters import (
     day_start,
     parse_filters,
 )
-from memory import semantic_cache, store, topic_tree
+from memory import semantic_cache, store, summaries, topic_tree
 from memory.errors import MemoryStoreError
 from memory.models import (
     ContextSnapshot,
@@ -336,6 +336,33 @@ def _sparklines(
     return {t.pk: charts.sparkline([round(x) for x in values.get(t.pk, empty)]) for t in topics}
 
 
+SUBTOPICS_SHOWN = 6
+
+
+def _topic_rows(user, topics: list[Topic], sparks: dict[str, charts.Sparkline]) -> list[dict[str, Any]]:
+    """What a topic's row shows besides its label: when (as a person writes it), its activity,
+    and its first subtopics by name, so the list reads as the tree it is."""
+    kids: dict[str, list[Topic]] = {t.pk: [] for t in topics}
+    for kid in (
+        Topic.objects.owned_by(user)
+        .filter(parent_id__in=list(kids))
+        .order_by("order", "period_start", "id")
+        .only("id", "parent_id", "label")
+    ):
+        kids[kid.parent_id].append(kid)
+    return [
+        {
+            "topic": t,
+            "spark": sparks.get(t.pk),
+            "period": summaries.period_text(t.period_start, t.period_end),
+            "subtopics": kids[t.pk][:SUBTOPICS_SHOWN],
+            "more_subtopics": max(0, len(kids[t.pk]) - SUBTOPICS_SHOWN),
+            "subtopic_count": len(kids[t.pk]),
+        }
+        for t in topics
+    ]
+
+
 @login_required
 @require_GET
 @vary_on_headers("HX-Request")
@@ -360,7 +387,7 @@ def topics(request: HttpRequest) -> HttpResponse:
     page = _page(request, qs)
     span = _time_range(user)
     sparks = _sparklines(user, list(page.object_list), span)
-    rows = [{"topic": t, "spark": sparks.get(t.pk)} for t in page.object_list]
+    rows = _topic_rows(user, list(page.object_list), sparks)
     map_topics = list(
         Topic.objects.owned_by(user)
         .filter(level=level)
@@ -403,8 +430,9 @@ def topic_detail(request: HttpRequest, topic_id: str) -> HttpResponse:
         "topic": topic,
         "ancestors": topic_tree.ancestors(user, topic),
         "children_page": children_page,
-        "children": [{"topic": c, "spark": sparks.get(c.pk)} for c in children_page.object_list],
+        "children": _topic_rows(user, list(children_page.object_list), sparks),
         "spark": sparks.get(topic.pk),
+        "period": summaries.period_text(topic.period_start, topic.period_end),
         "messages_page": messages_page,
     }
     return _render(request, "explorer/topic.html", "topic-messages", context)

@@ -68,7 +68,7 @@ def explorer_pages(m) -> dict[str, tuple[str, str]]:
     return {
         "overview": (reverse("explorer:overview"), "The next turn would use the"),
         "topics": (reverse("explorer:topics"), "Map of level 0"),
-        "topic": (reverse("explorer:topic", args=[m.root.pk]), "Sub-topics"),
+        "topic": (reverse("explorer:topic", args=[m.root.pk]), "Subtopics"),
         "timeline": (reverse("explorer:timeline"), "Messages per day"),
         "message": (reverse("explorer:message", args=[m.answer.pk]), "Edit history"),
         "tool-calls": (reverse("explorer:tool_calls"), "search_memory"),
@@ -106,35 +106,53 @@ def test_click_into_a_topic_from_the_map_and_the_list(page, mem_live):
     shot(page, "topic-leaf")
 
 
-def test_topic_map_labels_stay_inside_the_map(page, owner):
-    # Long labels on big circles at the map's four corners and edges.
-    corners = [(0.0, 0.0), (1.0, 0.0), (0.0, 1.0), (1.0, 1.0), (0.0, 0.5), (1.0, 0.5), (0.5, 0.0), (0.5, 1.0)]
-    for i, (x, y) in enumerate(corners):
+def map_labels(page, owner, topics: list[tuple[str, int, float, float]]) -> dict:
+    """Open the map of `topics` (label, message count, map_x, map_y) at level 0; the map's size
+    and each drawn label's box as the browser lays it out (its text, full label, edges)."""
+    for i, (label, count, x, y) in enumerate(topics):
         Topic.objects.create(
-            owner=owner,
-            level=0,
-            order=i,
-            label=f"WWW Monitoring dashboards and alerts {i}",
-            message_count=50,
-            map_x=x,
-            map_y=y,
+            owner=owner, level=0, order=i, label=label, message_count=count, map_x=x, map_y=y
         )
     page.goto(page.base + reverse("explorer:topics"))
-    boxes = page.evaluate(
+    return page.evaluate(
         """() => {
           const svg = document.querySelector('svg.topic-map');
           const [, , w, h] = svg.getAttribute('viewBox').split(' ').map(Number);
-          return [...svg.querySelectorAll('text')].map(t => {
+          return {w, h, boxes: [...svg.querySelectorAll('text')].map(t => {
             const b = t.getBBox();
-            return {label: t.textContent, left: b.x, top: b.y,
-                    right: w - b.x - b.width, bottom: h - b.y - b.height};
-          });
+            return {text: t.textContent, full: t.dataset.label, x: b.x, y: b.y, r: b.x + b.width,
+                    b: b.y + b.height};
+          })};
         }"""
     )
+
+
+def test_topic_map_labels_stay_inside_the_map(page, owner):
+    # Long labels on big circles at the map's four corners and edges.
+    corners = [(0.0, 0.0), (1.0, 0.0), (0.0, 1.0), (1.0, 1.0), (0.0, 0.5), (1.0, 0.5), (0.5, 0.0), (0.5, 1.0)]
+    labels = [(f"WWW Monitoring dashboards and alerts {i}", 50, x, y) for i, (x, y) in enumerate(corners)]
+    drawn = map_labels(page, owner, labels)
     shot(page, "topic-map-edges")
-    assert len(boxes) == len(corners)
-    for box in boxes:
-        assert min(box["left"], box["top"], box["right"], box["bottom"]) >= 0, box
+    assert len(drawn["boxes"]) == len(corners)
+    for box in drawn["boxes"]:
+        assert box["x"] >= 0 and box["y"] >= 0 and box["r"] <= drawn["w"] and box["b"] <= drawn["h"], box
+
+
+def test_topic_map_labels_never_overlap_as_drawn(page, owner):
+    # Thirty topics with long labels crowded into one corner of the layout, ten more on a line.
+    party = "Planning the garden party number {} with friends"
+    crowded = [(party.format(i), 40 - i, 0.001 * i, 0.0) for i in range(30)]
+    line = [(f"Kayak trip {i}", 5, i / 9, 1.0) for i in range(10)]
+    drawn = map_labels(page, owner, crowded + line)
+    shot(page, "topic-map-crowded")
+    boxes = drawn["boxes"]
+    assert len(boxes) >= 12, boxes
+    for i, a in enumerate(boxes):
+        assert a["x"] >= 0 and a["y"] >= 0 and a["r"] <= drawn["w"] and a["b"] <= drawn["h"], a
+        assert a["text"] == a["full"] or a["full"].startswith(a["text"].removesuffix("…")), a
+        for b in boxes[i + 1 :]:
+            apart = a["r"] <= b["x"] or b["r"] <= a["x"] or a["b"] <= b["y"] or b["b"] <= a["y"]
+            assert apart, (a, b)
 
 
 def test_click_a_timeline_bar_to_list_that_days_messages(page, mem_live):

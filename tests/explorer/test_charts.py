@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import math
+
 from explorer import charts
 from explorer.views import diff_segments
 
@@ -41,3 +43,54 @@ def test_diff_segments_mark_words():
     assert ("del", "USER") in segs and ("ins", "ROLE") in segs
     long_a = "line\n" * 20000
     assert diff_segments(long_a, long_a + "more\n")[-1] == ("ins", "more\n")
+
+
+def _crowded_map():
+    # Forty topics with long labels, most of them at nearly the same spot of the layout.
+    items = [
+        (f"Planning the garden party number {i} with friends", 40 - i, f"/t{i}", 0.5 + i * 0.001, 0.5)
+        for i in range(30)
+    ] + [(f"Kayak trip {i}", 5, f"/k{i}", i / 9, 1.0) for i in range(10)]
+    return items, charts.topic_map(items)
+
+
+def test_topic_map_labels_never_overlap_and_stay_inside_the_map():
+    _, crowded = _crowded_map()
+    shown = [c for c in crowded.circles if c.label_visible]
+    assert len(shown) >= 10
+    boxes = []
+    for c in shown:
+        w = charts.label_width(c.label_text)
+        box = (c.label_x - w / 2, c.label_y - charts.LABEL_HEIGHT / 2, c.label_x + w / 2,
+               c.label_y + charts.LABEL_HEIGHT / 2)
+        assert box[0] >= 0 and box[1] >= 0 and box[2] <= crowded.width and box[3] <= crowded.height
+        boxes.append(box)
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1 :]:
+            assert a[2] <= b[0] or b[2] <= a[0] or a[3] <= b[1] or b[3] <= a[1], (a, b)
+
+
+def test_crowded_labels_are_shortened_after_a_whole_word_and_circles_are_set_apart():
+    items, crowded = _crowded_map()
+    shortened = [c for c in crowded.circles if c.label_visible and c.label_text != c.label]
+    assert shortened
+    for c in shortened:
+        assert c.label_text.endswith("…")
+        kept = c.label_text[:-1].split(" ")
+        assert kept == c.label.split(" ")[: len(kept)], c.label_text  # whole words only
+    circles = crowded.circles
+    for i, a in enumerate(circles):
+        for b in circles[i + 1 :]:
+            assert math.hypot(a.cx - b.cx, a.cy - b.cy) >= a.r + b.r, (a.label, b.label)
+    assert len(circles) == len(items)
+
+
+def test_a_label_is_cut_only_where_a_word_ends():
+    assert charts.label_texts("Garden roses") == ["Garden roses", "Garden…"]
+    assert charts.label_texts("Planning the garden party with all our friends") == [
+        "Planning the garden party…",
+        "Planning the garden…",
+        "Planning the…",
+        "Planning…",
+    ]
+    assert charts.label_texts("Supercalifragilisticexpialidocious-ness")[0].endswith("…")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.urls import reverse
 from django.utils import timezone
@@ -59,9 +61,31 @@ def test_topics_lists_the_level_with_sparklines_and_a_clickable_map(owner_client
     assert "Password rotation" in level1 and "Storytelling" not in level1
 
 
+def test_topic_counts_read_1_message_and_2_messages_on_the_map_the_list_and_a_topic(owner_client, mem):
+    one = re.compile(r"(?<![\d,])1 (message|subtopic)s\b")
+    topics_page = html(owner_client.get(reverse("explorer:topics")))
+    assert "Storytelling (1 message)" in topics_page  # the map's circle, for a screen reader too
+    assert "1 message ·" in topics_page or "1 message<" in topics_page  # the list's row
+    assert "3 messages · 1 subtopic ·" in topics_page
+    root_page = html(owner_client.get(reverse("explorer:topic", args=[mem.root.pk])))
+    assert "3 messages · 1 subtopic ·" in root_page
+    for page in (topics_page, root_page):
+        assert not one.search(page), one.search(page)
+
+
+def test_the_topic_list_reads_as_a_tree_with_dates_a_person_writes(owner_client, mem):
+    page = html(owner_client.get(reverse("explorer:topics")))
+    # A parent's row names its subtopics, each a link, and says when in words.
+    listed = page[page.index('id="topic-list"') :]
+    row = listed[listed.index(">Databases<") : listed.index(">Storytelling<")]
+    assert reverse("explorer:topic", args=[mem.leaf.pk]) in row and "Password rotation" in row
+    assert mem.root.period_start.strftime("%B %Y") in row
+    assert not re.search(r"\d{4}-\d{2}-\d{2} →", page)
+
+
 def test_topic_page_lists_sub_topics_and_the_messages_below_it(owner_client, mem):
     page = html(owner_client.get(reverse("explorer:topic", args=[mem.root.pk])))
-    assert "Sub-topics" in page and "Password rotation" in page
+    assert "Subtopics" in page and "Password rotation" in page
     assert reverse("explorer:message", args=[mem.question.pk]) in page
     assert reverse("explorer:message", args=[mem.answer.pk]) in page
     assert reverse("explorer:message", args=[mem.long.pk]) not in page
