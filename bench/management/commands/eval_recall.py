@@ -97,35 +97,40 @@ def read_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
                     raise CommandError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
 
 
-def load_datasets(folders: list[str], limit_queries: int | None = None) -> list[Dataset]:
-    """Every `<id>.history.jsonl` with its `<id>.queries.jsonl` in the folders; the first
-    `limit_queries` queries of each."""
-    datasets: dict[str, Dataset] = {}
+def history_files(folders: list[str]) -> Iterator[tuple[str, Path]]:
+    """(id, path) of every `<id>.history.jsonl` in the folders; a folder without one is an error."""
     for folder in folders:
         histories = sorted(Path(folder).glob("*.history.jsonl"))
         if not histories:
             raise CommandError(f"{folder}: no <id>.history.jsonl files")
         for history in histories:
-            cid = history.name.removesuffix(".history.jsonl")
-            if cid in datasets:
-                raise CommandError(f"{history}: {cid!r} is already in {datasets[cid].history.parent}")
-            turns = {}
-            for lineno, turn in read_jsonl(history):
-                if not turn.get("external_id"):
-                    raise CommandError(f"{history}:{lineno}: a turn without external_id can't be scored")
-                turns[str(turn["external_id"])] = turn.get("content") or ""
-            queries_file = history.with_name(f"{cid}.queries.jsonl")
-            if not queries_file.is_file():
-                raise CommandError(f"{history}: no {queries_file.name} beside it")
-            queries = []
-            for lineno, query in read_jsonl(queries_file):
-                expected = query.get("expected")
-                if not isinstance(query.get("query"), str) or not expected or not isinstance(expected, list):
-                    raise CommandError(f'{queries_file}:{lineno}: needs "query" and a list "expected"')
-                if unknown := [e for e in expected if str(e) not in turns]:
-                    raise CommandError(f"{queries_file}:{lineno}: no turn {unknown[0]!r} in {history.name}")
-                queries.append({**query, "expected": list(dict.fromkeys(map(str, expected)))})
-            datasets[cid] = Dataset(cid, history, turns, queries[:limit_queries])
+            yield history.name.removesuffix(".history.jsonl"), history
+
+
+def load_datasets(folders: list[str], limit_queries: int | None = None) -> list[Dataset]:
+    """Every `<id>.history.jsonl` with its `<id>.queries.jsonl` in the folders; the first
+    `limit_queries` queries of each."""
+    datasets: dict[str, Dataset] = {}
+    for cid, history in history_files(folders):
+        if cid in datasets:
+            raise CommandError(f"{history}: {cid!r} is already in {datasets[cid].history.parent}")
+        turns = {}
+        for lineno, turn in read_jsonl(history):
+            if not turn.get("external_id"):
+                raise CommandError(f"{history}:{lineno}: a turn without external_id can't be scored")
+            turns[str(turn["external_id"])] = turn.get("content") or ""
+        queries_file = history.with_name(f"{cid}.queries.jsonl")
+        if not queries_file.is_file():
+            raise CommandError(f"{history}: no {queries_file.name} beside it")
+        queries = []
+        for lineno, query in read_jsonl(queries_file):
+            expected = query.get("expected")
+            if not isinstance(query.get("query"), str) or not expected or not isinstance(expected, list):
+                raise CommandError(f'{queries_file}:{lineno}: needs "query" and a list "expected"')
+            if unknown := [e for e in expected if str(e) not in turns]:
+                raise CommandError(f"{queries_file}:{lineno}: no turn {unknown[0]!r} in {history.name}")
+            queries.append({**query, "expected": list(dict.fromkeys(map(str, expected)))})
+        datasets[cid] = Dataset(cid, history, turns, queries[:limit_queries])
     return list(datasets.values())
 
 

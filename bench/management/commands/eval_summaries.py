@@ -27,6 +27,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from bench.management.commands.eval_recall import (
     DEFAULT_DATASET,
+    history_files,
     import_history_as_user,
     read_jsonl,
     scratch_database,
@@ -58,38 +59,33 @@ class Conversation:
 def load(folders: list[str]) -> list[Conversation]:
     """Every `<id>.history.jsonl` that has a `<id>.sessions.jsonl` beside it, cut into sessions."""
     found: dict[str, Conversation] = {}
-    for folder in folders:
-        histories = sorted(Path(folder).glob("*.history.jsonl"))
-        if not histories:
-            raise CommandError(f"{folder}: no <id>.history.jsonl files")
-        for history in histories:
-            cid = history.name.removesuffix(".history.jsonl")
-            sessions_file = history.with_name(f"{cid}.sessions.jsonl")
-            if not sessions_file.is_file():
-                continue
-            if cid in found:
-                raise CommandError(f"{history}: {cid!r} is already in {found[cid].history.parent}")
-            turns = [(str(t.get("external_id") or ""), t.get("content") or "")
-                     for _, t in read_jsonl(history)]
-            order = {tid: i for i, (tid, _) in enumerate(turns) if tid}
-            rows = []
-            for lineno, row in read_jsonl(sessions_file):
-                if not isinstance(row.get("summary"), str) or str(row.get("first_turn")) not in order:
-                    raise CommandError(
-                        f'{sessions_file}:{lineno}: needs "summary" and a "first_turn" of {history.name}'
-                    )
-                rows.append(row)
-            rows.sort(key=lambda r: order[str(r["first_turn"])])
-            sessions = []
-            for i, row in enumerate(rows):
-                start = order[str(row["first_turn"])]
-                end = order[str(rows[i + 1]["first_turn"])] if i + 1 < len(rows) else len(turns)
-                part = turns[start:end]
-                sessions.append(
-                    Session(int(row.get("session") or i + 1), str(row.get("date") or ""), row["summary"],
-                            [t for t, _ in part], [c for _, c in part])
+    for cid, history in history_files(folders):
+        sessions_file = history.with_name(f"{cid}.sessions.jsonl")
+        if not sessions_file.is_file():
+            continue
+        if cid in found:
+            raise CommandError(f"{history}: {cid!r} is already in {found[cid].history.parent}")
+        turns = [(str(t.get("external_id") or ""), t.get("content") or "")
+                 for _, t in read_jsonl(history)]
+        order = {tid: i for i, (tid, _) in enumerate(turns) if tid}
+        rows = []
+        for lineno, row in read_jsonl(sessions_file):
+            if not isinstance(row.get("summary"), str) or str(row.get("first_turn")) not in order:
+                raise CommandError(
+                    f'{sessions_file}:{lineno}: needs "summary" and a "first_turn" of {history.name}'
                 )
-            found[cid] = Conversation(cid, history, sessions)
+            rows.append(row)
+        rows.sort(key=lambda r: order[str(r["first_turn"])])
+        sessions = []
+        for i, row in enumerate(rows):
+            start = order[str(row["first_turn"])]
+            end = order[str(rows[i + 1]["first_turn"])] if i + 1 < len(rows) else len(turns)
+            part = turns[start:end]
+            sessions.append(
+                Session(int(row.get("session") or i + 1), str(row.get("date") or ""), row["summary"],
+                        [t for t, _ in part], [c for _, c in part])
+            )
+        found[cid] = Conversation(cid, history, sessions)
     if not found:
         raise CommandError("no <id>.history.jsonl with a <id>.sessions.jsonl beside it")
     return list(found.values())
