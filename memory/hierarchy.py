@@ -28,6 +28,7 @@ from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Left
 from django.utils import timezone
 
+from memory.labels import count_of
 from memory.models import Message, Topic
 from memory.tokens import count_tokens, snip
 from memory.topics import first_sentence
@@ -319,7 +320,7 @@ def write_levels(
     for level in (Level.ARCHIVE, Level.META):
         topics = rows.topics.get(level, [])
         lines = [
-            f'  - topic {t.pk} "{t.label}" ({t.message_count:,} messages {_period(t)}): '
+            f'  - topic {t.pk} "{t.label}" ({count_of(t.message_count, "message")} {_period(t)}): '
             f"{snip(t.summary, 200)}"
             for t in topics
         ]

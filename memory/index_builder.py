@@ -38,6 +38,7 @@ from pgvector.django import CosineDistance
 
 from memory import entities, hierarchy, rolling_summary, sessions
 from memory.embeddings import query_text
+from memory.labels import count_of
 from memory.models import ContextSnapshot, Message, PeriodSummary, Topic
 from memory.search import SearchFilters, SearchHit, in_worker, search
 from memory.tokens import count_tokens
@@ -630,9 +631,10 @@ def _recent_header(
     plan: ContextPlan, writer: _Writer, left_out: list[Message], included: list[str]
 ) -> None:
     if plan.recent:
-        writer.add(
-            f"Recent Conversation: the last {len(plan.recent)} messages follow as chat history."
+        last = "the last message follows" if len(plan.recent) == 1 else (
+            f"the last {len(plan.recent)} messages follow"
         )
+        writer.add(f"Recent Conversation: {last} as chat history.")
     for m in left_out:
         if writer.add(
             f"- {m.pk} [{_day(m.timestamp)}] {m.role} (earlier in this conversation): "
@@ -763,7 +765,7 @@ def _cluster_block(
 ) -> bool:
     start = _day(topic.period_start) if topic.period_start else "?"
     end = _day(topic.period_end) if topic.period_end else "?"
-    if not writer.add(f'Cluster: "{topic.label}" ({topic.message_count} messages)'):
+    if not writer.add(f'Cluster: "{topic.label}" ({count_of(topic.message_count, "message")})'):
         return False
     writer.add(f"Period: {start} to {end}")
     if topic.summary:
@@ -853,7 +855,7 @@ def _hierarchical(
     for key, label in labels.items():
         p = periods.get(key)
         if p is not None:
-            line = f"  {label}: {p.message_count:,} messages"
+            line = f"  {label}: {count_of(p.message_count, 'message')}"
             if p.top_topics:
                 line += " — " + "; ".join(f"{t['label']} ({t['count']})" for t in p.top_topics[:3])
             writer.add(line)
@@ -868,7 +870,7 @@ def _hierarchical(
                 if t.period_start and t.period_end
                 else ""
             )
-            writer.add(f'  "{t.label}": {t.message_count:,} messages {period} [topic {t.pk}]')
+            writer.add(f'  "{t.label}": {count_of(t.message_count, "message")} {period} [topic {t.pk}]')
     _entities_and_best_matches(owner, plan, writer, hits, included, deadline)
     # No top-level topic means no topic tree at all: nothing to rank.
     topics = _relevant_topics(owner, query_vector, hits, limit=4) if top else []

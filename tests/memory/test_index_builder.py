@@ -190,3 +190,20 @@ def test_topics_smaller_than_index_min_cluster_size_are_not_shown_as_clusters(ow
     assert "Cluster:" in prepare_context(owner, conversation, "garden tomatoes").text
     settings.INDEX_MIN_CLUSTER_SIZE = biggest + 1
     assert "Cluster:" not in prepare_context(owner, conversation, "garden tomatoes").text
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("strategy", ["clusters", "hierarchical"])
+def test_topic_and_period_counts_the_model_reads_say_1_message(owner, conversation, settings, strategy):
+    import re
+
+    from memory import topics
+
+    add_turns(owner, conversation, ["we planted tomatoes and basil in the garden"])
+    topics.rebuild(owner)
+    topics.update_period_summaries(owner)
+    settings.INDEX_STRATEGY = strategy
+    settings.INDEX_MIN_CLUSTER_SIZE = 1
+    text = prepare_context(owner, conversation, "garden tomatoes").text
+    assert re.search(r"(?<![\d,])1 message\b", text), text
+    assert not re.search(r"(?<![\d,])1 messages\b", text), text
