@@ -73,6 +73,12 @@ def test_topic_counts_read_1_message_and_2_messages_on_the_map_the_list_and_a_to
         assert not one.search(page), one.search(page)
 
 
+def test_a_topics_timeline_says_1_message_on_a_day_of_one(owner_client, mem):
+    page = html(owner_client.get(reverse("explorer:timeline") + f"?topic={mem.other_root.pk}"))
+    assert re.search(r'aria-label="[^"]*: 1 message"', page), page
+    assert not re.search(r"(?<![\d,])1 messages\b", page)
+
+
 def test_the_topic_list_reads_as_a_tree_with_dates_a_person_writes(owner_client, mem):
     page = html(owner_client.get(reverse("explorer:topics")))
     # A parent's row names its subtopics, each a link, and says when in words.
