@@ -58,11 +58,16 @@ def _owner(owner_id: int):
     return get_user_model().objects.get(pk=owner_id)
 
 
+# One upkeep run takes at most this many messages (one transaction stays small); an import that
+# stores thousands at once is queued as several runs (queue_upkeep), so none is left out.
+UPKEEP_BATCH = 500
+
+
 def run_upkeep(owner, message_ids: Iterable[str]) -> dict[str, Any]:
     """Synchronous upkeep for these messages: new ones join topics and get their entities;
     edited or deleted ones have their topics re-derived (so no deleted text stays in a label,
     summary or sample)."""
-    ids = [str(i) for i in message_ids][:500]
+    ids = [str(i) for i in message_ids][:UPKEEP_BATCH]
     # Replies that mostly paste their tool results are flagged first: like Recollect's own text
     # (offline-recall answers) they are shown, never mined for topics or entities.
     quoting = Message.objects.owned_by(owner).filter(pk__in=ids).flag_quotes()
@@ -400,7 +405,8 @@ def queue_upkeep(owner_id: int, message_ids: Iterable[str]) -> bool:
     ids = [str(i) for i in message_ids if i]
     if not ids:
         return False
-    topic_upkeep.enqueue(int(owner_id), ids)
+    for start in range(0, len(ids), UPKEEP_BATCH):
+        topic_upkeep.enqueue(int(owner_id), ids[start : start + UPKEEP_BATCH])
     return True
 
 

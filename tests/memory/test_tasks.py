@@ -20,6 +20,18 @@ def test_queued_upkeep_puts_messages_in_topics_and_records_the_run(
     assert run.ok and run.finished_at and run.detail["messages"] == 2
 
 
+def test_an_import_of_more_messages_than_one_run_takes_gets_them_all_into_topics(
+    owner, conversation, immediate_tasks, monkeypatch
+):
+    from memory import tasks
+
+    monkeypatch.setattr(tasks, "UPKEEP_BATCH", 3)  # 500 in production: an import stores thousands
+    msgs = add_turns(owner, conversation, [f"note {i} about the garden roses" for i in range(7)])
+    assert queue_upkeep(owner.pk, [m.pk for m in msgs]) is True
+    assert TopicMembership.objects.owned_by(owner).count() == 7
+    assert UpkeepRun.objects.owned_by(owner).filter(kind="topic_upkeep").count() == 3
+
+
 def test_queue_upkeep_never_fails_its_caller(owner, immediate_tasks):
     assert queue_upkeep(owner.pk, []) is False
     assert queue_upkeep("not a number", ["x"]) is False
