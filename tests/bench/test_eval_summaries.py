@@ -21,6 +21,7 @@ from bench.management.commands.eval_summaries import (
     load,
     rouge_1,
     rouge_l,
+    shared_labels,
     tokens,
 )
 
@@ -50,6 +51,7 @@ def test_it_scores_every_session_against_its_written_summary_beside_the_lead(run
     # Dated summaries of what was said score above the session's opening lines.
     assert results["rouge"]["topics"]["rouge1_f1"] > results["rouge"]["lead"]["rouge1_f1"]
     assert results["labels"] >= 2 and results["junk_labels"] == 0 and results["junk_share"] == 0
+    assert results["keywords"] >= 2 and results["junk_keywords"] == 0 and results["shared_labels"] == 0
 
 
 def test_it_prints_a_table_and_a_sample_and_drops_its_scratch_database(run):
@@ -58,6 +60,8 @@ def test_it_prints_a_table_and_a_sample_and_drops_its_scratch_database(run):
     assert any(line.startswith("topics ") for line in table.splitlines())
     assert any(line.startswith("lead ") for line in table.splitlines())
     assert "labels with an id, a number-letter code or a system word: 0 of" in table
+    assert "keywords with an id, a number-letter code or a system word: 0 of" in table
+    assert "labels a sibling topic also has: 0 of" in table
     assert "written: On 2 March 2024 Ana told Ben" in table and "topics:  2 March 2024. " in table
     assert SCRATCH not in run["databases"]
 
@@ -82,6 +86,12 @@ def test_a_label_with_an_id_a_code_or_a_system_word_is_junk():
     assert junk_label("Matches it yet offline")
     assert junk_label("Query Mi perro se llama")
     assert not junk_label("Greyhound called Pepper")
+
+
+def test_siblings_sharing_a_labels_words_are_counted_and_cousins_are_not():
+    tree = [(None, "Garden roses", []), (None, "Roses garden", []), (None, "Kayak trip", []),
+            ("a", "Kayak trip", []), ("a", "Garden roses, June 2023", [])]
+    assert shared_labels(tree) == 2
 
 
 def test_a_sessions_file_naming_an_unknown_turn_is_refused(tmp_path):

@@ -12,7 +12,8 @@ builds them, and for every session:
 
 Both are scored against the written summary with ROUGE-1 and ROUGE-L (recall and F1, on
 lowercased words, no stemming), averaged over the sessions. Also printed: the share of topic
-labels that contain an id, a number-letter code or a word of Recollect's own texts (goal 0).
+labels and of keywords that contain an id, a number-letter code or a word of Recollect's own
+texts (goal 0), and how many labels a sibling topic shares (goal 0).
 """
 
 from __future__ import annotations
@@ -153,6 +154,19 @@ def junk_label(label: str) -> bool:
     return any(labels.is_id_like(w) or w.lower() in labels.SYSTEM_WORDS for w in words)
 
 
+def shared_labels(tree: list[tuple]) -> int:
+    """How many of the (parent_id, label, ...) topics have a sibling whose label has the same
+    content words (labels.label_key)."""
+    by_parent: dict = {}
+    for parent_id, label, *_ in tree:
+        by_parent.setdefault(parent_id, []).append(label)
+    return sum(
+        any(labels.label_key(a) == labels.label_key(b) for j, b in enumerate(names) if j != i)
+        for names in by_parent.values()
+        for i, a in enumerate(names)
+    )
+
+
 class Command(BaseCommand):
     help = ("ROUGE-1/ROUGE-L of topic summaries against written session summaries, beside a lead "
             "baseline, and the share of junk topic labels, on conversation datasets in a scratch database.")
@@ -176,13 +190,18 @@ class Command(BaseCommand):
         out = self.stderr if opts["json"] else self.stdout
         rows: list[dict] = []
         all_labels: list[str] = []
+        all_keywords: list[str] = []
+        shared = 0  # labels a sibling also has (as a reader would see it)
         with scratch_database(opts["scratch_db"], keep=opts["keep"]):
             started = time.perf_counter()
             for conversation in conversations:
                 user = import_history_as_user(conversation.id, conversation.history, self.stderr)
                 topics.rebuild(user)
                 rows += self._score(user, conversation)
-                all_labels += list(Topic.objects.owned_by(user).values_list("label", flat=True))
+                tree = list(Topic.objects.owned_by(user).values_list("parent_id", "label", "keywords"))
+                all_labels += [label for _, label, _ in tree]
+                all_keywords += [k for *_, keywords in tree for k in keywords or []]
+                shared += shared_labels(tree)
             seconds = time.perf_counter() - started
         for row in rows[: opts["show"]]:
             out.write(f"--- {row['conversation']} session {row['session']} ({row['date']})")
@@ -195,6 +214,7 @@ class Command(BaseCommand):
             for method in ("topics", "lead")
         }
         junk = [label for label in all_labels if junk_label(label)]
+        junk_keywords = [k for k in all_keywords if junk_label(k)]
         words = sum(len(tokens(r["topics_text"])) for r in rows) / max(1, len(rows))
         out.write(f"session summaries: {len(rows)} sessions of {len(conversations)} conversations "
                   f"({', '.join(c.id for c in conversations)}); {words:.0f} words per summary on average")
@@ -207,6 +227,10 @@ class Command(BaseCommand):
         out.write(f"labels with an id, a number-letter code or a system word: {len(junk)} of "
                   f"{len(all_labels)} ({len(junk) / max(1, len(all_labels)):.1%})"
                   + (f", e.g. {', '.join(repr(j) for j in junk[:5])}" if junk else ""))
+        out.write(f"keywords with an id, a number-letter code or a system word: {len(junk_keywords)} of "
+                  f"{len(all_keywords)} ({len(junk_keywords) / max(1, len(all_keywords)):.1%})"
+                  + (f", e.g. {', '.join(repr(j) for j in junk_keywords[:5])}" if junk_keywords else ""))
+        out.write(f"labels a sibling topic also has: {shared} of {len(all_labels)}")
         out.write("topics: the summaries of the leaf topics holding the session's turns; lead: the "
                   "session's first sentences, as many words")
         out.write(f"import, topics and scoring {seconds:.0f} s")
@@ -218,6 +242,9 @@ class Command(BaseCommand):
                 "labels": len(all_labels),
                 "junk_labels": len(junk),
                 "junk_share": round(len(junk) / max(1, len(all_labels)), 4),
+                "keywords": len(all_keywords),
+                "junk_keywords": len(junk_keywords),
+                "shared_labels": shared,
             }))
 
     def _score(self, user, conversation: Conversation) -> list[dict]:
