@@ -155,6 +155,25 @@ def test_topic_map_labels_never_overlap_as_drawn(page, owner):
             assert apart, (a, b)
 
 
+def test_on_a_phone_the_map_keeps_readable_labels_and_scrolls_in_its_own_box(page, owner):
+    page.set_viewport_size({"width": 390, "height": 844})
+    line = [(f"Kayak trip {i}", 5 + i, i / 9, (i % 3) / 2) for i in range(10)]
+    map_labels(page, owner, line)
+    shot(page, "topic-map-phone")
+    seen = page.evaluate(
+        """() => {
+          const box = document.querySelector('.map-box');
+          const svg = box.querySelector('svg.topic-map');
+          const text = svg.querySelector('text').getBoundingClientRect();
+          return {boxRight: box.getBoundingClientRect().right, svgWidth: svg.getBoundingClientRect().width,
+                  boxWidth: box.clientWidth, textHeight: text.height, width: window.innerWidth};
+        }"""
+    )
+    assert seen["textHeight"] >= 9, seen  # about 11 px text, not the 5 px of a map squeezed to fit
+    assert seen["svgWidth"] > seen["boxWidth"], seen  # the map is wider than its box: it scrolls there
+    assert seen["boxRight"] <= seen["width"], seen  # and the box itself fits on the screen
+
+
 def test_click_a_timeline_bar_to_list_that_days_messages(page, mem_live):
     page.goto(page.base + reverse("explorer:timeline"))
     bar = page.locator('.bars a.bar[data-count="4"]').first  # 4 visible messages that day
