@@ -116,3 +116,19 @@ def test_a_long_chain_merges_its_oldest_digests(owner, conversation, small_windo
     blocks = ConversationSummary.objects.get(conversation=conversation).blocks
     assert blocks[0]["first_id"] == messages[0].pk and blocks[-1]["last_id"] == messages[5].pk
     assert sum(b["count"] for b in blocks) == 6
+
+
+def test_offline_answers_stay_out_of_the_digest_even_those_marked_only_by_their_mode(
+    owner, conversation, small_window
+):
+    messages = _conversation(owner, conversation)
+    # Offline-recall answers written before they were marked system_text carry only their mode.
+    offline = "Offline recall: no language model is configured; nothing in memory matches it yet."
+    Message.objects.filter(pk__in=[m.pk for m in messages[1:6:2]]).update(
+        content=offline, metadata={"mode": "offline_recall"}
+    )
+    rolling_summary.update(owner, conversation.pk)
+    digests = " ".join(b["text"] for b in ConversationSummary.objects.get(conversation=conversation).blocks)
+    assert "heron" in digests and "tomatoes" in digests  # what the person said is digested
+    for word in ("configured", "offline", "matches"):
+        assert word not in digests.lower(), digests
