@@ -6,6 +6,7 @@ Every knob is documented in the README's configuration table. The helpers below 
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import secrets
 import sys
@@ -117,6 +118,22 @@ def env_list(name: str, default: str) -> list[str]:
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "127.0.0.1,localhost,[::1],testserver")
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", "")
+
+
+def env_networks(name: str, default: str) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    networks = []
+    for item in env_list(name, default):
+        try:
+            networks.append(ipaddress.ip_network(item, strict=False))
+        except ValueError:
+            raise ImproperlyConfigured(f"{name}: {item!r} is not an IP address or network") from None
+    return tuple(networks)
+
+
+# Proxies whose X-Forwarded-For / X-Forwarded-Proto are believed (config/proxies.py). From any
+# other peer the headers are whatever the client wrote, and would choose the address the
+# sign-in limit counts failures for.
+TRUSTED_PROXIES = env_networks("TRUSTED_PROXIES", "")
 
 INSTALLED_APPS = [
     "daphne",
