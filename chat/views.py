@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from django.conf import settings
 from django.contrib.auth import login
 from django.contrib.auth.decorators import login_required
@@ -14,6 +16,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django.views.decorators.vary import vary_on_headers
 
 from chat import branches, drafts
+from chat.models import ChatAllowance, LimitReached
 from memory import store
 from memory.models import Conversation, Message
 
@@ -24,6 +27,21 @@ def _get_conversation_for_user(request: HttpRequest, conversation_id: str) -> Co
     if conversation is None:
         raise Http404("No such conversation")
     return conversation
+
+
+def counted(view):
+    """A conversation made or deleted, or a pin, counts against the same per-user limit as the
+    chat's messages (CHAT_RATE_LIMIT_PER_MINUTE): past it, 429 and nothing is done."""
+
+    @functools.wraps(view)
+    def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+        try:
+            ChatAllowance.count_action(request.user)
+        except LimitReached as exc:
+            return HttpResponse(exc.message, status=429, content_type="text/plain; charset=utf-8")
+        return view(request, *args, **kwargs)
+
+    return wrapper
 
 
 @login_required
@@ -47,6 +65,7 @@ def signup(request: HttpRequest) -> HttpResponse:
 
 @login_required
 @require_POST
+@counted
 def new_conversation(request: HttpRequest) -> HttpResponse:
     title = (request.POST.get("title") or "").strip()[:200]
     conversation = Conversation.objects.create(owner=request.user, title=title)
@@ -147,6 +166,7 @@ def _wants_pinned(request: HttpRequest) -> bool:
 
 @login_required
 @require_POST
+@counted
 def pin_message(request: HttpRequest, message_id: str) -> HttpResponse:
     """Pin (pinned=true) or unpin (pinned=false) a message: a pinned one is always shown to the
     model in its memory index, until unpinned or deleted."""
@@ -174,6 +194,7 @@ def rename_conversation(request: HttpRequest, conversation_id: str) -> HttpRespo
 
 @login_required
 @require_POST
+@counted
 def delete_conversation(request: HttpRequest, conversation_id: str) -> HttpResponse:
     conv = _get_conversation_for_user(request, conversation_id)
     store.delete_conversation(request.user, conv.pk)
