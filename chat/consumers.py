@@ -81,6 +81,12 @@ class FrameError(Exception):
         self.message = message
 
 
+def _check_id(name: str, value: str) -> None:
+    # Postgres cannot compare text holding NUL; no id holds one.
+    if "\x00" in value:
+        raise FrameError("invalid", f"{name} is not a message id")
+
+
 def _get_conversation(user, conversation_id: str) -> Conversation | None:
     """The user's conversation (None for another's or an unknown id), with `has_drafts`: whether
     a reply draft is left in it (one query for both)."""
@@ -98,6 +104,7 @@ def _message_in(
     """A message of this conversation owned by the user, or NotFound (also for others' ids)."""
     if not isinstance(message_id, str) or not message_id:
         raise FrameError("invalid", "message_id is required")
+    _check_id("message_id", message_id)
     message = store.get_message(user, message_id, include_deleted=include_deleted)
     if message.conversation_id != conversation.pk:
         raise NotFound("message", message_id)
@@ -233,6 +240,9 @@ class ChatConsumer(AsyncWebsocketConsumer):
             if not isinstance(frame, dict):
                 raise FrameError("bad_frame", "frame must be a JSON object")
             frame_type = frame.get("type")
+            if isinstance(frame_type, (list, dict)):
+                frame_type = None
+                raise FrameError("invalid", "type must be text")
             if frame_type not in CLIENT_FRAMES:
                 raise FrameError("unknown_type", f"unknown frame type {str(frame_type)[:40]!r}")
             await getattr(self, f"frame_{frame_type}")(frame)
@@ -258,6 +268,8 @@ class ChatConsumer(AsyncWebsocketConsumer):
         parent_id = frame.get("parent_id", turn.UNSET)
         if parent_id is not turn.UNSET and parent_id is not None and not isinstance(parent_id, str):
             raise FrameError("invalid", "parent_id must be a message id or null")
+        if isinstance(parent_id, str):
+            _check_id("parent_id", parent_id)
         await self._start_turn(frame, content=content, parent_id=parent_id)
 
     async def frame_regenerate(self, frame: dict) -> None:
