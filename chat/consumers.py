@@ -183,13 +183,16 @@ class ChatConsumer(AsyncWebsocketConsumer):
         # is a few round trips out, and one back in for every socket of the conversation).
         self.group_tokens = TokenFrames(self._tell_group, settings.CHAT_GROUP_TOKEN_FRAME_SECONDS)
         if self.user is None or not self.user.is_authenticated:
-            await self.close(code=4401)
+            await self._refuse(4401)
             return
         conversation_id = self.scope["url_route"]["kwargs"]["conversation_id"]
-        self.conversation = await db(_get_conversation)(self.user, conversation_id)
+        # An id holding NUL names nothing (and Postgres cannot compare one).
+        self.conversation = (
+            None if "\x00" in conversation_id else await db(_get_conversation)(self.user, conversation_id)
+        )
         if self.conversation is None:
             # Someone else's conversation looks exactly like one that does not exist.
-            await self.close(code=4404)
+            await self._refuse(4404)
             return
         self.group = f"conv.{self.conversation.pk}"
         self.peers: set[str] = set()  # other sockets on this conversation (other tabs)
@@ -217,6 +220,12 @@ class ChatConsumer(AsyncWebsocketConsumer):
                 },
                 force=True,
             )
+
+    async def _refuse(self, code: int) -> None:
+        """Accept, then close with `code`: closed before it is accepted, a socket is refused
+        with a bare HTTP 403 and the page could not tell "sign in" from "no such chat"."""
+        await self.accept()
+        await self.close(code=code)
 
     async def disconnect(self, code: int) -> None:
         if getattr(self, "group", None):

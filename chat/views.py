@@ -74,7 +74,9 @@ def new_conversation(request: HttpRequest) -> HttpResponse:
 
 def _get_message_for_user(request: HttpRequest, message_id: str) -> Message:
     """The signed-in user's (logical) message, or 404 (also for someone else's id)."""
-    message = Message.objects.owned_by(request.user).filter(pk=message_id).first()
+    # An id holding NUL (?at=…%00) names nothing, and Postgres cannot compare one.
+    mine = Message.objects.owned_by(request.user)
+    message = None if "\x00" in message_id else mine.filter(pk=message_id).first()
     if message is None:
         raise Http404("No such message")
     return message.chunk_parent if message.is_chunk else message

@@ -961,7 +961,11 @@ def tool_calls(request: HttpRequest) -> HttpResponse:
         qs = qs.filter(timestamp__lt=f.end_dt)
     message_id = request.GET.get("message", "").strip()
     if message_id:
-        if len(message_id) <= MAX_ID and Message.objects.owned_by(user).filter(pk=message_id).exists():
+        if (
+            len(message_id) <= MAX_ID
+            and "\x00" not in message_id  # names nothing; Postgres cannot compare it
+            and Message.objects.owned_by(user).filter(pk=message_id).exists()
+        ):
             qs = qs.filter(message_id=message_id)
         else:
             f.errors.append(f"No message “{message_id[:40]}” in your memory; showing all tool calls.")

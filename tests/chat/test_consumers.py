@@ -9,7 +9,7 @@ import pytest
 from channels.db import database_sync_to_async
 
 from memory.models import ContextSnapshot, Conversation, Message, ToolCall
-from tests.chat.conftest import connect, exchange, past_the_rate_limit, receive_until
+from tests.chat.conftest import connect, exchange, past_the_rate_limit, receive_until, refusal_code
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -273,8 +273,7 @@ async def test_another_users_conversation_is_refused(owner, stranger_conversatio
 
     ws = WebsocketCommunicator(ws_app(), f"/ws/chat/{stranger_conversation.pk}/")
     ws.scope["user"] = owner
-    connected, code = await ws.connect()
-    assert not connected and code == 4404
+    assert await refusal_code(ws) == 4404
 
 
 async def test_anonymous_users_and_foreign_origins_are_refused(conversation):
@@ -286,8 +285,7 @@ async def test_anonymous_users_and_foreign_origins_are_refused(conversation):
 
     ws = WebsocketCommunicator(ws_app(), f"/ws/chat/{conversation.pk}/")
     ws.scope["user"] = AnonymousUser()
-    connected, code = await ws.connect()
-    assert not connected and code == 4401
+    assert await refusal_code(ws) == 4401
     evil = WebsocketCommunicator(
         application, f"/ws/chat/{conversation.pk}/", headers=[(b"origin", b"http://evil.example")]
     )
