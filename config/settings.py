@@ -164,6 +164,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "config.middleware.small_bodies_when_signed_out",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -428,6 +429,12 @@ TASK_LEASE_SECONDS = env_float("TASK_LEASE_SECONDS", 120.0, low=1.0)
 # daphne's websocket message limit is derived from this (config/serving.py), and the chat page
 # checks it before sending.
 MAX_MESSAGE_CHARS = env_int("MAX_MESSAGE_CHARS", 8_000_000, minimum=1)
+# A form carrying a message of MAX_MESSAGE_CHARS (the explorer's edit) fits: URL-encoded, a
+# character takes at most 12 bytes (four UTF-8 bytes as %XX each). Django's 2.5 MB default
+# refused a 1,000,000-character edit of "é" with a bare 400 and the text was gone. Signed-out
+# requests keep Django's default (config.middleware.small_bodies_when_signed_out).
+DATA_UPLOAD_MAX_MEMORY_SIZE = MAX_MESSAGE_CHARS * 12 + 64 * 1024
+SIGNED_OUT_MAX_BODY_BYTES = 2_621_440
 # Passages beyond this many in one message are embedded by background work, not inline.
 EMBED_INLINE_MAX_PASSAGES = env_int("EMBED_INLINE_MAX_PASSAGES", 64, minimum=1)
 

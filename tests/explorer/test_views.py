@@ -493,3 +493,19 @@ def test_a_small_edit_of_a_huge_message_is_shown_exactly(owner_client, owner, co
     page = html(owner_client.get(reverse("explorer:diff", args=[message.pk, 0])))
     assert "<del>a</del><ins>changed</ins>" in page
     assert "199,200 unchanged characters" in page and "too large" not in page
+
+
+def test_an_edit_larger_than_djangos_upload_limit_is_saved_whole(owner_client, mem, settings):
+    text = "é" * 1_000_000  # 6 MB as a form: over Django's 2.5 MB default
+    owner_client.post(reverse("explorer:restore", args=[mem.gone.pk]))
+    page = owner_client.get(reverse("explorer:message", args=[mem.gone.pk])).content.decode()
+    assert f'maxlength="{settings.MAX_MESSAGE_CHARS}"' in page  # the browser stops at the limit
+    response = owner_client.post(reverse("explorer:edit", args=[mem.gone.pk]), {"content": text})
+    assert response.status_code == 302
+    mem.gone.refresh_from_db()
+    assert mem.gone.content == text
+
+
+def test_a_large_body_from_someone_signed_out_is_refused_before_it_is_read(client, db):
+    response = client.post(reverse("login"), {"username": "x", "password": "y" * 3_000_000})
+    assert response.status_code == 413
