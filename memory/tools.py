@@ -542,6 +542,12 @@ def _message(owner, message_id: str) -> Message:
 _DATE_RANGE = re.compile(r"^\s*(.+?)\s*(?:\.\.|/| to )\s*(.+?)\s*$")
 
 
+# The end of a period that runs to the calendar's last day ("..9999-12-31", "9999-12"): the
+# day after it is past what a datetime holds, so the end is clamped here (as recall's
+# question periods are) instead of failing as an internal error.
+END_OF_TIME = dt.datetime.max
+
+
 def _parse_day(text: str, *, end: bool = False) -> dt.datetime:
     text = text.strip()
     try:
@@ -549,7 +555,9 @@ def _parse_day(text: str, *, end: bool = False) -> dt.datetime:
             year, month = map(int, text.split("-"))
             start = dt.datetime(year, month, 1)
             if end:
-                start = dt.datetime(year + (month == 12), month % 12 + 1, 1)
+                start = END_OF_TIME if (year, month) == (9999, 12) else dt.datetime(
+                    year + (month == 12), month % 12 + 1, 1
+                )
             return timezone.make_aware(start)
         value = dt.datetime.fromisoformat(text)
     except ValueError:
@@ -560,7 +568,10 @@ def _parse_day(text: str, *, end: bool = False) -> dt.datetime:
     if timezone.is_naive(value):
         value = timezone.make_aware(value)
     if end and len(text) <= 10:
-        value += dt.timedelta(days=1)  # a whole day, inclusive
+        try:
+            value += dt.timedelta(days=1)  # a whole day, inclusive
+        except OverflowError:
+            value = timezone.make_aware(END_OF_TIME, value.tzinfo)
     return value
 
 

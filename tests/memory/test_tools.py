@@ -219,3 +219,19 @@ def test_results_have_a_one_line_summary(owner, own_memory):
     result = execute_tool(owner, "vector_search", {"query": "tulips"})
     assert result.ok and result.summary.startswith('searched memory for "tulips"')
     assert "\n" not in result.summary
+
+
+def test_periods_and_bounds_that_run_to_the_calendars_last_day_are_clamped(owner, own_memory):
+    everything = {m.pk for m in own_memory}
+    for period in ["2000-01-01..9999-12-31", "2000-01..9999-12", "9999-12", "9999-12-31"]:
+        result = execute_tool(owner, "get_period_messages", {"period": period})
+        assert result.ok, (period, result.error)
+        found = {m["id"] for m in result.result["messages"]}
+        assert found == (set() if period.startswith("9999") else everything), period
+    bounds = {"start": "2000-01-01", "end": "9999-12-31"}
+    search = execute_tool(owner, "vector_search", {"query": "tulips", **bounds})
+    assert search.ok, search.error
+    assert {h["id"] for h in search.result["results"]} & everything
+    find = execute_tool(owner, "find", {"pattern": "ulips", "end": "9999-12-31"})
+    assert find.ok, find.error
+    assert {m["id"] for m in find.result["matches"]} == everything
