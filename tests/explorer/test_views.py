@@ -482,9 +482,23 @@ def test_a_huge_edit_is_diffed_within_bounds(owner_client, owner, conversation):
     before = "a\n" * 200_000
     message = _edited(owner, conversation, before, "b\n" + before[4:] + "b\n")
     page = html(owner_client.get(reverse("explorer:diff", args=[message.pk, 0])))
-    assert "too large to compare in detail" in page
-    assert "<ins>b\na\na\n" in page and "more characters added" in page
+    assert "<del>a</del><ins>b</ins>" in page and "the rest is not" in page
     assert len(page) < 60_000  # not both 400,000-character versions
+
+
+def test_a_diff_of_very_many_changes_is_cut_short_and_says_the_rest_is_not_shown(
+    owner_client, owner, conversation
+):
+    # ~0.9 MB each, 80,000 short lines, 70% of them changed: 3.1 MB of HTML before.
+    before = [f"line {i} w{i * 7919 % 1000}\n" for i in range(80_000)]
+    after = [line if i % 10 < 3 else f"line {i} x{i * 104729 % 1000}\n" for i, line in enumerate(before)]
+    message = _edited(owner, conversation, "".join(before), "".join(after))
+    page = html(owner_client.get(reverse("explorer:diff", args=[message.pk, 0])))
+    # The first changes, word by word.
+    assert f"<del>w{3 * 7919 % 1000}</del><ins>x{3 * 104729 % 1000}</ins>" in page
+    assert "the rest is not" in page and "the rest of the changes is not shown" in page
+    assert "line 79999 " not in page
+    assert len(page) < 300_000
 
 
 def test_a_small_edit_of_a_huge_message_is_shown_exactly(owner_client, owner, conversation):
