@@ -382,7 +382,13 @@ RESULT_COMPRESSION_CHARS = env_int("RESULT_COMPRESSION_CHARS", 600, minimum=50)
 # The semantic cache: search results (and, if RESPONSE_CACHE, replies) reused for near-identical queries
 # at an unchanged memory version (memory/semantic_cache.py).
 SEMANTIC_CACHE = env_bool("SEMANTIC_CACHE", True)
-SEMANTIC_CACHE_SIMILARITY = env_float("SEMANTIC_CACHE_SIMILARITY", 0.95, low=0.5, high=1.0)
+# Unset: the embedder's own (memory.embeddings.Embedder.cache_similarity, measured by
+# `manage.py bench_semantic_cache`); a hit also needs the same content words.
+SEMANTIC_CACHE_SIMILARITY = (
+    env_float("SEMANTIC_CACHE_SIMILARITY", 0.95, low=0.5, high=1.0)
+    if os.environ.get("SEMANTIC_CACHE_SIMILARITY", "").strip()
+    else None
+)
 SEMANTIC_CACHE_MAX_ENTRIES = env_int("SEMANTIC_CACHE_MAX_ENTRIES", 200, minimum=1)
 RESPONSE_CACHE = env_bool("RESPONSE_CACHE", False)
 LLM_TIMEOUT_SECONDS = env_float("LLM_TIMEOUT_SECONDS", 60.0, low=1.0)
