@@ -63,12 +63,16 @@ def signup(request: HttpRequest) -> HttpResponse:
     return render(request, "registration/signup.html", {"form": form})
 
 
+def _posted_title(request: HttpRequest) -> str:
+    # Postgres cannot store NUL: shown as ␀, as in a message.
+    return (request.POST.get("title") or "").replace("\x00", store.NUL_REPLACEMENT).strip()[:200]
+
+
 @login_required
 @require_POST
 @counted
 def new_conversation(request: HttpRequest) -> HttpResponse:
-    title = (request.POST.get("title") or "").strip()[:200]
-    conversation = Conversation.objects.create(owner=request.user, title=title)
+    conversation = Conversation.objects.create(owner=request.user, title=_posted_title(request))
     return redirect("chat:conversation", conversation_id=conversation.pk)
 
 
@@ -182,7 +186,7 @@ def pin_message(request: HttpRequest, message_id: str) -> HttpResponse:
 @require_POST
 def rename_conversation(request: HttpRequest, conversation_id: str) -> HttpResponse:
     conv = _get_conversation_for_user(request, conversation_id)
-    conv.title = (request.POST.get("title") or "").strip()[:200]
+    conv.title = _posted_title(request)
     conv.save(update_fields=["title", "updated_at"])
     if request.htmx:
         template = (

@@ -232,3 +232,13 @@ def test_making_deleting_conversations_and_pinning_count_against_the_rate_limit(
     assert list(Conversation.objects.owned_by(owner).values_list("pk", flat=True)) == [conversation.pk]
     message.refresh_from_db()
     assert message.pinned
+
+
+def test_a_title_holding_nul_is_kept_with_it_shown_as_a_symbol(client, owner, conversation):
+    client.force_login(owner)
+    assert client.post(reverse("chat:new_conversation"), {"title": "plans\x00 2025"}).status_code == 302
+    assert Conversation.objects.owned_by(owner).filter(title="plans\u2400 2025").exists()
+    rename = reverse("chat:rename_conversation", args=[conversation.pk])
+    assert client.post(rename, {"title": "a\x00b"}).status_code == 302
+    conversation.refresh_from_db()
+    assert conversation.title == "a\u2400b"
