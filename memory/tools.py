@@ -317,6 +317,7 @@ def _validate(t: Tool, args: dict[str, Any]) -> dict[str, Any]:
                 raise ToolError(f"{key} is too long (at most {spec.get('maxLength')} characters)")
             if "enum" in spec and value not in spec["enum"]:
                 raise ToolError(f"{key} must be one of {', '.join(spec['enum'])}")
+            _storable(key, value)
         elif kind == "integer":
             if (
                 isinstance(value, bool)
@@ -340,8 +341,19 @@ def _validate(t: Tool, args: dict[str, Any]) -> dict[str, Any]:
                 raise ToolError(f"{key} may hold at most {spec['maxItems']} items")
             if not value:
                 raise ToolError(f"{key} must not be empty")
+            for item in value:
+                _storable(key, item)
         clean[key] = value
     return clean
+
+
+def _storable(key: str, value: str) -> None:
+    """Refuse text Postgres cannot read (NUL, half a surrogate pair) with a clear error: no id,
+    date, pattern or stored word holds either, and the query would fail as an internal error."""
+    if "\x00" in value:
+        raise ToolError(f"{key} must not contain a NUL character")
+    if not value.isascii() and _LONE_SURROGATE.search(value):
+        raise ToolError(f"{key} must not contain half of a surrogate pair")
 
 
 def _bound(result: Any) -> Any:
@@ -539,6 +551,7 @@ def _message(owner, message_id: str) -> Message:
     return m
 
 
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _DATE_RANGE = re.compile(r"^\s*(.+?)\s*(?:\.\.|/| to )\s*(.+?)\s*$")
 
 
