@@ -20,6 +20,9 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 # What the tests need from Debian: Chromium for browser tests, Redis for the scale-out test.
+# Another apt-get (unattended upgrades, a second checkout) may hold the dpkg lock: wait for it
+# up to five minutes instead of failing.
+APT_WAIT = -o DPkg::Lock::Timeout=300
 system-deps:
 	@missing=""; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
@@ -27,7 +30,7 @@ system-deps:
 	if [ -n "$$missing" ]; then \
 	  echo "installing$$missing (apt)"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
+	  $$SUDO apt-get $(APT_WAIT) update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get $(APT_WAIT) install -y -qq $$missing >/dev/null; \
 	fi
 
 run: install

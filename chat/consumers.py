@@ -81,6 +81,12 @@ class FrameError(Exception):
         self.message = message
 
 
+def _check_id(name: str, value: str) -> None:
+    # Postgres cannot compare text holding NUL; no id holds one.
+    if "\x00" in value:
+        raise FrameError("invalid", f"{name} is not a message id")
+
+
 def _get_conversation(user, conversation_id: str) -> Conversation | None:
     """The user's conversation (None for another's or an unknown id), with `has_drafts`: whether
     a reply draft is left in it (one query for both)."""
@@ -98,6 +104,7 @@ def _message_in(
     """A message of this conversation owned by the user, or NotFound (also for others' ids)."""
     if not isinstance(message_id, str) or not message_id:
         raise FrameError("invalid", "message_id is required")
+    _check_id("message_id", message_id)
     message = store.get_message(user, message_id, include_deleted=include_deleted)
     if message.conversation_id != conversation.pk:
         raise NotFound("message", message_id)
@@ -176,13 +183,16 @@ class ChatConsumer(AsyncWebsocketConsumer):
         # is a few round trips out, and one back in for every socket of the conversation).
         self.group_tokens = TokenFrames(self._tell_group, settings.CHAT_GROUP_TOKEN_FRAME_SECONDS)
         if self.user is None or not self.user.is_authenticated:
-            await self.close(code=4401)
+            await self._refuse(4401)
             return
         conversation_id = self.scope["url_route"]["kwargs"]["conversation_id"]
-        self.conversation = await db(_get_conversation)(self.user, conversation_id)
+        # An id holding NUL names nothing (and Postgres cannot compare one).
+        self.conversation = (
+            None if "\x00" in conversation_id else await db(_get_conversation)(self.user, conversation_id)
+        )
         if self.conversation is None:
             # Someone else's conversation looks exactly like one that does not exist.
-            await self.close(code=4404)
+            await self._refuse(4404)
             return
         self.group = f"conv.{self.conversation.pk}"
         self.peers: set[str] = set()  # other sockets on this conversation (other tabs)
@@ -211,6 +221,12 @@ class ChatConsumer(AsyncWebsocketConsumer):
                 force=True,
             )
 
+    async def _refuse(self, code: int) -> None:
+        """Accept, then close with `code`: closed before it is accepted, a socket is refused
+        with a bare HTTP 403 and the page could not tell "sign in" from "no such chat"."""
+        await self.accept()
+        await self.close(code=code)
+
     async def disconnect(self, code: int) -> None:
         if getattr(self, "group", None):
             await self.channel_layer.group_discard(self.group, self.channel_name)
@@ -233,6 +249,9 @@ class ChatConsumer(AsyncWebsocketConsumer):
             if not isinstance(frame, dict):
                 raise FrameError("bad_frame", "frame must be a JSON object")
             frame_type = frame.get("type")
+            if isinstance(frame_type, (list, dict)):
+                frame_type = None
+                raise FrameError("invalid", "type must be text")
             if frame_type not in CLIENT_FRAMES:
                 raise FrameError("unknown_type", f"unknown frame type {str(frame_type)[:40]!r}")
             await getattr(self, f"frame_{frame_type}")(frame)
@@ -258,6 +277,8 @@ class ChatConsumer(AsyncWebsocketConsumer):
         parent_id = frame.get("parent_id", turn.UNSET)
         if parent_id is not turn.UNSET and parent_id is not None and not isinstance(parent_id, str):
             raise FrameError("invalid", "parent_id must be a message id or null")
+        if isinstance(parent_id, str):
+            _check_id("parent_id", parent_id)
         await self._start_turn(frame, content=content, parent_id=parent_id)
 
     async def frame_regenerate(self, frame: dict) -> None:

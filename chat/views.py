@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from django.conf import settings
 from django.contrib.auth import login
 from django.contrib.auth.decorators import login_required
@@ -14,6 +16,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django.views.decorators.vary import vary_on_headers
 
 from chat import branches, drafts
+from chat.models import ChatAllowance, LimitReached
 from memory import store
 from memory.models import Conversation, Message
 
@@ -24,6 +27,21 @@ def _get_conversation_for_user(request: HttpRequest, conversation_id: str) -> Co
     if conversation is None:
         raise Http404("No such conversation")
     return conversation
+
+
+def counted(view):
+    """A conversation made or deleted, or a pin, counts against the same per-user limit as the
+    chat's messages (CHAT_RATE_LIMIT_PER_MINUTE): past it, 429 and nothing is done."""
+
+    @functools.wraps(view)
+    def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+        try:
+            ChatAllowance.count_action(request.user)
+        except LimitReached as exc:
+            return HttpResponse(exc.message, status=429, content_type="text/plain; charset=utf-8")
+        return view(request, *args, **kwargs)
+
+    return wrapper
 
 
 @login_required
@@ -45,17 +63,24 @@ def signup(request: HttpRequest) -> HttpResponse:
     return render(request, "registration/signup.html", {"form": form})
 
 
+def _posted_title(request: HttpRequest) -> str:
+    # Postgres cannot store NUL: shown as ␀, as in a message.
+    return (request.POST.get("title") or "").replace("\x00", store.NUL_REPLACEMENT).strip()[:200]
+
+
 @login_required
 @require_POST
+@counted
 def new_conversation(request: HttpRequest) -> HttpResponse:
-    title = (request.POST.get("title") or "").strip()[:200]
-    conversation = Conversation.objects.create(owner=request.user, title=title)
+    conversation = Conversation.objects.create(owner=request.user, title=_posted_title(request))
     return redirect("chat:conversation", conversation_id=conversation.pk)
 
 
 def _get_message_for_user(request: HttpRequest, message_id: str) -> Message:
     """The signed-in user's (logical) message, or 404 (also for someone else's id)."""
-    message = Message.objects.owned_by(request.user).filter(pk=message_id).first()
+    # An id holding NUL (?at=…%00) names nothing, and Postgres cannot compare one.
+    mine = Message.objects.owned_by(request.user)
+    message = None if "\x00" in message_id else mine.filter(pk=message_id).first()
     if message is None:
         raise Http404("No such message")
     return message.chunk_parent if message.is_chunk else message
@@ -147,6 +172,7 @@ def _wants_pinned(request: HttpRequest) -> bool:
 
 @login_required
 @require_POST
+@counted
 def pin_message(request: HttpRequest, message_id: str) -> HttpResponse:
     """Pin (pinned=true) or unpin (pinned=false) a message: a pinned one is always shown to the
     model in its memory index, until unpinned or deleted."""
@@ -160,7 +186,7 @@ def pin_message(request: HttpRequest, message_id: str) -> HttpResponse:
 @require_POST
 def rename_conversation(request: HttpRequest, conversation_id: str) -> HttpResponse:
     conv = _get_conversation_for_user(request, conversation_id)
-    conv.title = (request.POST.get("title") or "").strip()[:200]
+    conv.title = _posted_title(request)
     conv.save(update_fields=["title", "updated_at"])
     if request.htmx:
         template = (
@@ -174,6 +200,7 @@ def rename_conversation(request: HttpRequest, conversation_id: str) -> HttpRespo
 
 @login_required
 @require_POST
+@counted
 def delete_conversation(request: HttpRequest, conversation_id: str) -> HttpResponse:
     conv = _get_conversation_for_user(request, conversation_id)
     store.delete_conversation(request.user, conv.pk)

@@ -18,11 +18,16 @@ from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
 from chat.routing import websocket_urlpatterns  # noqa: E402
+from config.proxies import TrustedProxyHeaders  # noqa: E402
 
-application = ProtocolTypeRouter(
-    {
-        # Static files come from the app itself unless a proxy serves them (SERVE_STATIC=false).
-        "http": ASGIStaticFilesHandler(django_asgi_app) if settings.SERVE_STATIC else django_asgi_app,
-        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
-    }
+# The client's address (what the sign-in limit counts by) comes from proxy headers only when a
+# TRUSTED_PROXIES peer sent them; daphne itself is never told to believe them.
+application = TrustedProxyHeaders(
+    ProtocolTypeRouter(
+        {
+            # Static files come from the app itself unless a proxy serves them (SERVE_STATIC=false).
+            "http": ASGIStaticFilesHandler(django_asgi_app) if settings.SERVE_STATIC else django_asgi_app,
+            "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        }
+    )
 )

@@ -7,6 +7,8 @@ from __future__ import annotations
 import datetime as dt
 import math
 
+from django.contrib import admin
+from django.contrib.admin.forms import AdminAuthenticationForm
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.forms import AuthenticationForm
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
@@ -20,6 +22,9 @@ SIGN_IN_FAILURE_WINDOW = dt.timedelta(minutes=15)
 
 
 class ThrottledAuthenticationForm(AuthenticationForm):
+    """The sign-in form of /login/; ThrottledAdminAuthenticationForm is /admin/login/'s, under
+    the same limit and the same counts (the first account is a superuser)."""
+
     error_messages = {
         **AuthenticationForm.error_messages,
         "throttled": (
@@ -59,6 +64,18 @@ class ThrottledAuthenticationForm(AuthenticationForm):
         return cleaned
 
 
+class ThrottledAdminAuthenticationForm(ThrottledAuthenticationForm, AdminAuthenticationForm):
+    error_messages = {**AdminAuthenticationForm.error_messages, **ThrottledAuthenticationForm.error_messages}
+
+
+def throttle_message(form: AuthenticationForm | None) -> str:
+    """The refusal a throttled sign-in form holds, or ""."""
+    if form is None or not form.is_bound:
+        return ""
+    refused = [e for e in form.errors.as_data().get(NON_FIELD_ERRORS, []) if e.code == "throttled"]
+    return refused[0].messages[0] if refused else ""
+
+
 def _address(request) -> str:
     # REMOTE_ADDR only: a forwarded-for header is whatever the client says it is.
     return (request.META.get("REMOTE_ADDR") or "unknown")[:45] if request else "unknown"
@@ -69,6 +86,15 @@ class LoginView(auth_views.LoginView):
     template_name = "registration/login.html"
 
     def form_invalid(self, form: AuthenticationForm) -> HttpResponse:
-        throttled = [e for e in form.errors.as_data().get(NON_FIELD_ERRORS, []) if e.code == "throttled"]
-        context = self.get_context_data(form=form, throttled=throttled[0].messages[0] if throttled else "")
+        throttled = throttle_message(form)
+        context = self.get_context_data(form=form, throttled=throttled)
         return self.render_to_response(context, status=429 if throttled else 200)
+
+
+def admin_login(request) -> HttpResponse:
+    """/admin/login/: the admin's own page (its form is ThrottledAdminAuthenticationForm, set in
+    config/urls.py), answering 429 when the limit refuses."""
+    response = admin.site.login(request)
+    if throttle_message((getattr(response, "context_data", None) or {}).get("form")):
+        response.status_code = 429
+    return response

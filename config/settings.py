@@ -6,6 +6,7 @@ Every knob is documented in the README's configuration table. The helpers below 
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import secrets
 import sys
@@ -118,6 +119,22 @@ def env_list(name: str, default: str) -> list[str]:
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "127.0.0.1,localhost,[::1],testserver")
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", "")
 
+
+def env_networks(name: str, default: str) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    networks = []
+    for item in env_list(name, default):
+        try:
+            networks.append(ipaddress.ip_network(item, strict=False))
+        except ValueError:
+            raise ImproperlyConfigured(f"{name}: {item!r} is not an IP address or network") from None
+    return tuple(networks)
+
+
+# Proxies whose X-Forwarded-For / X-Forwarded-Proto are believed (config/proxies.py). From any
+# other peer the headers are whatever the client wrote, and would choose the address the
+# sign-in limit counts failures for.
+TRUSTED_PROXIES = env_networks("TRUSTED_PROXIES", "")
+
 INSTALLED_APPS = [
     "daphne",
     "django.contrib.admin",
@@ -142,10 +159,12 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "config.middleware.nul_paths_not_found",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "config.middleware.small_bodies_when_signed_out",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -363,7 +382,13 @@ RESULT_COMPRESSION_CHARS = env_int("RESULT_COMPRESSION_CHARS", 600, minimum=50)
 # The semantic cache: search results (and, if RESPONSE_CACHE, replies) reused for near-identical queries
 # at an unchanged memory version (memory/semantic_cache.py).
 SEMANTIC_CACHE = env_bool("SEMANTIC_CACHE", True)
-SEMANTIC_CACHE_SIMILARITY = env_float("SEMANTIC_CACHE_SIMILARITY", 0.95, low=0.5, high=1.0)
+# Unset: the embedder's own (memory.embeddings.Embedder.cache_similarity, measured by
+# `manage.py bench_semantic_cache`); a hit also needs the same content words.
+SEMANTIC_CACHE_SIMILARITY = (
+    env_float("SEMANTIC_CACHE_SIMILARITY", 0.95, low=0.5, high=1.0)
+    if os.environ.get("SEMANTIC_CACHE_SIMILARITY", "").strip()
+    else None
+)
 SEMANTIC_CACHE_MAX_ENTRIES = env_int("SEMANTIC_CACHE_MAX_ENTRIES", 200, minimum=1)
 RESPONSE_CACHE = env_bool("RESPONSE_CACHE", False)
 LLM_TIMEOUT_SECONDS = env_float("LLM_TIMEOUT_SECONDS", 60.0, low=1.0)
@@ -410,6 +435,12 @@ TASK_LEASE_SECONDS = env_float("TASK_LEASE_SECONDS", 120.0, low=1.0)
 # daphne's websocket message limit is derived from this (config/serving.py), and the chat page
 # checks it before sending.
 MAX_MESSAGE_CHARS = env_int("MAX_MESSAGE_CHARS", 8_000_000, minimum=1)
+# A form carrying a message of MAX_MESSAGE_CHARS (the explorer's edit) fits: URL-encoded, a
+# character takes at most 12 bytes (four UTF-8 bytes as %XX each). Django's 2.5 MB default
+# refused a 1,000,000-character edit of "é" with a bare 400 and the text was gone. Signed-out
+# requests keep Django's default (config.middleware.small_bodies_when_signed_out).
+DATA_UPLOAD_MAX_MEMORY_SIZE = MAX_MESSAGE_CHARS * 12 + 64 * 1024
+SIGNED_OUT_MAX_BODY_BYTES = 2_621_440
 # Passages beyond this many in one message are embedded by background work, not inline.
 EMBED_INLINE_MAX_PASSAGES = env_int("EMBED_INLINE_MAX_PASSAGES", 64, minimum=1)
 

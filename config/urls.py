@@ -4,9 +4,12 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from config.auth import LoginView
+from config.auth import LoginView, ThrottledAdminAuthenticationForm, admin_login
 
+admin.site.login_form = ThrottledAdminAuthenticationForm
 urlpatterns = [
+    # Before the admin's own URLs, so its sign-in is under the same limit as /login/.
+    path("admin/login/", admin_login, name="admin_login"),
     path("admin/", admin.site.urls),
     path("explorer/", include("explorer.urls")),
     path("login/", LoginView.as_view(), name="login"),

@@ -55,6 +55,11 @@ class Embedder:
     topic_join: float = 0.35
     topic_cut: float = 0.18
     topic_merge: float = 0.45
+    # Cosine of two query vectors at which the semantic cache may take them for one query (it
+    # also needs the same content words: memory.semantic_cache). Measured with
+    # `manage.py bench_semantic_cache`: a little under the lowest cosine of the paraphrases
+    # whose words are the same. A remote model's is not measured: kept high.
+    cache_similarity: float = 0.95
     load_seconds: float = 0.0
     # Run the model on one thread of its own, batching concurrent callers' texts together.
     micro_batch: bool = False
@@ -291,6 +296,9 @@ class LocalEmbedder(Embedder):
     """
 
     micro_batch = True
+    # Same-word paraphrases measured down to 0.845 (e.g. "Who is presenting at the quarterly
+    # review?" / "who presents at the quarterly review"); unrelated queries reach ~0.3.
+    cache_similarity = 0.84
 
     # MiniLM's position limit is 256 word pieces, [CLS] and [SEP] included.
     MAX_WORD_PIECES = 256
@@ -553,6 +561,9 @@ class E5Embedder(Embedder):
     topic_join = 0.89
     topic_cut = 0.875
     topic_merge = 0.89
+    # Same-word paraphrases measured down to 0.937; e5 puts near-misses at 0.957 (median), so
+    # here the words decide, and the cosine only keeps queries far apart in meaning out.
+    cache_similarity = 0.93
     QUERY_TAG = "query\0"
     # Texts per engine call. The engine gives each text of a call a thread; bigger calls are no
     # faster, and their activations grow with their tokens (a process embedding 64 full

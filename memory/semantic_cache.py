@@ -24,6 +24,7 @@ import datetime as dt
 import hashlib
 import json
 import logging
+import re
 from typing import Any
 
 from django.conf import settings
@@ -41,6 +42,88 @@ KINDS = ("search", "response")
 
 def _key(params: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(params, sort_keys=True, default=str).encode()).hexdigest()
+
+
+# --- what must be the same besides the vector ------------------------------------------------
+# A cosine threshold alone cannot tell "the same question": e5 puts "...meeting on Monday?" and
+# "...on Tuesday?" at 0.971, and unrelated text at 0.8-0.95. So a hit also needs the same
+# content words (names, numbers, dates, weekdays, every word that is not a stop word), negation
+# included, after case, punctuation, a plural or -ing/-ed ending and leading zeros are set aside.
+# Words that only ask ("what did I say about", "please search") are stop words: they do not
+# change what is looked up.
+_STOP_WORDS_TEXT = """
+    a an the and or but so if then than of to in on at for from by with about into onto as
+    per via i me my mine myself we us our ours you your yours he him
+    his she her hers it its they them their theirs this that these those there here is are was
+    were be been being am do does did doing done have has had having will would shall should can
+    could may might must ca wo let lets s d ll m re ve just also too very really please again
+    search find look looking lookup show tell told say said saying mention mentioned remember
+    recall know knew talk talked discuss discussed ask asked remind anything something
+    everything any some all thing things stuff between
+"""
+STOP_WORDS = frozenset(_STOP_WORDS_TEXT.split())
+# What a question asks for: the same search either way (Postgres' English configuration drops
+# them too), but not the same answer, so a reply's rule keeps them.
+QUESTION_WORDS = frozenset(
+    {"what", "which", "who", "whom", "whose", "when", "where", "why", "how", "many", "much"}
+)
+NEGATIONS = frozenset(
+    {"not", "no", "never", "none", "nothing", "nobody", "nowhere", "neither", "nor", "without"}
+)
+_WORD = re.compile(r"[^\W_]+")
+
+
+def _stem(word: str) -> str:
+    if word.isdigit():
+        return word.lstrip("0") or "0"
+    if len(word) > 4 and word.endswith("ies"):
+        word = word[:-3] + "y"
+    elif len(word) > 3 and word.endswith("s") and not word.endswith("ss"):
+        word = word[:-1]
+    elif len(word) > 5 and word.endswith("ing"):
+        word = word[:-3]
+    elif len(word) > 4 and word.endswith("ed"):
+        word = word[:-2]
+    return word[:-1] if len(word) > 4 and word.endswith("e") else word  # decide / decided
+
+
+def query_terms(query: str, *, questions: bool = False) -> list[str]:
+    """The content words of a query, in order, as the cache compares them (negation as "not";
+    with `questions`, the question words too)."""
+    text = (query or "").lower().replace("\u2019", "'")
+    text = re.sub(r"n't\b", " not", text)
+    text = re.sub(r"(?<=[^\W_])-(?=[^\W_])", "", text)  # wi-fi, x-ray, PROJ-1234 as one word
+    terms = []
+    for word in _WORD.findall(text):
+        if word in NEGATIONS:
+            terms.append("not")
+        elif word in QUESTION_WORDS:
+            if questions:
+                terms.append(word)
+        elif word not in STOP_WORDS:
+            terms.append(_stem(word))
+    return terms
+
+
+def search_terms(query: str) -> list[str]:
+    """What must match for a search to reuse another's results: its content words, in any order
+    (search does not read word order)."""
+    return sorted(set(query_terms(query)))
+
+
+def reply_terms(question: str) -> list[str]:
+    """What must match for a question to reuse another's reply: its content and question words,
+    in order ("did Anna call Tom" is not "did Tom call Anna"; "when" is not "where")."""
+    return query_terms(question, questions=True)
+
+
+def similarity_threshold() -> float:
+    """SEMANTIC_CACHE_SIMILARITY, or the embedder's own (cosines mean different things per model)."""
+    if settings.SEMANTIC_CACHE_SIMILARITY is not None:
+        return settings.SEMANTIC_CACHE_SIMILARITY
+    from memory.embeddings import get_embedder
+
+    return get_embedder().cache_similarity
 
 
 def query_vector(query: str):
@@ -83,7 +166,7 @@ def _find(owner_id: int, conversation_id: str | None, kind: str, key: str, versi
             owner_id=owner_id, conversation_id=conversation_id, kind=kind, key=key, version=version
         )
         .annotate(distance=CosineDistance("vector", vector))
-        .filter(distance__lte=1 - settings.SEMANTIC_CACHE_SIMILARITY)
+        .filter(distance__lte=1 - similarity_threshold())
         .order_by("distance")
         .first()
     )
@@ -133,6 +216,7 @@ def search(owner, query: str, *, limit: int, filters=None, conversation=None):
             "filters": vars(filters) if filters is not None else None,
             "exclude": sorted(excluded_ids()),
             "tool_calls": settings.INDEX_INCLUDE_TOOL_CALLS,
+            "terms": search_terms(query),
         }
     )
     conversation_id = conversation.pk if conversation is not None else None
@@ -154,6 +238,10 @@ def search(owner, query: str, *, limit: int, filters=None, conversation=None):
 # --- replies (RESPONSE_CACHE) ----------------------------------------------------------------
 
 
+def _reply_key(question: str) -> str:
+    return _key({"reply": reply_terms(question)})
+
+
 def cached_reply(owner, conversation, user_message) -> dict[str, Any] | None:
     """A kept reply to a near-identical question of this conversation, if memory has not changed
     since it but for `user_message` itself being stored. None otherwise (or when off)."""
@@ -163,7 +251,8 @@ def cached_reply(owner, conversation, user_message) -> dict[str, Any] | None:
     vector = query_vector(user_message.content) if version is not None else None
     if vector is None:
         return None
-    entry = _find(owner.pk, conversation.pk, "response", "reply", version - 1, vector)
+    key = _reply_key(user_message.content)
+    entry = _find(owner.pk, conversation.pk, "response", key, version - 1, vector)
     count(owner.pk, "response", hit=entry is not None)
     if entry is None:
         return None
@@ -183,6 +272,7 @@ def remember_reply(owner, conversation, user_message, assistant, text: str) -> b
     vector = query_vector(user_message.content)
     if vector is None:
         return False
-    _keep(owner.pk, conversation.pk, "response", "reply", answered, user_message.content, vector,
+    _keep(owner.pk, conversation.pk, "response", _reply_key(user_message.content), answered,
+          user_message.content, vector,
           {"text": text, "message_id": assistant.pk, "question_id": user_message.pk})
     return True

@@ -38,6 +38,8 @@ from memory.tokens import count_tokens, token_windows
 logger = logging.getLogger(__name__)
 
 NUL_REPLACEMENT = "\u2400"  # ␀, shown where the text held a NUL byte Postgres cannot store
+SURROGATE_REPLACEMENT = "\ufffd"  # �, where it held half of a UTF-16 surrogate pair
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 # --- validation --------------------------------------------------------------------------------
@@ -51,6 +53,11 @@ def clean_content(content: object, *, allow_empty: bool = False) -> tuple[str, d
     if "\x00" in content:
         notes["nul_bytes_replaced"] = content.count("\x00")
         content = content.replace("\x00", NUL_REPLACEMENT)
+    if not content.isascii() and _LONE_SURROGATE.search(content):
+        # Half of a UTF-16 pair (JSON allows "\ud800" alone) has no UTF-8 form, so Postgres
+        # cannot take it: the character is replaced and the message kept, as a NUL is.
+        content, replaced = _LONE_SURROGATE.subn(SURROGATE_REPLACEMENT, content)
+        notes["surrogates_replaced"] = replaced
     if not allow_empty and not content.strip():
         raise InvalidContent("message is empty")
     if len(content) > settings.MAX_MESSAGE_CHARS:

@@ -317,6 +317,7 @@ def _validate(t: Tool, args: dict[str, Any]) -> dict[str, Any]:
                 raise ToolError(f"{key} is too long (at most {spec.get('maxLength')} characters)")
             if "enum" in spec and value not in spec["enum"]:
                 raise ToolError(f"{key} must be one of {', '.join(spec['enum'])}")
+            _storable(key, value)
         elif kind == "integer":
             if (
                 isinstance(value, bool)
@@ -340,8 +341,19 @@ def _validate(t: Tool, args: dict[str, Any]) -> dict[str, Any]:
                 raise ToolError(f"{key} may hold at most {spec['maxItems']} items")
             if not value:
                 raise ToolError(f"{key} must not be empty")
+            for item in value:
+                _storable(key, item)
         clean[key] = value
     return clean
+
+
+def _storable(key: str, value: str) -> None:
+    """Refuse text Postgres cannot read (NUL, half a surrogate pair) with a clear error: no id,
+    date, pattern or stored word holds either, and the query would fail as an internal error."""
+    if "\x00" in value:
+        raise ToolError(f"{key} must not contain a NUL character")
+    if not value.isascii() and _LONE_SURROGATE.search(value):
+        raise ToolError(f"{key} must not contain half of a surrogate pair")
 
 
 def _bound(result: Any) -> Any:
@@ -539,7 +551,14 @@ def _message(owner, message_id: str) -> Message:
     return m
 
 
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _DATE_RANGE = re.compile(r"^\s*(.+?)\s*(?:\.\.|/| to )\s*(.+?)\s*$")
+
+
+# The end of a period that runs to the calendar's last day ("..9999-12-31", "9999-12"): the
+# day after it is past what a datetime holds, so the end is clamped here (as recall's
+# question periods are) instead of failing as an internal error.
+END_OF_TIME = dt.datetime.max
 
 
 def _parse_day(text: str, *, end: bool = False) -> dt.datetime:
@@ -549,7 +568,9 @@ def _parse_day(text: str, *, end: bool = False) -> dt.datetime:
             year, month = map(int, text.split("-"))
             start = dt.datetime(year, month, 1)
             if end:
-                start = dt.datetime(year + (month == 12), month % 12 + 1, 1)
+                start = END_OF_TIME if (year, month) == (9999, 12) else dt.datetime(
+                    year + (month == 12), month % 12 + 1, 1
+                )
             return timezone.make_aware(start)
         value = dt.datetime.fromisoformat(text)
     except ValueError:
@@ -560,7 +581,10 @@ def _parse_day(text: str, *, end: bool = False) -> dt.datetime:
     if timezone.is_naive(value):
         value = timezone.make_aware(value)
     if end and len(text) <= 10:
-        value += dt.timedelta(days=1)  # a whole day, inclusive
+        try:
+            value += dt.timedelta(days=1)  # a whole day, inclusive
+        except OverflowError:
+            value = timezone.make_aware(END_OF_TIME, value.tzinfo)
     return value
 
 

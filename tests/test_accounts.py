@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 from django.db.models import F
 from django.urls import reverse
@@ -106,3 +107,86 @@ def test_sign_up_refuses_common_short_and_numeric_passwords(client, db, password
     )
     assert response.status_code == 200 and why in response.content.decode()
     assert not get_user_model().objects.filter(username="newbie").exists()
+
+
+# --- the sign-in limit cannot be walked around ---------------------------------------------------
+
+def test_the_admins_sign_in_is_under_the_same_limit(client, owner):
+    owner.is_staff = owner.is_superuser = True
+    owner.save()
+    for _ in range(3):
+        assert sign_in(client, "owner", "wrong guess").status_code == 200
+    for _ in range(2):
+        response = client.post("/admin/login/", {"username": "owner", "password": "wrong guess"},
+                               REMOTE_ADDR="203.0.113.7")
+        assert response.status_code == 200 and "correct username and password" in response.content.decode()
+    response = client.post("/admin/login/", {"username": "owner", "password": "owner-pass-123"},
+                           REMOTE_ADDR="203.0.113.7")
+    assert response.status_code == 429 and "Too many failed sign-ins" in response.content.decode()
+    assert "_auth_user_id" not in client.session
+    response = client.post("/admin/login/", {"username": "owner", "password": "owner-pass-123"},
+                           REMOTE_ADDR="198.51.100.2")
+    assert response.status_code == 302 and client.session["_auth_user_id"] == str(owner.pk)
+
+
+async def asgi_sign_in(peer: str, forwarded_for: str, username: str = "owner") -> int:
+    """A failed sign-in posted through the ASGI application daphne serves, from `peer` with an
+    X-Forwarded-For header; answers the HTTP status."""
+    from asgiref.testing import ApplicationCommunicator
+
+    from config.asgi import application
+
+    token = "k" * 32  # a bare CSRF secret is accepted as the token
+    scope = {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+        "scheme": "http", "path": "/login/", "raw_path": b"/login/", "query_string": b"", "root_path": "",
+        "headers": [
+            (b"host", b"127.0.0.1"), (b"cookie", f"csrftoken={token}".encode()),
+            (b"x-csrftoken", token.encode()), (b"content-type", b"application/x-www-form-urlencoded"),
+            (b"x-forwarded-for", forwarded_for.encode()),
+        ],
+        "client": (peer, 40000), "server": ("127.0.0.1", 8000),
+    }
+    communicator = ApplicationCommunicator(application, scope)
+    await communicator.send_input(
+        {"type": "http.request", "body": f"username={username}&password=wrong+guess".encode()}
+    )
+    start = await communicator.receive_output(60)
+    while (await communicator.receive_output(60)).get("more_body"):
+        pass
+    return start["status"]
+
+
+def test_serve_does_not_let_daphne_believe_proxy_headers(monkeypatch):
+    from daphne.cli import CommandLineInterface
+
+    started = []
+    monkeypatch.setattr(CommandLineInterface, "run", lambda self, argv: started.append(argv))
+    call_command("serve", "--no-worker", "--port", "8123")
+    assert CommandLineInterface().parser.parse_args(started[0]).proxy_headers is False
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_forwarded_for_header_from_an_untrusted_peer_does_not_reset_the_limit(owner):
+    statuses = [await asgi_sign_in("203.0.113.7", f"198.51.100.{n}") for n in range(6)]
+    assert statuses == [200] * 5 + [429]
+    addresses = {a async for a in SignInAttempt.objects.values_list("address", flat=True)}
+    assert addresses == {"203.0.113.7"}
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_trusted_proxys_forwarded_for_names_the_client(owner, settings):
+    settings.TRUSTED_PROXIES = config.env_networks("RECOLLECT_UNSET_KNOB", "10.0.0.0/8,203.0.113.7")
+    # The client wrote the first address itself; the second proxy (10.1.2.3) is trusted too.
+    assert await asgi_sign_in("203.0.113.7", "192.0.2.66, 198.51.100.4, 10.1.2.3") == 200
+    assert await asgi_sign_in("198.51.100.9", "192.0.2.1") == 200  # not a proxy: header ignored
+    addresses = [a async for a in SignInAttempt.objects.order_by("at").values_list("address", flat=True)]
+    assert addresses == ["198.51.100.4", "198.51.100.9"]
+
+
+def test_trusted_proxies_must_be_addresses_or_networks(monkeypatch):
+    monkeypatch.setenv("RECOLLECT_TEST_KNOB", "10.0.0.0/8, proxy.example")
+    with pytest.raises(ImproperlyConfigured, match="RECOLLECT_TEST_KNOB"):
+        config.env_networks("RECOLLECT_TEST_KNOB", "")
+    monkeypatch.setenv("RECOLLECT_TEST_KNOB", "10.0.0.0/8, ::1")
+    assert [str(n) for n in config.env_networks("RECOLLECT_TEST_KNOB", "")] == ["10.0.0.0/8", "::1/128"]

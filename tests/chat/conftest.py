@@ -79,6 +79,16 @@ async def connect(user, conversation_id: str) -> WebsocketCommunicator:
     return communicator
 
 
+async def refusal_code(communicator: WebsocketCommunicator) -> int | None:
+    """The close code a refused socket gets: it is accepted, then closed with the code (a
+    socket closed before it is accepted is refused with a bare HTTP 403 instead)."""
+    connected, _ = await communicator.connect()
+    assert connected, "refused before it was accepted: the client sees HTTP 403, not a close code"
+    closing = await communicator.receive_output(30)
+    assert closing["type"] == "websocket.close"
+    return closing.get("code")
+
+
 async def receive_until(
     communicator: WebsocketCommunicator, event_type: str, timeout: float = 30
 ) -> list[dict]:

@@ -9,7 +9,7 @@ import pytest
 from channels.db import database_sync_to_async
 
 from memory.models import ContextSnapshot, Conversation, Message, ToolCall
-from tests.chat.conftest import connect, exchange, past_the_rate_limit, receive_until
+from tests.chat.conftest import connect, exchange, past_the_rate_limit, receive_until, refusal_code
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -273,8 +273,7 @@ async def test_another_users_conversation_is_refused(owner, stranger_conversatio
 
     ws = WebsocketCommunicator(ws_app(), f"/ws/chat/{stranger_conversation.pk}/")
     ws.scope["user"] = owner
-    connected, code = await ws.connect()
-    assert not connected and code == 4404
+    assert await refusal_code(ws) == 4404
 
 
 async def test_anonymous_users_and_foreign_origins_are_refused(conversation):
@@ -286,8 +285,7 @@ async def test_anonymous_users_and_foreign_origins_are_refused(conversation):
 
     ws = WebsocketCommunicator(ws_app(), f"/ws/chat/{conversation.pk}/")
     ws.scope["user"] = AnonymousUser()
-    connected, code = await ws.connect()
-    assert not connected and code == 4401
+    assert await refusal_code(ws) == 4401
     evil = WebsocketCommunicator(
         application, f"/ws/chat/{conversation.pk}/", headers=[(b"origin", b"http://evil.example")]
     )
@@ -641,4 +639,44 @@ async def test_stop_is_honoured_between_tool_calls(owner, conversation, scripted
     assert events[-1]["status"] == "stopped"
     assert len([e for e in events if e["type"] == "tool_started"]) < 5
     assert len([r for r in scripted_llm.requests if "slow tools" in r["last_user"]]) == 1
+    await ws.disconnect()
+
+
+async def test_a_lone_surrogate_is_stored_replaced_in_a_message_and_an_edit_and_said_so(
+    owner, conversation, no_llm
+):
+    ws = await connect(owner, conversation.pk)
+    await ws.send_json_to({"type": "send", "content": "half an emoji \ud83d here", "client_id": "s1"})
+    events = await receive_until(ws, "reply_done")
+    assert events[0]["type"] == "message" and events[0]["client_id"] == "s1"
+    stored = (await messages_of(conversation))[0]
+    assert stored.content == "half an emoji \ufffd here"
+    assert stored.metadata["surrogates_replaced"] == 1
+    await ws.send_json_to({"type": "edit", "message_id": stored.pk, "content": "\udc00 both \ud800 ends"})
+    updated = await receive_until(ws, "message_updated")
+    assert "\ufffd both \ufffd ends" in updated[-1]["html"]
+    edited = (await messages_of(conversation))[0]
+    assert edited.content == "\ufffd both \ufffd ends" and edited.metadata["surrogates_replaced"] == 2
+    await ws.disconnect()
+
+
+async def test_a_type_that_is_not_text_or_an_id_holding_nul_answers_invalid(owner, conversation, no_llm):
+    ws = await connect(owner, conversation.pk)
+    await exchange(ws, "a first message")
+    first = (await messages_of(conversation))[0]
+    frames = [
+        {"type": ["send"], "content": "x"},
+        {"type": {"send": 1}, "content": "x"},
+        {"type": "send", "content": "x", "parent_id": f"{first.pk}\x00"},
+        {"type": "edit", "message_id": "\x00", "content": "x"},
+        {"type": "delete", "message_id": f"{first.pk}\x00"},
+        {"type": "regenerate", "message_id": "a\x00b"},
+    ]
+    for frame in frames:
+        await ws.send_json_to(frame)
+        answer = await ws.receive_json_from(timeout=30)
+        assert (answer["type"], answer["code"]) == ("error", "invalid"), frame
+    assert [m.content for m in await messages_of(conversation)][0] == "a first message"
+    await ws.send_json_to({"type": "ping"})
+    assert await ws.receive_json_from(timeout=30) == {"type": "pong"}  # still open
     await ws.disconnect()

@@ -208,3 +208,37 @@ def test_deleting_a_conversation_takes_its_words_out_of_topics(
     left = " ".join(f"{t.label} {t.keywords} {t.summary}" for t in Topic.objects.owned_by(owner))
     assert "xylophone" not in left and "tulips" in left
     assert set(queued) == {m.pk for m in doomed}
+
+
+def test_making_deleting_conversations_and_pinning_count_against_the_rate_limit(
+    client, owner, conversation, settings
+):
+    settings.CHAT_RATE_LIMIT_PER_MINUTE = 3
+    message = store.store_message(owner, conversation, "user", "keep this in mind", embed=False)
+    client.force_login(owner)
+    htmx = {"HX-Request": "true"}
+    assert client.post(reverse("chat:new_conversation")).status_code == 302
+    made = Conversation.objects.owned_by(owner).exclude(pk=conversation.pk).get()
+    assert client.post(reverse("chat:delete_conversation", args=[made.pk]), headers=htmx).status_code == 200
+    assert client.post(reverse("chat:pin_message", args=[message.pk]), headers=htmx).status_code == 200
+    refused = [
+        client.post(reverse("chat:new_conversation")),
+        client.post(reverse("chat:delete_conversation", args=[conversation.pk]), headers=htmx),
+        client.post(reverse("chat:pin_message", args=[message.pk]), {"pinned": "false"}, headers=htmx),
+    ]
+    assert [r.status_code for r in refused] == [429, 429, 429]
+    assert "a minute" in refused[0].content.decode()
+    # Refused changes change nothing.
+    assert list(Conversation.objects.owned_by(owner).values_list("pk", flat=True)) == [conversation.pk]
+    message.refresh_from_db()
+    assert message.pinned
+
+
+def test_a_title_holding_nul_is_kept_with_it_shown_as_a_symbol(client, owner, conversation):
+    client.force_login(owner)
+    assert client.post(reverse("chat:new_conversation"), {"title": "plans\x00 2025"}).status_code == 302
+    assert Conversation.objects.owned_by(owner).filter(title="plans\u2400 2025").exists()
+    rename = reverse("chat:rename_conversation", args=[conversation.pk])
+    assert client.post(rename, {"title": "a\x00b"}).status_code == 302
+    conversation.refresh_from_db()
+    assert conversation.title == "a\u2400b"

@@ -512,9 +512,23 @@ def test_a_huge_edit_is_diffed_within_bounds(owner_client, owner, conversation):
     before = "a\n" * 200_000
     message = _edited(owner, conversation, before, "b\n" + before[4:] + "b\n")
     page = html(owner_client.get(reverse("explorer:diff", args=[message.pk, 0])))
-    assert "too large to compare in detail" in page
-    assert "<ins>b\na\na\n" in page and "more characters added" in page
+    assert "<del>a</del><ins>b</ins>" in page and "the rest is not" in page
     assert len(page) < 60_000  # not both 400,000-character versions
+
+
+def test_a_diff_of_very_many_changes_is_cut_short_and_says_the_rest_is_not_shown(
+    owner_client, owner, conversation
+):
+    # ~0.9 MB each, 80,000 short lines, 70% of them changed: 3.1 MB of HTML before.
+    before = [f"line {i} w{i * 7919 % 1000}\n" for i in range(80_000)]
+    after = [line if i % 10 < 3 else f"line {i} x{i * 104729 % 1000}\n" for i, line in enumerate(before)]
+    message = _edited(owner, conversation, "".join(before), "".join(after))
+    page = html(owner_client.get(reverse("explorer:diff", args=[message.pk, 0])))
+    # The first changes, word by word.
+    assert f"<del>w{3 * 7919 % 1000}</del><ins>x{3 * 104729 % 1000}</ins>" in page
+    assert "the rest is not" in page and "the rest of the changes is not shown" in page
+    assert "line 79999 " not in page
+    assert len(page) < 300_000
 
 
 def test_a_small_edit_of_a_huge_message_is_shown_exactly(owner_client, owner, conversation):
@@ -523,3 +537,19 @@ def test_a_small_edit_of_a_huge_message_is_shown_exactly(owner_client, owner, co
     page = html(owner_client.get(reverse("explorer:diff", args=[message.pk, 0])))
     assert "<del>a</del><ins>changed</ins>" in page
     assert "199,200 unchanged characters" in page and "too large" not in page
+
+
+def test_an_edit_larger_than_djangos_upload_limit_is_saved_whole(owner_client, mem, settings):
+    text = "é" * 1_000_000  # 6 MB as a form: over Django's 2.5 MB default
+    owner_client.post(reverse("explorer:restore", args=[mem.gone.pk]))
+    page = owner_client.get(reverse("explorer:message", args=[mem.gone.pk])).content.decode()
+    assert f'maxlength="{settings.MAX_MESSAGE_CHARS}"' in page  # the browser stops at the limit
+    response = owner_client.post(reverse("explorer:edit", args=[mem.gone.pk]), {"content": text})
+    assert response.status_code == 302
+    mem.gone.refresh_from_db()
+    assert mem.gone.content == text
+
+
+def test_a_large_body_from_someone_signed_out_is_refused_before_it_is_read(client, db):
+    response = client.post(reverse("login"), {"username": "x", "password": "y" * 3_000_000})
+    assert response.status_code == 413

@@ -115,3 +115,52 @@ def test_deleting_a_conversation_empties_the_cache_of_its_words(owner, conversat
     delete_conversation(owner, elsewhere.pk)
     assert not SemanticCacheEntry.objects.filter(owner_id=owner.pk).exists()
     assert _search(owner, conversation, SAME_AGAIN) == []
+
+
+@pytest.mark.parametrize(
+    ("first", "then"),
+    [
+        ("When is my meeting with Sarah on Monday?", "When is my meeting with Sarah on Tuesday?"),
+        ("TOOLCAP please search a lot", "TURNCAP please search a lot"),
+        ("q0 0", "q1 7"),
+        ("Did the deploy fail?", "Didn't the deploy fail?"),
+        ("When does the train to Lisbon leave?", "When does the train to Porto leave?"),
+    ],
+)
+def test_a_query_with_another_name_number_weekday_or_negation_is_not_answered_from_the_cache(
+    owner, conversation, first, then
+):
+    add_turns(owner, conversation, [*EVERYDAY_TEXTS, "TOOLCAP and TURNCAP are two limits", "q0 0 and q1 7"])
+    _search(owner, conversation, first)
+    _search(owner, conversation, then)
+    assert semantic_cache.stats(owner)["search"] == {"hits": 0, "misses": 2, "rate": 0.0}
+    assert SemanticCacheEntry.objects.filter(owner_id=owner.pk).count() == 2
+
+
+def test_the_same_words_in_another_case_order_and_punctuation_still_hit(owner, conversation):
+    add_turns(owner, conversation, EVERYDAY_TEXTS)
+    first = _search(owner, conversation, "Plans for the Lisbon train trip?")
+    assert _search(owner, conversation, "lisbon train trip plans") == first
+    assert semantic_cache.stats(owner)["search"]["hits"] == 1
+
+
+def test_the_word_rule_sets_aside_case_punctuation_stop_words_and_endings_but_not_negation():
+    search, reply = semantic_cache.search_terms, semantic_cache.reply_terms
+    assert search("What did I say about the Meetings on MONDAY?!") == ["meeting", "monday"]
+    assert search("Wi-Fi password, order 0042") == ["42", "order", "password", "wifi"]
+    assert search("the meeting was not cancelled") != search("the meeting was cancelled")
+    assert search("lights on") != search("lights off")
+    # A reply depends on what is asked and on word order; a search does not.
+    assert search("Did Anna call Tom?") == search("did Tom call Anna")
+    assert reply("Did Anna call Tom?") != reply("did Tom call Anna")
+    assert reply("When is the party?") != reply("Where is the party?")
+
+
+def test_the_similarity_threshold_is_the_embedders_own_unless_set(settings):
+    from memory.embeddings import E5Embedder, LocalEmbedder, get_embedder
+
+    assert E5Embedder.cache_similarity != LocalEmbedder.cache_similarity
+    settings.SEMANTIC_CACHE_SIMILARITY = None
+    assert semantic_cache.similarity_threshold() == get_embedder().cache_similarity
+    settings.SEMANTIC_CACHE_SIMILARITY = 0.99
+    assert semantic_cache.similarity_threshold() == 0.99

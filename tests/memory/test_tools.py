@@ -219,3 +219,39 @@ def test_results_have_a_one_line_summary(owner, own_memory):
     result = execute_tool(owner, "vector_search", {"query": "tulips"})
     assert result.ok and result.summary.startswith('searched memory for "tulips"')
     assert "\n" not in result.summary
+
+
+def test_periods_and_bounds_that_run_to_the_calendars_last_day_are_clamped(owner, own_memory):
+    everything = {m.pk for m in own_memory}
+    for period in ["2000-01-01..9999-12-31", "2000-01..9999-12", "9999-12", "9999-12-31"]:
+        result = execute_tool(owner, "get_period_messages", {"period": period})
+        assert result.ok, (period, result.error)
+        found = {m["id"] for m in result.result["messages"]}
+        assert found == (set() if period.startswith("9999") else everything), period
+    bounds = {"start": "2000-01-01", "end": "9999-12-31"}
+    search = execute_tool(owner, "vector_search", {"query": "tulips", **bounds})
+    assert search.ok, search.error
+    assert {h["id"] for h in search.result["results"]} & everything
+    find = execute_tool(owner, "find", {"pattern": "ulips", "end": "9999-12-31"})
+    assert find.ok, find.error
+    assert {m["id"] for m in find.result["matches"]} == everything
+
+
+@pytest.mark.parametrize(
+    ("name", "arguments"),
+    [
+        ("get_message_by_id", {"id": "01J\x00"}),
+        ("get_messages_by_ids", {"ids": ["01J\x00"]}),
+        ("vector_search", {"query": "tulips\x00"}),
+        ("vector_search", {"query": "tulips \ud800"}),
+        ("get_tool_call", {"id": "\x00"}),
+        ("view_topic", {"topic_id": "\x00"}),
+        ("expand_node", {"id": "\udc00"}),
+        ("vector_search", {"query": "tulips", "start": "\x00"}),
+    ],
+)
+def test_text_postgres_cannot_read_in_an_argument_is_a_clear_error(owner, own_memory, name, arguments):
+    result = execute_tool(owner, name, arguments)
+    assert not result.ok and "internal error" not in result.error
+    assert "NUL" in result.error or "surrogate" in result.error
+    assert execute_tool(owner, "vector_search", {"query": "tulips"}).ok  # the next call still works

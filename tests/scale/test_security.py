@@ -15,7 +15,7 @@ from config.asgi import application
 from memory import store
 from memory.models import ContextSnapshot, ToolCall, Topic
 from memory.tools import TOOLS, execute_tool
-from tests.chat.conftest import connect, receive_until
+from tests.chat.conftest import connect, receive_until, refusal_code
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -107,8 +107,7 @@ async def test_every_websocket_frame_type_with_a_strangers_ids_says_not_found(ow
         application, f"/ws/chat/{theirs['conversation'].pk}/", headers=[(b"origin", b"http://127.0.0.1")]
     )
     join.scope["user"] = owner
-    connected, code = await join.connect()
-    assert not connected
+    assert await refusal_code(join) == 4404
 
 
 def test_every_tool_with_a_strangers_ids_finds_nothing(owner, theirs):
@@ -217,3 +216,39 @@ async def test_no_message_text_or_api_key_in_logs_at_the_default_level(
     await asyncio.sleep(0.2)
     logged = caplog.text + "".join(str(r.args) for r in caplog.records)
     assert "4729" not in logged and "sk-very-secret-key-123" not in logged
+
+
+def test_a_nul_in_any_id_of_a_url_answers_404(owner, conversation):
+    m = store.store_message(owner, conversation, "user", "a message of mine", embed=False)
+    client = Client(raise_request_exception=False)
+    client.force_login(owner)
+    c, nul = conversation.pk, "%00"
+    gets = [
+        f"/c/{c}{nul}/", f"/c/{nul}/", f"/m/{m.pk}{nul}/", f"/m/{m.pk}{nul}/history/",
+        f"/c/{c}/?at={m.pk}{nul}", f"/explorer/messages/{m.pk}{nul}/", f"/explorer/messages/{nul}/diff/1/",
+        f"/explorer/messages/{m.pk}{nul}/context/", f"/explorer/topics/{nul}/", f"/explorer/tools/{nul}/",
+        f"/explorer/context/{nul}/",
+    ]
+    posts = [
+        f"/c/{c}{nul}/rename/", f"/c/{c}{nul}/delete/", f"/c/{c}/branch/{m.pk}{nul}/",
+        f"/m/{m.pk}{nul}/pin/", f"/explorer/messages/{m.pk}{nul}/edit/",
+        f"/explorer/messages/{m.pk}{nul}/delete/", f"/explorer/messages/{m.pk}{nul}/pin/",
+        f"/explorer/messages/{m.pk}{nul}/forget/",
+    ]
+    assert [(url, client.get(url).status_code) for url in gets] == [(url, 404) for url in gets]
+    assert [(url, client.post(url, {"content": "x"}).status_code) for url in posts] == [
+        (url, 404) for url in posts
+    ]
+    # The tool-call list's filter reports an unknown id on the page, as for any id it does not know.
+    response = client.get(f"/explorer/tools/?message={m.pk}{nul}")
+    assert response.status_code == 200 and "No message" in response.content.decode()
+    m.refresh_from_db()
+    assert m.content == "a message of mine" and not m.deleted and not m.pinned
+
+
+async def test_a_nul_in_the_websocket_path_is_refused_as_not_found(owner, conversation):
+    join = WebsocketCommunicator(
+        application, f"/ws/chat/{conversation.pk}\x00/", headers=[(b"origin", b"http://127.0.0.1")]
+    )
+    join.scope["user"] = owner
+    assert await refusal_code(join) == 4404

@@ -50,5 +50,7 @@ class Command(BaseCommand):
             self.stdout.write(f"stored {len(recovered)} reply(s) a stopped server left half-written")
         self.stdout.write(f"serving on http://{opts['host']}:{opts['port']}/ (Ctrl+C to stop)")
         CommandLineInterface().run(
-            daphne_args("-b", opts["host"], "-p", str(opts["port"]), "--proxy-headers")
+            # No --proxy-headers: daphne would believe X-Forwarded-For from anyone. The app reads
+            # it from TRUSTED_PROXIES only (config/proxies.py).
+            daphne_args("-b", opts["host"], "-p", str(opts["port"]))
         )
