@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.apps import apps
+from django.db import connection
 from django.db.models import Q, TextField
 from django.db.models.functions import Cast
 
@@ -323,22 +324,40 @@ def copies_of(owner, message) -> list[Copy]:
 # --- a turn that was reading what got forgotten ------------------------------------------------
 
 
+_ULID = re.compile(r"\b[0-9A-HJKMNP-TV-Z]{26}\b")
+MAX_READ_IDS = 2000
+
+
+def read_by(owner, value: Any) -> dict[str, list[str]]:
+    """The owner's messages whose ids `value` (a tool result, a plan: any JSON) names, with
+    their texts: what a turn read, so that what it writes later can lose them if they are
+    forgotten meanwhile (gone_since_read)."""
+    from memory.models import Message
+
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    ids = list(dict.fromkeys(_ULID.findall(text)))[:MAX_READ_IDS]
+    if not ids:
+        return {}
+    rows = Message.objects.filter(owner_id=owner.pk, pk__in=ids).only("id", "content", "edit_history")
+    return {m.pk: texts_of(m) for m in rows}
+
+
 def gone_since_read(owner, seen: dict[str, list[str]]) -> Overlap:
     """Of the messages a running turn read (`seen`: id -> the texts it was shown), those that
     are gone now, as an Overlap to scrub what the turn is about to write.
 
-    The turn calls this in the transaction that writes its results, before writing: the rows
-    it read are locked (as a forget locks them, and in the same order), so a forget either
-    committed before (they are gone: scrub) or waits until this transaction commits (and then
-    scrubs what it wrote)."""
-    from memory.models import Message
-
+    The turn calls this in the transaction that writes what it read, before writing: the rows
+    still there are locked FOR KEY SHARE (which a forget's lock waits for, and edits do not), in
+    id order as a forget locks them, so a forget either committed before (they are gone: scrub)
+    or waits until this transaction commits (and then scrubs what it wrote)."""
     if not seen:
         return Overlap([])
     ids = sorted(seen)
-    live = set(
-        Message.objects.filter(owner_id=owner.pk, pk__in=ids).order_by("pk")
-        .select_for_update(no_key=True).values_list("pk", flat=True)
-    )
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT id FROM memory_message WHERE owner_id = %s AND id = ANY(%s) ORDER BY id FOR KEY SHARE",
+            [owner.pk, ids],
+        )
+        live = {row[0] for row in cursor.fetchall()}
     gone = [i for i in ids if i not in live]
     return Overlap([t for i in gone for t in seen[i]], set(gone))

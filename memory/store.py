@@ -665,9 +665,14 @@ def forget_message(owner, message_id: str, *, copies: Sequence[str] = ()) -> lis
     from forgetting.copies_of), forgotten with it in the same transaction. Returns the ids
     forgotten."""
     with transaction.atomic():
-        _lock_whole_message(owner, message_id)
         ids = {str(message_id), *(str(c) for c in copies if c)}
-        # Locked in id order, as a turn writing what it read locks them (no deadlock).
+        if any("\x00" in i for i in ids):  # no id holds one (and Postgres refuses it)
+            raise NotFound("message", next(i for i in ids if "\x00" in i))
+        first = get_message(owner, message_id, include_deleted=True)
+        if first.is_chunk:
+            raise ChunkEditError(first.pk, first.chunk_parent_id)
+        # All locked at once, in id order, as a turn writing what it read locks them
+        # (forgetting.gone_since_read): neither waits for the other in a cycle.
         messages = list(
             Message.objects.owned_by(owner).logical().filter(pk__in=ids).order_by("pk").select_for_update()
         )
