@@ -71,7 +71,7 @@ class Overlap:
     def __bool__(self) -> bool:
         return bool(self._sources or self.ids)
 
-    def probes(self) -> list[str] | None:
+    def probes(self, limit: int | None = MAX_PROBES) -> list[str] | None:
         """Words of which every copy holds one (one per run of RUN words, the longest, and every
         word with a digit), plus the ids; None when there are too many to ask SQL for."""
         found = set(self.ids)
@@ -84,7 +84,7 @@ class Overlap:
                 last = max(window, key=lambda p: (words[p] not in _STOP, len(words[p]), p))
                 found.add(words[last])
             found.update(w for w in words if any(c.isdigit() for c in w) and len(w) >= 4)
-        return sorted(found) if len(found) <= MAX_PROBES else None
+        return sorted(found) if limit is None or len(found) <= limit else None
 
     def _spans(self, text: str) -> list[tuple[int, int]]:
         toks = _tokens(text)
@@ -224,11 +224,16 @@ def holds_copies(model: str, fields: Iterable[str], after=None) -> None:
         COPIES.append(entry)
 
 
-def _candidates(qs, fields: Sequence[str], overlap: Overlap):
-    """The rows of `qs` that may hold a copy: every one of them does hold a probe word."""
+def _candidates(qs, fields: Sequence[str], overlap: Overlap, *, every_row: bool = True):
+    """The rows of `qs` that may hold a copy: every one of them does hold a probe word. For a
+    text with too many probes, every row (every_row) or those holding one of its MAX_PROBES
+    rarest-looking words (longest, or with digits): a listing, not a scrub, may miss a copy."""
     probes = overlap.probes()
-    if probes is None:
+    if probes is None and every_row:
         return qs
+    if probes is None:
+        probes = overlap.probes(limit=None)
+        probes = sorted(probes, key=lambda w: (not any(c.isdigit() for c in w), -len(w)))[:MAX_PROBES]
     qs = qs.annotate(**{f"_{f}_text": Cast(f, TextField()) for f in fields})
     q = Q()
     for word in probes:
@@ -313,7 +318,7 @@ def copies_of(owner, message) -> list[Copy]:
         .only("id", "content", "metadata", "role", "timestamp", "conversation_id", "deleted")
     )
     found = []
-    for other in _candidates(base, ["content"], overlap).iterator(chunk_size=500):
+    for other in _candidates(base, ["content"], overlap, every_row=False).iterator(chunk_size=500):
         share = overlap.copied_share(other.content)
         if share > QUOTE_SHARE:
             found.append(Copy(other, share, repeats_memory(other.metadata)))

@@ -160,3 +160,61 @@ async def test_a_forgotten_message_leaves_no_copy_in_any_table(owner, scripted_l
     ]:
         outcome = await database_sync_to_async(execute_tool)(owner, name, args)
         assert MARKER not in str(outcome.result)
+
+
+async def test_the_socket_forgets_the_ticked_copies_with_it_and_refuses_a_bad_list(
+    owner, conversation, client
+):
+    @database_sync_to_async
+    def stored():
+        from memory.store import store_message
+
+        secret = store_message(owner, conversation, "user", SECRET)
+        recall = store_message(
+            owner, conversation, "assistant", f"**Offline recall** · {secret.pk}: “{SECRET[:70]}”",
+            metadata={"mode": "offline_recall", "system_text": True},
+        )
+        client.force_login(owner)
+        dialog = client.get(reverse("chat:forget_dialog", args=[secret.pk])).content.decode()
+        return secret, recall, dialog
+
+    secret, recall, dialog = await stored()
+    assert f'name="copies" value="{recall.pk}" checked' in dialog and f'data-forget="{secret.pk}"' in dialog
+    ws = await connect(owner, conversation.pk)
+    await ws.send_json_to({"type": "forget", "message_id": secret.pk, "copies": "not a list"})
+    refused = await ws.receive_json_from(timeout=10)
+    assert refused["type"] == "error" and refused["code"] == "invalid"
+    await ws.send_json_to({"type": "forget", "message_id": secret.pk, "copies": [recall.pk]})
+    events = [await ws.receive_json_from(timeout=30) for _ in range(2)]
+    assert {(e["type"], e["message_id"]) for e in events} == {
+        ("message_forgotten", secret.pk), ("message_forgotten", recall.pk)
+    }
+    assert not await database_sync_to_async(Message.objects.filter(owner=owner).exists)()
+    await ws.disconnect()
+
+
+async def test_a_stranger_gets_404_for_the_chat_forget_dialog(owner, stranger, conversation, client):
+    @database_sync_to_async
+    def ask():
+        from memory.store import store_message
+
+        secret = store_message(owner, conversation, "user", SECRET)
+        client.force_login(stranger)
+        return client.get(reverse("chat:forget_dialog", args=[secret.pk])).status_code
+
+    assert await ask() == 404
+
+
+def test_a_reply_draft_loses_the_words_of_a_message_forgotten_while_it_streams(owner, conversation):
+    from chat.models import ReplyDraft
+    from memory.store import forget_message, store_message
+
+    secret = store_message(owner, conversation, "user", SECRET)
+    question = store_message(owner, conversation, "user", "where is the key?")
+    draft = ReplyDraft.objects.create(
+        id="01JDRAFT000000000000000000", owner=owner, conversation=conversation, parent=question,
+        text="You said the spare key hangs behind the blue door in the boathouse", process="test",
+    )
+    forget_message(owner, secret.pk)
+    draft.refresh_from_db()
+    assert "boathouse" not in draft.text and draft.text.startswith("You said")
