@@ -197,14 +197,8 @@ class Copies:
     after: Callable[[Any, list], None] | None = None
 
 
-def _tool_calls_changed(owner, calls: list) -> None:
-    from memory.store import rebuild_tool_call_passages
-
-    rebuild_tool_call_passages(calls)
-
-
+# Tool calls (result, arguments) are added by memory.store, which rebuilds their passages.
 COPIES: list[Copies] = [
-    Copies("memory.ToolCall", ("result", "arguments"), _tool_calls_changed),
     Copies(
         "memory.ContextSnapshot",
         ("query", "reason", "text", "hits", "plan", "fallbacks", "included_ids", "tokens_by_zone"),
@@ -309,16 +303,31 @@ class Copy:
 
 def copies_of(owner, message) -> list[Copy]:
     """The owner's other messages that hold a copy of `message`'s words or name its id, most
-    copied first."""
-    from memory.models import Message, repeats_memory
+    copied first. Candidates come from the passages' full-text index (any of the probe words),
+    and Recollect's own texts (which have no passages) are read whole: the dialog stays quick
+    on a large memory."""
+    from django.contrib.postgres.search import SearchQuery
+
+    from memory.models import Message, Passage, repeats_memory
 
     overlap = overlap_of([message])
+    probes = overlap.probes(limit=None) or []
+    probes = sorted(probes, key=lambda w: (not any(c.isdigit() for c in w), -len(w)))[:MAX_PROBES]
+    words = [w for w in probes if w.isalnum()]
     base = (
         Message.objects.owned_by(owner).logical().exclude(pk=message.pk)
         .only("id", "content", "metadata", "role", "timestamp", "conversation_id", "deleted")
     )
+    indexed = Passage.objects.none()
+    if words:
+        query = SearchQuery(" | ".join(words), config="english", search_type="raw")
+        indexed = Passage.objects.filter(owner_id=owner.pk, kind=Passage.Kind.MESSAGE, search_vector=query)
+    own_text = base.filter(metadata__contains={"system_text": True})
+    candidates = base.filter(pk__in=indexed.values("logical_message_id")) | _candidates(
+        own_text, ["content"], overlap, every_row=False
+    )
     found = []
-    for other in _candidates(base, ["content"], overlap, every_row=False).iterator(chunk_size=500):
+    for other in candidates.distinct().iterator(chunk_size=500):
         share = overlap.copied_share(other.content)
         if share > QUOTE_SHARE:
             found.append(Copy(other, share, repeats_memory(other.metadata)))

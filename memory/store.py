@@ -18,7 +18,7 @@ from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from memory import signals, versions
+from memory import forgetting, signals, versions
 from memory.embeddings import get_embedder, text_hash
 from memory.errors import ChunkEditError, DeletedMessageError, InvalidContent, NotFound
 from memory.models import (
@@ -684,7 +684,6 @@ def forget_message(owner, message_id: str, *, copies: Sequence[str] = ()) -> lis
 
 
 def _forget_locked(owner, messages: list[Message]) -> None:
-    from memory import forgetting
     from memory.entities import remove_mentions
     from memory.models import TopicMembership
     from memory.topics import refresh, topics_mentioning
@@ -739,8 +738,6 @@ def auto_title(content: str) -> str:
 def _retitle(owner, conversation_ids, overlap) -> None:
     """A title that copies forgotten words (the one made from a forgotten first message) is made
     again from the first message that stays, or left empty."""
-    from memory.forgetting import FORGOTTEN
-
     for conversation in Conversation.objects.owned_by(owner).filter(pk__in=list(conversation_ids)):
         title = conversation.title
         if not title:
@@ -757,16 +754,19 @@ def _retitle(owner, conversation_ids, overlap) -> None:
         title = auto_title(first) if first else ""
         if overlap.scrub_text(title) != title:
             title = ""
-        conversation.title = title.replace(FORGOTTEN, "").strip()
+        conversation.title = title.replace(forgetting.FORGOTTEN, "").strip()
         conversation.save(update_fields=["title"])
 
 
-def rebuild_tool_call_passages(calls: Sequence[ToolCall]) -> None:
+def rebuild_tool_call_passages(owner, calls: Sequence[ToolCall]) -> None:
     """The passages of tool calls whose text changed (a forget scrubbed them), made again."""
     for call in ToolCall.objects.filter(pk__in=[c.pk for c in calls]).select_related("message"):
         Passage.objects.filter(tool_call_id=call.pk).delete()
         if not call.message.deleted:
             _save_passages(_tool_call_passages(call, call.message), embed=False)
+
+
+forgetting.holds_copies("memory.ToolCall", ("result", "arguments"), rebuild_tool_call_passages)
 
 
 def refresh_reply_context(owner, message_id: str | None, *, reply_ids: Sequence[str] = ()) -> int:
