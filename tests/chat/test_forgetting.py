@@ -153,6 +153,8 @@ async def test_a_forgotten_message_leaves_no_copy_in_any_table(owner, scripted_l
 
     assert await database_sync_to_async(rows_containing)(MARKER) == {}
     assert await database_sync_to_async(rows_containing)("behind the blue door in the boathouse") == {}
+    # The first conversation was named after it (60 characters, the marker cut off).
+    assert await database_sync_to_async(rows_containing)("vault code for Quokka Station") == {}
     for name, args in [
         ("find", {"pattern": "QXMARK"}),
         ("search_and_retrieve", {"query": "vault code Quokka Station"}),
