@@ -220,3 +220,22 @@ def test_a_reply_draft_loses_the_words_of_a_message_forgotten_while_it_streams(o
     forget_message(owner, secret.pk)
     draft.refresh_from_db()
     assert "boathouse" not in draft.text and draft.text.startswith("You said")
+
+
+def test_a_snapshot_saved_after_a_forget_keeps_none_of_what_its_plan_showed(owner, conversation, settings):
+    from chat import turn
+    from chat.replies import Reply
+    from memory import budget
+    from memory.models import ContextSnapshot
+    from memory.store import forget_message, store_message
+
+    settings.INDEX_FULL_MAX = 100  # the whole memory is listed: the plan shows the secret
+    secret = store_message(owner, conversation, "user", SECRET)
+    question = store_message(owner, conversation, "user", "where is the spare key?")
+    reply = Reply()
+    plan = turn._prepare_context(owner, conversation, question, budget.allocate(), reply.seen)
+    assert MARKER in plan.system_prompt() and secret.pk in reply.seen
+    forget_message(owner, secret.pk)  # while the first token was on its way
+    snapshot = turn._save_snapshot(owner, conversation, question, reply, plan)
+    assert rows_containing(MARKER) == {}
+    assert ContextSnapshot.objects.filter(pk=snapshot.pk).exists()
