@@ -22,6 +22,9 @@ A step is a dict:
     {"hang": 30}                                    accept, then say nothing for 30 s
     {"words": 50, "delay": 0.02}                    stream `words` numbered words (benchmarks)
     {"context_length_exceeded": true}               400 context_length_exceeded, whatever the size
+    {"text": "a b c d", "pause_after": 2, "gate": "g"}   stream 2 words, then wait (at most
+                                                    "gate_timeout" s, default 60) until the gate
+                                                    is opened: `POST /_gates {"open": "g"}`
 
 With a context window set (`POST /_config {"context_window": 4096}`, or `State.context_window`),
 a request whose prompt plus max_tokens is over it gets OpenAI's 400 `context_length_exceeded`
@@ -76,9 +79,13 @@ class State:
     default_delay: float = 0.0
     keep_requests: int = 10_000
     context_window: int | None = None  # tokens; None: any prompt is accepted
+    gates: dict[str, threading.Event] = field(default_factory=dict)
 
     def reset(self) -> None:
         with self.lock:
+            for gate in self.gates.values():
+                gate.set()  # a stream still waiting goes on
+            self.gates.clear()
             self.scripts.clear()
             self.queue.clear()
             self.requests.clear()
@@ -101,6 +108,10 @@ class State:
             if self.queue:
                 return self.queue.popleft()
         return None
+
+    def gate(self, name: str) -> threading.Event:
+        with self.lock:
+            return self.gates.setdefault(name, threading.Event())
 
     def record(self, entry: dict) -> None:
         with self.lock:
@@ -222,6 +233,9 @@ class Handler(BaseHTTPRequestHandler):
                     window = body["context_window"]
                     self.state.context_window = int(window) if window else None
             self._send_json(200, {"ok": True})
+        elif path == "/_gates":
+            self.state.gate(str(body.get("open"))).set()
+            self._send_json(200, {"ok": True})
         elif path == "/_reset":
             self.state.reset()
             self._send_json(200, {"ok": True})
@@ -322,6 +336,7 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         cid = "chatcmpl-" + entry["id"][:12]
         drop_after = step.get("drop_after")
+        pause_after = step.get("pause_after") if step.get("gate") else None
 
         def chunk(delta: dict, finish: str | None = None, usage: dict | None = None) -> None:
             payload = {
@@ -345,6 +360,8 @@ class Handler(BaseHTTPRequestHandler):
                     self.connection.shutdown(2)
                     self.close_connection = True
                     return
+                if pause_after is not None and i == int(pause_after):
+                    self.state.gate(step["gate"]).wait(float(step.get("gate_timeout", 60)))
                 if delay:
                     time.sleep(delay)
                 chunk({"content": word})

@@ -11,7 +11,7 @@ Client frames:
   edit        {message_id, content}              edit in place (history kept, re-embedded)
   delete      {message_id}                       soft delete (undo with restore)
   restore     {message_id}
-  forget      {message_id}                       permanent
+  forget      {message_id, copies?: [ids]}       permanent; copies: messages quoting it, forgotten too
   regenerate  {message_id}                       answer a user message (or a reply's) again
   ping        {}                                 answered with pong
 
@@ -65,7 +65,7 @@ from chat.db import db, durable
 from chat.frames import TokenFrames
 from chat.models import ChatAllowance, LimitReached, ReplyDraft, RunningTurn
 from chat.rendering import message_html
-from memory import store
+from memory import forgetting, store
 from memory.errors import MemoryStoreError, NotFound
 from memory.models import Conversation, Message
 
@@ -123,10 +123,17 @@ def _set_deleted(user, conversation, message_id, deleted: bool) -> tuple[str, st
     return changed.pk, message_html(changed, user)
 
 
-def _forget(user, conversation, message_id) -> str:
+def _forget(user, conversation, message_id, copies) -> list[str]:
+    """Forget the message and the `copies` the dialog ticked (other messages quoting it, in any
+    of the user's conversations); the ids forgotten."""
     message = _message_in(user, conversation, message_id)
-    store.forget_message(user, message.pk)
-    return message.pk
+    if copies is None:
+        copies = []
+    if not isinstance(copies, list) or not all(isinstance(c, str) for c in copies):
+        raise FrameError("invalid", "copies must be a list of message ids")
+    if len(copies) > forgetting.MAX_COPIES_LISTED:
+        raise FrameError("invalid", f"at most {forgetting.MAX_COPIES_LISTED} copies at once")
+    return store.forget_message(user, message.pk, copies=copies)
 
 
 def _title(conversation_id: str) -> str:
@@ -312,8 +319,11 @@ class ChatConsumer(AsyncWebsocketConsumer):
 
     async def frame_forget(self, frame: dict) -> None:
         await self._count_action()
-        message_id = await db(_forget)(self.user, self.conversation, frame.get("message_id"))
-        await self._broadcast({"type": "chat.message_forgotten", "message_id": message_id})
+        forgotten = await db(_forget)(
+            self.user, self.conversation, frame.get("message_id"), frame.get("copies")
+        )
+        for message_id in forgotten:
+            await self._broadcast({"type": "chat.message_forgotten", "message_id": message_id})
 
     async def _count_action(self) -> None:
         """Count a change to memory against the user's rate limit (raises LimitReached)."""

@@ -8,12 +8,16 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from django.conf import settings
+from django.db.models import F, JSONField, Value
+from django.db.models.expressions import CombinedExpression
+from django.db.models.functions import Coalesce
 
 from chat import branches
 from memory import budget, semantic_cache, store
-from memory.models import Conversation, Message, new_ulid
+from memory.models import ContextSnapshot, Conversation, Message, new_ulid
 from memory.tools import ToolResult
 
 
@@ -44,6 +48,9 @@ class Reply:
     retried: bool = False  # the prompt was refused as too long once and sent again, halved
     draft_begun: asyncio.Future | None = None  # the draft's row is written (with the snapshot)
     after_first_token: Callable[[], object] | None = None  # run once the first token is out
+    # The messages this turn read (id -> their texts): what it writes loses the words of any
+    # forgotten while it ran (memory.forgetting.gone_since_read).
+    seen: dict[str, list[str]] = field(default_factory=dict)
 
     def mark(self, name: str, since: float) -> None:
         """Milliseconds from the start of the turn to a step (kept in the reply's metadata)."""
@@ -116,15 +123,19 @@ def store_reply(owner, conversation: Conversation, user_message: Message, reply:
     prefetch_related_objects_from(assistant, "tool_calls", calls)
     if snapshot is not None:
         snapshot.message = assistant
-        fields = ["message"]
+        changes: dict[str, Any] = {"message": assistant}
         if reply.prompt is not None:
             # What the model was sent, zone by zone: allocated and used (the largest request).
             report = reply.prompt.report(
                 completion_tokens=reply.usage.get("completion_tokens"), retried=reply.retried
             )
             snapshot.plan = {**(snapshot.plan or {}), "window": report}
-            fields.append("plan")
-        snapshot.save(update_fields=fields)
+            # Merged into the stored plan in SQL: the plan held here may predate a forget that
+            # scrubbed the stored one.
+            changes["plan"] = CombinedExpression(
+                Coalesce(F("plan"), Value({}, JSONField())), "||", Value({"window": report}, JSONField())
+            )
+        ContextSnapshot.objects.filter(pk=snapshot.pk).update(**changes)
     assistant.conversation = conversation
     branches.set_leaf(conversation, assistant)
     return assistant

@@ -38,7 +38,7 @@ from chat import branches, drafts, llm
 from chat.db import db, durable
 from chat.rendering import live_tool_call_html, message_html, streaming_row_html, tool_label
 from chat.replies import Reply, store_reply
-from memory import budget, index_builder, semantic_cache, store, summaries, tasks
+from memory import budget, forgetting, index_builder, semantic_cache, store, summaries, tasks
 from memory.models import Conversation, Message
 from memory.tools import ToolResult, execute_tool
 
@@ -125,7 +125,7 @@ async def run_turn(
         # before the reply is, and the draft before its first save.
         allocation = budget.allocate()
         plan = await db(durable(_prepare_context, atomic=False))(
-            owner, conversation, user_message, allocation
+            owner, conversation, user_message, allocation, reply.seen
         )
         reply.mark("context", started)
         reply.after_first_token = save_snapshot
@@ -178,7 +178,9 @@ async def run_turn(
                             "html": live_tool_call_html(call.id, call.name, call.arguments_text),
                         }
                     )
-                    outcome = await db(durable(_execute_tool))(owner, conversation, call, user_message.pk)
+                    outcome = await db(durable(_execute_tool))(
+                        owner, conversation, call, user_message.pk, reply.seen
+                    )
                     reply.tool_outcomes.append(outcome)
                     room = settings.MAX_TOOL_RESULT_CHARS_PER_TURN - reply.tool_result_chars
                     content = outcome.content(room)
@@ -306,16 +308,20 @@ def _store_user_message(
     branches.set_leaf(conversation, message)
     if not conversation.title:
         # An untitled conversation is named after its first message.
-        title = " ".join(message.content[:200].split())[:60]
+        title = store.auto_title(message.content)
         if Conversation.objects.filter(pk=conversation.pk, title="").update(title=title):
             conversation.title = title
     return message
 
 
-def _prepare_context(owner, conversation: Conversation, user_message: Message, allocation: budget.Allocation):
-    """The plan, within its zones of `allocation`: it only reads, and needs no transaction."""
+def _prepare_context(
+    owner, conversation: Conversation, user_message: Message, allocation: budget.Allocation,
+    seen: dict[str, list[str]],
+):
+    """The plan, within its zones of `allocation`: it only reads, and needs no transaction.
+    The messages it shows go in `seen`, with their texts."""
     active_ids = branches.ancestor_ids(user_message.pk)
-    return index_builder.prepare_context(
+    plan = index_builder.prepare_context(
         owner,
         conversation,
         user_message.content,
@@ -323,14 +329,20 @@ def _prepare_context(owner, conversation: Conversation, user_message: Message, a
         active_message_ids=active_ids,
         zones=allocation.index_zones(),
     )
+    seen.update({m.pk: [m.content] for m in plan.recent})
+    seen.update(forgetting.read_by(owner, [[i for i in plan.included_ids if i not in seen], plan.hits]))
+    return plan
 
 
 def _save_snapshot(owner, conversation: Conversation, user_message: Message, reply: Reply, plan):
     """The plan as the turn's snapshot, and the reply's draft (saved as it streams); run by
     `durable`, so both in one transaction."""
+    gone = forgetting.gone_since_read(owner, dict(reply.seen))
     snapshot = index_builder.save_snapshot(plan, owner, conversation, user_message)
     mode = "llm" if summaries.is_configured() else "offline_recall"
     drafts.begin(owner, conversation, reply.id, user_message, snapshot, mode)
+    if gone:  # forgotten since the plan showed it: the snapshot keeps none of its words
+        forgetting.scrub(owner, gone)
     return snapshot
 
 
@@ -400,7 +412,8 @@ async def _stream_once(messages, tools, max_tokens: int, reply: Reply, emit: Emi
 
 
 def _execute_tool(
-    owner, conversation: Conversation, call: llm.RequestedToolCall, user_message_id: str | None = None
+    owner, conversation: Conversation, call: llm.RequestedToolCall, user_message_id: str | None = None,
+    seen: dict[str, list[str]] | None = None,
 ) -> ToolResult:
     # The arguments go as the model wrote them: execute_tool reads them, and broken JSON comes
     # back as an error the model is shown.
@@ -409,6 +422,8 @@ def _execute_tool(
         exclude_message_ids=[user_message_id] if user_message_id else (),
     )
     outcome.call_id, outcome.name = call.id, call.name or "(no name)"
+    if seen is not None and outcome.ok:
+        seen.update(forgetting.read_by(owner, outcome.result))
     return outcome
 
 
@@ -442,7 +457,7 @@ async def _offline_recall(
     reply.mode = "offline_recall"
     started_at = timezone.now()
     t0 = time.perf_counter()
-    hits = await db(durable(_recall_hits))(owner, user_message)
+    hits = await db(durable(_recall_hits))(owner, user_message, reply.seen)
     reply.tool_outcomes.append(
         ToolResult(
             ok=True,
@@ -475,7 +490,7 @@ async def _offline_recall(
         await emit({"type": "chat.token", "message_id": reply.id, "delta": delta})
 
 
-def _recall_hits(owner, user_message: Message):
+def _recall_hits(owner, user_message: Message, seen: dict[str, list[str]]):
     from memory.search import search
 
     results = search(owner, user_message.content, limit=12, exclude_message_ids=[user_message.pk])
@@ -485,14 +500,27 @@ def _recall_hits(owner, user_message: Message):
         .filter(pk__in=ids, metadata__mode="offline_recall")
         .values_list("pk", flat=True)
     )
-    return [
+    hits = [
         h for h in results.hits if h.message_id != user_message.pk and h.message_id not in earlier_recalls
     ][:8]
+    seen.update(forgetting.read_by(owner, [h.message_id for h in hits]))
+    return hits
 
 
 def _store_reply(owner, conversation: Conversation, user_message: Message, reply: Reply, snapshot) -> Message:
+    # A message this turn read may have been forgotten while it ran: what it writes keeps none
+    # of its words (nor does what it wrote before, its snapshot).
+    gone = forgetting.gone_since_read(owner, reply.seen)
+    if gone:
+        reply.text = gone.scrub_text(reply.text)
+        for outcome in reply.tool_outcomes:
+            outcome.result = gone.scrub_value(outcome.result)
+            outcome.arguments_text = gone.scrub_json_text(outcome.arguments_text)
+            outcome.summary, outcome.error = gone.scrub_text(outcome.summary), gone.scrub_text(outcome.error)
     assistant = store_reply(owner, conversation, user_message, reply, snapshot)
     drafts.finish(reply.id)
+    if gone:
+        forgetting.scrub(owner, gone)
     # Queued in the same trip to the database, once the reply is committed (a retried attempt
     # queues nothing; queue_upkeep never fails its caller).
     ids = [user_message.pk, assistant.pk]

@@ -20,5 +20,6 @@ urlpatterns = [
     ),
     path("m/<str:message_id>/", views.message, name="message"),
     path("m/<str:message_id>/history/", views.message_history, name="message_history"),
+    path("m/<str:message_id>/forget/", views.forget_dialog, name="forget_dialog"),
     path("m/<str:message_id>/pin/", views.pin_message, name="pin_message"),
 ]

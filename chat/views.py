@@ -17,7 +17,7 @@ from django.views.decorators.vary import vary_on_headers
 
 from chat import branches, drafts
 from chat.models import ChatAllowance, LimitReached
-from memory import store
+from memory import forgetting, store
 from memory.models import Conversation, Message
 
 
@@ -164,6 +164,16 @@ def message_history(request: HttpRequest, message_id: str) -> HttpResponse:
         for v in msg.edit_history
     ]
     return render(request, "chat/_history.html", {"message": msg, "versions": versions})
+
+
+@login_required
+@require_GET
+def forget_dialog(request: HttpRequest, message_id: str) -> HttpResponse:
+    """The chat's forget dialog: the messages that quote or restate this one, to forget with it
+    (the socket's forget frame does the forgetting)."""
+    msg = _get_message_for_user(request, message_id)
+    copies = forgetting.copies_of(request.user, msg)
+    return render(request, "chat/_forget.html", {"message": msg, "copies": copies})
 
 
 def _wants_pinned(request: HttpRequest) -> bool:

@@ -36,8 +36,8 @@ from explorer.filters import (
     day_start,
     parse_filters,
 )
-from memory import semantic_cache, store, summaries, topic_tree
-from memory.errors import MemoryStoreError
+from memory import forgetting, semantic_cache, store, summaries, topic_tree
+from memory.errors import MemoryStoreError, NotFound
 from memory.models import (
     ContextSnapshot,
     Conversation,
@@ -960,7 +960,9 @@ def message_pin(request: HttpRequest, message_id: str) -> HttpResponse:
 @require_http_methods(["GET", "POST"])
 @counted
 def message_forget(request: HttpRequest, message_id: str) -> HttpResponse:
-    """Forgetting is permanent, so it asks first and needs the confirmation box ticked."""
+    """Forgetting is permanent, so it asks first and needs the confirmation box ticked. The
+    messages that quote or restate it are listed, to forget with it (those that only repeat
+    memory are ticked already)."""
     message = _get_message_for_user(request.user, message_id)
     if message.is_chunk:
         return redirect("explorer:forget", message_id=message.chunk_parent_id)
@@ -969,13 +971,19 @@ def message_forget(request: HttpRequest, message_id: str) -> HttpResponse:
         if request.POST.get("confirm") == "forget":
             conversation_id = message.conversation_id
             try:
-                store.forget_message(request.user, message.pk)
+                forgotten = store.forget_message(
+                    request.user, message.pk, copies=request.POST.getlist("copies")
+                )
+            except NotFound:
+                raise Http404("No such message.") from None
             except MemoryStoreError as exc:
                 error = str(exc)
             else:
+                also = len(forgotten) - 1
                 flash.success(
                     request,
-                    "Forgotten: the message, its chunks and its tool calls are gone for good.",
+                    "Forgotten: the message, its chunks and its tool calls are gone for good"
+                    + (f", with {also} message{'s' if also != 1 else ''} quoting it." if also else "."),
                 )
                 return redirect(f"{reverse('explorer:timeline')}?conversation={conversation_id}")
         else:
@@ -989,6 +997,7 @@ def message_forget(request: HttpRequest, message_id: str) -> HttpResponse:
             "error": error,
             "tool_calls_count": message.tool_calls.filter(is_chunk=False).count(),
             "chunks_count": message.chunks.count(),
+            "copies": forgetting.copies_of(request.user, message),
         },
         status=400 if error else 200,
     )

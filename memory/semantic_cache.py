@@ -174,6 +174,10 @@ def _find(owner_id: int, conversation_id: str | None, kind: str, key: str, versi
 
 def _keep(owner_id: int, conversation_id: str | None, kind: str, key: str, version: int,
           query: str, vector, payload: dict[str, Any]) -> None:
+    if versions.locked(owner_id) != version:
+        # Memory changed while this was made (a forget or an edit that already emptied the
+        # cache): kept now, it would hold words that are gone.
+        return
     SemanticCacheEntry.objects.create(
         owner_id=owner_id, conversation_id=conversation_id, kind=kind, key=key, version=version,
         query=query[:2000], vector=vector, payload=payload,

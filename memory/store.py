@@ -16,11 +16,10 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Q, TextField
-from django.db.models.functions import Cast
+from django.db.models import Q
 from django.utils import timezone
 
-from memory import signals, versions
+from memory import forgetting, signals, versions
 from memory.embeddings import get_embedder, text_hash
 from memory.errors import ChunkEditError, DeletedMessageError, InvalidContent, NotFound
 from memory.models import (
@@ -664,110 +663,118 @@ def restore_message(owner, message_id: str) -> Message:
     return _set_deleted(owner, message_id, False)
 
 
-def forget_message(owner, message_id: str) -> None:
-    """Permanent: content, chunks, passages and tool calls are gone. Replies are re-linked
-    to the forgotten message's parent so the thread stays connected."""
+def forget_message(owner, message_id: str, *, copies: Sequence[str] = ()) -> list[str]:
+    """Permanent: content, chunks, passages and tool calls are gone, and so is every copy of its
+    words in what was made from it (memory.forgetting: tool results, snapshots, summaries,
+    topics, the conversation's title). Replies are re-linked to the forgotten message's parent
+    so the thread stays connected.
+
+    copies: ids of the owner's other messages that quote it (the forget dialog's ticked ones,
+    from forgetting.copies_of), forgotten with it in the same transaction. Returns the ids
+    forgotten."""
     with transaction.atomic():
-        message = _lock_whole_message(owner, message_id)
-        replies = list(
-            Message.objects.filter(parent_id=message.pk, is_chunk=False).values_list("pk", flat=True)
+        ids = {str(message_id), *(str(c) for c in copies if c)}
+        if any("\x00" in i for i in ids):  # no id holds one (and Postgres refuses it)
+            raise NotFound("message", next(i for i in ids if "\x00" in i))
+        first = get_message(owner, message_id, include_deleted=True)
+        if first.is_chunk:
+            raise ChunkEditError(first.pk, first.chunk_parent_id)
+        # All locked at once, in id order, as a turn writing what it read locks them
+        # (forgetting.gone_since_read): neither waits for the other in a cycle.
+        messages = list(
+            Message.objects.owned_by(owner).logical().filter(pk__in=ids).order_by("pk").select_for_update()
         )
-        from memory.models import TopicMembership
-        from memory.topics import topics_mentioning
+        if len(messages) < len(ids):
+            missing = sorted(ids - {m.pk for m in messages})[0]
+            raise NotFound("message", missing)
+        _forget_locked(owner, messages)
+    return [m.pk for m in messages]
 
-        # Its topics, found while its memberships still exist (they go with it).
-        topic_ids = topics_mentioning(owner, [message.pk]) | set(
-            TopicMembership.objects.filter(message_id=message.pk).values_list("topic_id", flat=True)
-        )
-        quotes = _quotable(message)
-        # Its mentions and its share of the graph's edges go; names only it mentioned go too.
-        from memory.entities import remove_mentions
 
-        remove_mentions(owner, [message.pk])
-        Message.objects.filter(parent_id=message.pk, is_chunk=False).update(parent_id=message.parent_id)
-        Message.objects.filter(parent_id=message.pk, is_chunk=True).update(parent_id=message.parent_id)
-        message.delete()
+def _forget_locked(owner, messages: list[Message]) -> None:
+    from memory.entities import remove_mentions
+    from memory.models import TopicMembership
+    from memory.topics import refresh, topics_mentioning
+
+    ids = [m.pk for m in messages]
+    by_id = {m.pk: m for m in messages}
+    # Its topics, found while its memberships still exist (they go with it).
+    topic_ids = topics_mentioning(owner, ids) | set(
+        TopicMembership.objects.filter(message_id__in=ids).values_list("topic_id", flat=True)
+    )
+    overlap = forgetting.overlap_of(messages)
+    overlap.ids.update(_names_only_in(ids))
+    # Its mentions and its share of the graph's edges go; names only it mentioned go too.
+    remove_mentions(owner, ids)
+    replies = list(
+        Message.objects.filter(parent_id__in=ids, is_chunk=False).exclude(pk__in=ids)
+        .values_list("pk", flat=True)
+    )
+    for message in messages:
+        # The nearest ancestor that stays: a chain of forgotten messages is skipped whole.
+        parent_id = message.parent_id
+        while parent_id in by_id:
+            parent_id = by_id[parent_id].parent_id
+        Message.objects.filter(parent_id=message.pk).exclude(pk__in=ids).update(parent_id=parent_id)
+    conversations = {m.conversation_id for m in messages}
+    Message.objects.filter(pk__in=ids).delete()
+    for message in messages:
         _memory_changed(owner, message)
-        refresh_reply_context(owner, None, reply_ids=replies)
-        _scrub_quotes(owner, message.pk, quotes)
-        if topic_ids:
-            from memory.topics import refresh
-
-            refresh(owner, topic_ids)  # labels, keywords and summaries lose its words now
-        queue_upkeep_on_commit(owner.pk, [message_id])
-
-
-FORGOTTEN = "[forgotten]"
+    refresh_reply_context(owner, None, reply_ids=replies)
+    forgetting.scrub(owner, overlap)
+    _retitle(owner, conversations, overlap)
+    if topic_ids:
+        refresh(owner, topic_ids)  # labels, keywords and summaries lose its words now
+    queue_upkeep_on_commit(owner.pk, ids)
 
 
-def _quotable(message: Message) -> list[str]:
-    """What of a message another record may quote: its id and its sentences or lines (pieces of
-    12 characters or more), longest first, so a snippet or an excerpt of it is found too."""
-    pieces = {message.pk}
-    for piece in re.split(r"(?<=[.!?])\s+|\n+", message.content or ""):
-        piece = piece.strip()
-        if len(piece) >= 12:
-            pieces.add(piece[:2000])
-    flat = " ".join((message.content or "").split())
-    if 12 <= len(flat) <= 2000:
-        pieces.add(flat)
-    # Names that only this message gave memory (an index lists them as key entities).
+def _names_only_in(message_ids: Sequence[str]) -> set[str]:
+    """Names that only these messages gave memory (an index lists them as key entities)."""
     from memory.models import Entity, EntityMention
 
-    own = EntityMention.objects.filter(message_id=message.pk).values_list("entity_id", flat=True)
-    shared = EntityMention.objects.filter(entity_id__in=own).exclude(message_id=message.pk)
-    pieces.update(
-        name
-        for name in Entity.objects.filter(pk__in=own).exclude(pk__in=shared.values("entity_id"))
-        .values_list("name", flat=True)
-        if len(name) >= 3
-    )
-    return sorted(pieces, key=len, reverse=True)
+    own = EntityMention.objects.filter(message_id__in=list(message_ids)).values_list("entity_id", flat=True)
+    shared = EntityMention.objects.filter(entity_id__in=own).exclude(message_id__in=list(message_ids))
+    names = Entity.objects.filter(pk__in=own).exclude(pk__in=shared.values("entity_id"))
+    return {name for name in names.values_list("name", flat=True) if len(name) >= 3}
 
 
-def _scrub_quotes(owner, message_id: str, quotes: Sequence[str]) -> int:
-    """Forgetting reaches the copies: tool-call results and arguments that quote the message
-    lose those words (their passages are rebuilt), and so do the context snapshots that showed
-    it to the model. Returns the rows changed."""
-    from memory.models import ContextSnapshot
+def auto_title(content: str) -> str:
+    """The title an untitled conversation gets from its first message."""
+    return " ".join(content[:200].split())[:60]
 
-    def scrub(text: str) -> str:
-        for piece in quotes:
-            text = text.replace(piece, FORGOTTEN)
-            if piece != message_id:
-                # A JSON result holds the text escaped.
-                escaped = json.dumps(piece, ensure_ascii=False)[1:-1]
-                text = text.replace(escaped, FORGOTTEN)
-        return text
 
-    def quoting(qs, *fields):
-        # JSON columns are matched as text (their JSON escapes a piece's quotes and newlines).
-        qs = qs.annotate(**{f"{f}_text": Cast(f, TextField()) for f in fields})
-        q = Q()
-        for piece in quotes[:50]:
-            escaped = json.dumps(piece, ensure_ascii=False)[1:-1]
-            for f in fields:
-                q |= Q(**{f"{f}_text__contains": piece}) | Q(**{f"{f}_text__contains": escaped})
-        return qs.filter(q)
+def _retitle(owner, conversation_ids, overlap) -> None:
+    """A title that copies forgotten words (the one made from a forgotten first message) is made
+    again from the first message that stays, or left empty."""
+    for conversation in Conversation.objects.owned_by(owner).filter(pk__in=list(conversation_ids)):
+        title = conversation.title
+        if not title:
+            continue
+        made_from_it = any(
+            auto_title(t) == title or auto_title(t).lower() == title.lower() for t in overlap.texts
+        )
+        if not made_from_it and overlap.scrub_text(title) == title:
+            continue
+        first = (
+            Message.objects.filter(conversation=conversation, is_chunk=False, deleted=False, role="user")
+            .order_by("position").values_list("content", flat=True).first()
+        )
+        title = auto_title(first) if first else ""
+        if overlap.scrub_text(title) != title:
+            title = ""
+        conversation.title = title.replace(forgetting.FORGOTTEN, "").strip()
+        conversation.save(update_fields=["title"])
 
-    changed = 0
-    calls = quoting(ToolCall.objects.owned_by(owner), "result", "arguments")
-    for call in calls.select_related("message"):
-        call.result, call.arguments = scrub(call.result), scrub(call.arguments)
-        call.save(update_fields=["result", "arguments"])
+
+def rebuild_tool_call_passages(owner, calls: Sequence[ToolCall]) -> None:
+    """The passages of tool calls whose text changed (a forget scrubbed them), made again."""
+    for call in ToolCall.objects.filter(pk__in=[c.pk for c in calls]).select_related("message"):
         Passage.objects.filter(tool_call_id=call.pk).delete()
         if not call.message.deleted:
             _save_passages(_tool_call_passages(call, call.message), embed=False)
-        changed += 1
-    snapshots = quoting(ContextSnapshot.objects.owned_by(owner), "query", "text", "plan", "hits")
-    snapshots |= ContextSnapshot.objects.owned_by(owner).filter(included_ids__contains=[message_id])
-    for snap in snapshots.distinct():
-        snap.query, snap.text = scrub(snap.query), scrub(snap.text)
-        snap.plan = json.loads(scrub(json.dumps(snap.plan, ensure_ascii=False)))
-        snap.hits = json.loads(scrub(json.dumps(snap.hits, ensure_ascii=False)))
-        snap.save(update_fields=["query", "text", "plan", "hits"])
-        changed += 1
-    return changed
+
+
+forgetting.holds_copies("memory.ToolCall", ("result", "arguments"), rebuild_tool_call_passages)
 
 
 def refresh_reply_context(owner, message_id: str | None, *, reply_ids: Sequence[str] = ()) -> int:

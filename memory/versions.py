@@ -51,3 +51,12 @@ def settled(owner_id: int) -> int | None:
     if row is None:
         return 0
     return None if row[1] else int(row[0])
+
+
+def locked(owner_id: int) -> int:
+    """The version, its row locked FOR SHARE until the calling transaction ends: a write to
+    memory (its bump) waits until then, and one that committed first is seen."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT version FROM memory_memoryversion WHERE owner_id = %s FOR SHARE", [owner_id])
+        row = cursor.fetchone()
+    return int(row[0]) if row else 0

@@ -310,22 +310,30 @@
     area.focus();
   }
 
+  // The forget dialog (chat/_forget.html) lists the messages that quote this one: the ticked
+  // ones are forgotten with it.
+  root.addEventListener("submit", (e) => {
+    const form = e.target.closest("form[data-forget]");
+    if (!form) return;
+    e.preventDefault();
+    const copies = [...form.querySelectorAll("input[name=copies]:checked")].map((box) => box.value);
+    send({ type: "forget", message_id: form.dataset.forget, copies });
+    form.closest(".forget-slot").replaceChildren();
+  });
+
   root.addEventListener("click", (e) => {
     const button = e.target.closest("[data-action]");
     if (!button) return;
     const row = button.closest("li.message");
     const action = button.dataset.action;
     if (action === "close-history") { button.closest(".history").replaceChildren(); return; }
+    if (action === "close-forget") { button.closest(".forget-slot").replaceChildren(); return; }
     if (!row || action === "history") return;
     const id = row.dataset.id;
     if (action === "edit") openEditor(row);
     else if (action === "delete") send({ type: "delete", message_id: id });
     else if (action === "restore") send({ type: "restore", message_id: id });
-    else if (action === "forget") {
-      if (confirm("Forget this message permanently? It will be gone from memory and cannot be undone.")) {
-        send({ type: "forget", message_id: id });
-      }
-    } else if (action === "regenerate") {
+    else if (action === "regenerate") {
       setBusy(true);
       send({ type: "regenerate", message_id: id });
     }

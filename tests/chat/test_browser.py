@@ -283,3 +283,27 @@ def test_the_chat_pages_pass_axe_and_a_streamed_reply_shows_highlighted_code(
     page.goto(live_daphne + "/")
     found["conversation list"] = serious_accessibility_violations(page)
     assert not any(found.values()), "\n".join(f"{name}: {v}" for name, vs in found.items() for v in vs)
+
+
+def test_a_person_forgets_a_message_and_the_reply_that_restated_it(person, page, live_daphne, browser_llm):
+    sign_in_and_open_chat(page, live_daphne, person)
+    send(page, "My locker code at the swimming pool is 9911, next to the sauna")
+    reply = page.locator("li.message.assistant:not(.streaming)").first
+    reply.wait_for()
+    assert "9911" in reply.inner_text()  # the scripted model says back what it was told
+    user_row = page.locator("li.message.user").first
+    user_row.hover()
+    user_row.locator("[data-action=delete]").click()
+    page.locator("li.message.deleted [data-action=forget-ask]").click()
+    dialog = page.locator("form.forget-dialog")
+    dialog.wait_for()
+    assert "1 other message quotes or restates it" in dialog.inner_text()
+    box = dialog.locator("input[name=copies]")
+    assert not box.is_checked()  # a model's reply is a message of its own: not ticked for you
+    box.check()
+    page.screenshot(path=str(ARTIFACTS / "chat-forget-dialog.png"), full_page=True)
+    dialog.locator("button[type=submit]").click()
+    page.wait_for_function("() => document.querySelectorAll('li.message').length === 0")
+    page.reload()
+    page.wait_for_selector("#connection:has-text('connected')")
+    assert "9911" not in page.locator("body").inner_text()  # the title made from it went too

@@ -553,3 +553,42 @@ def test_an_edit_larger_than_djangos_upload_limit_is_saved_whole(owner_client, m
 def test_a_large_body_from_someone_signed_out_is_refused_before_it_is_read(client, db):
     response = client.post(reverse("login"), {"username": "x", "password": "y" * 3_000_000})
     assert response.status_code == 413
+
+
+def test_the_forget_page_lists_the_messages_quoting_it_and_forgets_the_ticked_ones(
+    owner_client, owner, conversation
+):
+    from memory.store import store_message
+
+    secret = store_message(
+        owner, conversation, "user", "The boathouse key hangs behind the blue door by the canoes."
+    )
+    recall = store_message(
+        owner, conversation, "assistant",
+        f"**Offline recall** · user · {secret.pk}: “The boathouse key hangs behind the blue door”",
+        metadata={"mode": "offline_recall", "system_text": True},
+    )
+    restated = store_message(
+        owner, conversation, "assistant", "So the key hangs behind the blue door by the canoes."
+    )
+    store_message(owner, conversation, "user", "Unrelated: buy milk.")
+    url = reverse("explorer:forget", args=[secret.pk])
+    page = html(owner_client.get(url))
+    assert f'value="{recall.pk}" checked' in page and f'value="{restated.pk}">' in page
+    assert "Unrelated" not in page
+    response = owner_client.post(url, {"confirm": "forget", "copies": [recall.pk]})
+    assert response.status_code == 302
+    assert set(Message.objects.filter(conversation=conversation).values_list("content", flat=True)) == {
+        restated.content, "Unrelated: buy milk."
+    }
+
+
+def test_forgetting_with_someone_elses_message_as_a_copy_answers_404(owner_client, owner, stranger, mem):
+    from memory.models import Conversation
+    from memory.store import store_message
+
+    theirs = store_message(stranger, Conversation.objects.create(owner=stranger), "user", "stranger's words")
+    url = reverse("explorer:forget", args=[mem.answer.pk])
+    response = owner_client.post(url, {"confirm": "forget", "copies": [theirs.pk]})
+    assert response.status_code == 404
+    assert Message.objects.filter(pk__in=[mem.answer.pk, theirs.pk]).count() == 2

@@ -129,3 +129,114 @@ def test_forgetting_reaches_the_tool_results_snapshots_and_topics_that_quoted_it
     left = traces() + every_path(owner, conversation)
     at = left.find("ZEBRA") if "ZEBRA" in left else left.find("Quokka")
     assert at < 0, left[max(0, at - 300) : at + 100]
+
+
+# --- every copy (issue 24 §1) -------------------------------------------------------------------
+
+LONG_SECRET = (
+    "Note for later: the vault code for Quokka Station is QXMARK-7731, and the spare key hangs "
+    "behind the blue door in the boathouse."
+)
+
+
+def test_it_scrubs_a_copy_cut_mid_sentence_and_keeps_the_rest():
+    from memory.forgetting import FORGOTTEN, Overlap
+
+    overlap = Overlap([LONG_SECRET], {"01JSECRETID0000000000000000"})
+    copy = "He said …vault code for Quokka Station is QXMARK-7731, and the spare… then left."
+    scrubbed = overlap.scrub_text(copy)
+    assert "QXMARK" not in scrubbed and "Quokka" not in scrubbed
+    assert scrubbed.startswith("He said …") and scrubbed.endswith("… then left.") and FORGOTTEN in scrubbed
+    # Its id goes, and text that shares fewer than five words in a row stays.
+    assert overlap.scrub_text("see 01JSECRETID0000000000000000") == f"see {FORGOTTEN}"
+    unrelated = "The blue door of the garden shed is where the spare rake hangs."
+    assert overlap.scrub_text(unrelated) == unrelated
+
+
+def test_it_scrubs_a_json_result_value_by_value_and_keeps_it_json():
+    from memory.forgetting import Overlap
+
+    overlap = Overlap([LONG_SECRET])
+    result = json.dumps(
+        [{"snippet": "the vault code for Quokka\nStation is QXMARK-7731", "role": "user"},
+         {"snippet": "tulips done", "role": "user"}], ensure_ascii=False,
+    )
+    scrubbed = json.loads(overlap.scrub_json_text(result))
+    assert "QXMARK" not in json.dumps(scrubbed) and scrubbed[1] == {"snippet": "tulips done", "role": "user"}
+    # A piece of a chunked result (not JSON on its own) loses the words, not its quotes.
+    piece = result[5:60]
+    assert "QXMARK" not in overlap.scrub_json_text(piece) and piece.count('"') == overlap.scrub_json_text(
+        piece
+    ).count('"')
+
+
+def test_it_scrubs_a_short_end_of_a_quote_that_is_a_whole_field():
+    from memory.forgetting import FORGOTTEN, Overlap
+
+    overlap = Overlap([LONG_SECRET])
+    assert overlap.scrub_value({"snippet": "QXMARK-7731, and", "role": "user"}) == {
+        "snippet": FORGOTTEN, "role": "user"
+    }
+
+
+def test_forgetting_scrubs_a_tool_result_that_quoted_part_of_a_sentence(owner, conversation, history):
+    from memory.models import ToolCall
+    from memory.store import store_tool_call
+
+    secret = add_turns(owner, conversation, [LONG_SECRET])[0]
+    question, reply = add_turns(owner, conversation, ["the code?", "Found it."])
+    cut = LONG_SECRET[20:95]  # "vault code … spare key": no whole sentence
+    call = store_tool_call(owner, reply, "find", {"pattern": "vault"}, [{"id": secret.pk, "snippet": cut}])
+    forget_message(owner, secret.pk)
+    call = ToolCall.objects.get(pk=call.pk)
+    assert "QXMARK" not in call.result and "Quokka" not in call.result and secret.pk not in call.result
+    assert execute_tool(owner, "find", {"pattern": "QXMARK"}).result["matches"] == []
+
+
+def test_forgetting_scrubs_what_an_earlier_version_left_behind(owner, conversation, history):
+    from memory.models import ToolCall
+    from memory.store import store_tool_call, update_message
+
+    secret = add_turns(owner, conversation, [LONG_SECRET])[0]
+    _, reply = add_turns(owner, conversation, ["the code?", "Found it."])
+    call = store_tool_call(owner, reply, "find", {"pattern": "vault"}, [{"snippet": LONG_SECRET[:100]}])
+    update_message(owner, secret.pk, "Nothing to note.")
+    forget_message(owner, secret.pk)
+    assert "QXMARK" not in ToolCall.objects.get(pk=call.pk).result
+
+
+def test_forgetting_the_first_message_retitles_its_conversation(owner):
+    from memory.models import Conversation
+    from memory.store import store_message
+
+    conv = Conversation.objects.create(owner=owner, title=LONG_SECRET[:60])
+    first = store_message(owner, conv, "user", LONG_SECRET)
+    store_message(owner, conv, "user", "Plan the garden for spring")
+    kept = Conversation.objects.create(owner=owner, title="Garden")
+    store_message(owner, kept, "user", LONG_SECRET)
+    forget_message(owner, first.pk)
+    conv.refresh_from_db()
+    assert conv.title == "Plan the garden for spring"
+    assert Conversation.objects.get(pk=kept.pk).title == "Garden"
+
+
+def test_forgetting_with_copies_forgets_the_replies_that_quote_it(owner, conversation, history):
+    from memory.forgetting import copies_of
+    from memory.models import Message
+
+    secret, recall, restated, other = add_turns(
+        owner, conversation,
+        [
+            LONG_SECRET,
+            f"**Offline recall** · 2026-01-01 · user · X: “{LONG_SECRET[:90]}”",
+            "You said the spare key hangs behind the blue door in the boathouse, I recall.",
+            "Nothing to do with any of it.",
+        ],
+    )
+    Message.objects.filter(pk=recall.pk).update(metadata={"mode": "offline_recall", "system_text": True})
+    found = {c.message.pk: c for c in copies_of(owner, Message.objects.get(pk=secret.pk))}
+    assert set(found) == {recall.pk, restated.pk}
+    assert found[recall.pk].only_a_copy and not found[restated.pk].only_a_copy
+    assert forget_message(owner, secret.pk, copies=[recall.pk]) == sorted([secret.pk, recall.pk])
+    assert set(Message.objects.filter(pk__in=[secret.pk, recall.pk, restated.pk, other.pk])
+               .values_list("pk", flat=True)) == {restated.pk, other.pk}

@@ -164,3 +164,18 @@ def test_the_similarity_threshold_is_the_embedders_own_unless_set(settings):
     assert semantic_cache.similarity_threshold() == get_embedder().cache_similarity
     settings.SEMANTIC_CACHE_SIMILARITY = 0.99
     assert semantic_cache.similarity_threshold() == 0.99
+
+
+def test_a_search_made_before_a_forget_is_not_kept_after_it(owner, conversation):
+    # A search reads memory at version V; a forget commits (V+1, the cache emptied); the search's
+    # entry must not be filed afterwards with the forgotten words in it.
+    [secret] = add_turns(owner, conversation, ["the locker code is 5511"])
+    stale = versions.current(owner.pk)
+    forget_message(owner, secret.pk)
+    vector = semantic_cache.query_vector("the locker code")
+    semantic_cache._keep(owner.pk, conversation.pk, "search", "k", stale, "the locker code", vector,
+                         {"hits": ["the locker code is 5511"]})
+    assert not SemanticCacheEntry.objects.filter(owner_id=owner.pk).exists()
+    semantic_cache._keep(owner.pk, conversation.pk, "search", "k", versions.current(owner.pk), "q",
+                         semantic_cache.query_vector("q"), {"hits": []})
+    assert SemanticCacheEntry.objects.filter(owner_id=owner.pk).count() == 1
