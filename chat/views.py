@@ -14,6 +14,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django.views.decorators.vary import vary_on_headers
 
 from chat import branches, drafts
+from chat.models import ReplyDraft
 from memory import store
 from memory.models import Conversation, Message
 
@@ -65,10 +66,24 @@ THREAD_LIMIT = 200
 
 
 def _thread(conv: Conversation, leaf: Message | None) -> dict:
-    """The chat page's thread: the last THREAD_LIMIT messages of the branch ending at `leaf`."""
+    """The chat page's thread: the last THREAD_LIMIT messages of the branch ending at `leaf`,
+    and the reply being written to its last message, as far as its draft was last saved."""
     path, truncated = branches.recent_path(conv, leaf, THREAD_LIMIT)
     siblings = branches.siblings_for(conv, path)
-    return {"rows": [{"m": m, "sib": siblings[m.pk]} for m in path], "truncated": truncated}
+    draft = (
+        ReplyDraft.objects.filter(conversation=conv, parent_id=path[-1].pk)
+        .only("pk", "parent_id", "text")
+        .first()
+        if path
+        else None
+    )
+    return {
+        "rows": [{"m": m, "sib": siblings[m.pk]} for m in path],
+        "truncated": truncated,
+        "draft": Message(pk=draft.pk, role="assistant", parent_id=draft.parent_id, content=draft.text)
+        if draft
+        else None,
+    }
 
 
 @login_required
@@ -94,7 +109,12 @@ def conversation(request: HttpRequest, conversation_id: str) -> HttpResponse:
     return render(
         request,
         "chat/conversation.html",
-        {"conversation": conv, "conversations": conversations, **_thread(conv, leaf)},
+        {
+            "conversation": conv,
+            "conversations": conversations,
+            "streaming_row": Message(role="assistant"),
+            **_thread(conv, leaf),
+        },
     )
 
 

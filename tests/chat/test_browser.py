@@ -174,7 +174,29 @@ def test_a_new_conversation_takes_its_first_messages_name_at_once(person, page, 
 SLOW_REPLY = {"text": "A slow answer that is still being written when the other tab opens", "delay": 0.2}
 
 
-def test_a_reply_that_finishes_while_a_tab_opens_is_shown_there(person, page, live_daphne, browser_llm):
+def streamed_words(page) -> int:
+    return page.evaluate(
+        "() => { const el = document.querySelector('li.message.streaming .streaming-text');"
+        " return el ? el.textContent.trim().split(/\\s+/).filter(Boolean).length : 0; }"
+    )
+
+
+def shows_the_reply_being_written(tab, at_least: int) -> None:
+    """The reply's text so far, Stop offered and Send disabled, as in the tab that sent it."""
+    tab.wait_for_function(
+        "(n) => { const el = document.querySelector('li.message.streaming .streaming-text');"
+        " return el && el.textContent.trim().split(/\\s+/).length >= n; }",
+        arg=at_least,
+        timeout=20_000,
+    )
+    assert tab.locator("#stop-button").is_visible()
+    assert tab.locator("#send-button").is_disabled()
+    text = tab.locator("li.message.streaming .streaming-text").inner_text()
+    assert text.startswith("A slow answer")
+    assert text.count("A slow answer") == 1
+
+
+def test_a_tab_opened_mid_reply_shows_the_text_so_far_then_the_reply(person, page, live_daphne, browser_llm):
     browser_llm.state.add_script("slowly", [SLOW_REPLY], False)
     sign_in_and_open_chat(page, live_daphne, person)
     send(page, "answer slowly please")
@@ -182,14 +204,41 @@ def test_a_reply_that_finishes_while_a_tab_opens_is_shown_there(person, page, li
         "() => { const el = document.querySelector('li.message.streaming .streaming-text');"
         " return el && el.textContent.split(' ').length >= 3; }"
     )
-    # A second tab opens mid-reply: the page has no row for the reply, its socket missed the start.
+    # A second tab opens mid-reply: its socket missed the reply's start.
     other = page.context.new_page()
     other.goto(page.url)
-    other.wait_for_selector("#connection:has-text('connected')")
-    assert other.locator("li.message.assistant").count() == 0
+    shows_the_reply_being_written(other, 3)
     done = other.locator("li.message.assistant:not(.streaming) .content:has-text('still being written')")
     done.wait_for(timeout=20_000)
     assert other.locator("li.message.user").count() == 1
+    assert other.locator("li.message.assistant").count() == 1
+    assert other.locator("#stop-button").is_hidden()
+    assert other.locator("#send-button").is_enabled()
+
+
+def test_a_tab_reloaded_mid_reply_shows_the_text_so_far_and_can_stop_it(
+    person, page, live_daphne, browser_llm
+):
+    browser_llm.state.add_script("slowly", [SLOW_REPLY], False)
+    sign_in_and_open_chat(page, live_daphne, person)
+    send(page, "answer slowly please")
+    page.wait_for_function(
+        "() => { const el = document.querySelector('li.message.streaming .streaming-text');"
+        " return el && el.textContent.split(' ').length >= 3; }"
+    )
+    page.reload()
+    shows_the_reply_being_written(page, 3)
+    before = streamed_words(page)
+    page.wait_for_function(
+        "(n) => { const el = document.querySelector('li.message.streaming .streaming-text');"
+        " return el && el.textContent.trim().split(/\\s+/).length > n; }",
+        arg=before,
+    )
+    page.screenshot(path=str(ARTIFACTS / "chat-reloaded-mid-reply.png"), full_page=True)
+    page.click("#stop-button")
+    page.locator("li.message.assistant:not(.streaming) .badge:has-text('stopped')").wait_for(timeout=20_000)
+    assert page.locator("#send-button").is_enabled()
+    assert "when the other tab opens" not in page.locator("li.message.assistant .content").inner_text()
 
 
 def test_a_tab_whose_connection_dropped_catches_up_when_it_reconnects(person, page, live_daphne, browser_llm):
