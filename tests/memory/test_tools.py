@@ -219,3 +219,14 @@ def test_results_have_a_one_line_summary(owner, own_memory):
     result = execute_tool(owner, "vector_search", {"query": "tulips"})
     assert result.ok and result.summary.startswith('searched memory for "tulips"')
     assert "\n" not in result.summary
+
+
+def test_it_searches_for_the_start_of_a_query_over_2000_characters(owner, own_memory):
+    query = "tulips " + "and more words about the garden " * 100
+    for name in ("search_and_retrieve", "vector_search"):
+        result = execute_tool(owner, name, {"query": query})
+        assert result.ok, result.error
+        assert result.result["query"] == query[: len(result.result["query"])]
+        assert 1000 < len(result.result["query"]) <= 2000
+        assert not result.result["query"].endswith(" ")
+    assert "shorten" not in json.dumps(tool_schemas())
