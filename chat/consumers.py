@@ -109,10 +109,13 @@ def _message_in(
     return message
 
 
-def _edit(user, conversation, message_id, content) -> tuple[str, str]:
+def _edit(user, conversation, message_id, content) -> tuple[str, str, str | None]:
+    """The edited message's id and row, and the conversation's new title when it was named
+    after this message."""
     message = _message_in(user, conversation, message_id, include_deleted=True)
     updated = store.update_message(user, message.pk, content)
-    return updated.pk, message_html(updated, user)
+    title = turn.retitle_after_edit(conversation.pk, updated, message.content)
+    return updated.pk, message_html(updated, user), title
 
 
 def _set_deleted(user, conversation, message_id, deleted: bool) -> tuple[str, str]:
@@ -288,8 +291,15 @@ class ChatConsumer(AsyncWebsocketConsumer):
         if not isinstance(content, str):
             raise FrameError("invalid", "content must be text")
         await self._count_action()
-        message_id, html = await db(_edit)(self.user, self.conversation, frame.get("message_id"), content)
+        message_id, html, title = await db(_edit)(
+            self.user, self.conversation, frame.get("message_id"), content
+        )
         await self._broadcast({"type": "chat.message_updated", "message_id": message_id, "html": html})
+        if title:
+            self.conversation.title = title
+            await self._deliver(
+                {"type": "chat.conversation_updated", "title": title, "origin": self.channel_name}
+            )
 
     async def frame_delete(self, frame: dict) -> None:
         await self._count_action()

@@ -34,6 +34,17 @@ def home(request: HttpRequest) -> HttpResponse:
     return render(request, "chat/home.html", {"conversations": conversations})
 
 
+FAVICON = settings.BASE_DIR / "static" / "recollect" / "favicon.ico"
+
+
+@require_GET
+def favicon(request: HttpRequest) -> HttpResponse:
+    """The icon browsers ask for at /favicon.ico, whatever the page links."""
+    response = HttpResponse(FAVICON.read_bytes(), content_type="image/x-icon")
+    response["Cache-Control"] = "public, max-age=86400"
+    return response
+
+
 @require_http_methods(["GET", "POST"])
 def signup(request: HttpRequest) -> HttpResponse:
     if not settings.ALLOW_SIGNUP:

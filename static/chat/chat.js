@@ -358,6 +358,12 @@
     const row = button.closest("li.message");
     const action = button.dataset.action;
     if (action === "close-history") { button.closest(".history").replaceChildren(); return; }
+    if (action === "unfold") {
+      const folded = document.getElementById(button.getAttribute("aria-controls")).classList.toggle("folded");
+      button.textContent = folded ? "Show more" : "Show less";
+      button.setAttribute("aria-expanded", folded ? "false" : "true");
+      return;
+    }
     if (!row || action === "history") return;
     const id = row.dataset.id;
     if (action === "edit") openEditor(row);
@@ -391,9 +397,13 @@
     setTimeout(watchDraft, 3000);
   }
 
+  const sidebarList = document.getElementById("sidebar-list");
+  if (sidebarList && window.matchMedia("(min-width: 761px)").matches) sidebarList.open = true;
+
   setBusy(false);
   followStreaming();
   if (streaming) setTimeout(watchDraft, 3000);
   connect();
-  scrollDown(); // a conversation opens at its latest message
+  // A conversation opens at its latest message (a link to one message, at that message).
+  if (!location.hash) scrollDown();
 })();

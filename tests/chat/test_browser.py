@@ -191,6 +191,8 @@ def shows_the_reply_being_written(tab, at_least: int) -> None:
     )
     assert tab.locator("#stop-button").is_visible()
     assert tab.locator("#send-button").is_disabled()
+    # ... and looks it.
+    assert float(tab.eval_on_selector("#send-button", "b => getComputedStyle(b).opacity")) < 0.7
     text = tab.locator("li.message.streaming .streaming-text").inner_text()
     assert text.startswith("A slow answer")
     assert text.count("A slow answer") == 1
@@ -332,3 +334,46 @@ def test_the_chat_pages_pass_axe_and_a_streamed_reply_shows_highlighted_code(
     page.goto(live_daphne + "/")
     found["conversation list"] = serious_accessibility_violations(page)
     assert not any(found.values()), "\n".join(f"{name}: {v}" for name, vs in found.items() for v in vs)
+
+
+@pytest.fixture
+def long_conversation(person):
+    """Forty messages, the fourth of them long (made before the browser's event loop runs)."""
+    from memory import store
+    from memory.models import Conversation
+
+    owner = get_user_model().objects.get(username=person[0])
+    conversation = Conversation.objects.create(owner=owner, title="A long one")
+    items, parent = [], None
+    for i in range(40):
+        content = ("A very long message. " * 150) if i == 3 else f"Message number {i} of the conversation"
+        role = "user" if i % 2 == 0 else "assistant"
+        items.append(store.NewMessage(role=role, content=content, parent_id=parent))
+        parent = items[-1].id
+    store.store_messages(owner, conversation, items, embed=False)
+    return conversation
+
+
+def test_a_long_conversation_opens_at_its_latest_message_and_long_messages_fold(
+    person, long_conversation, page, live_daphne
+):
+    page.goto(live_daphne + "/login/")
+    page.fill("input[name=username]", person[0])
+    page.fill("input[name=password]", person[1])
+    page.click("button[type=submit]")
+    page.goto(f"{live_daphne}/c/{long_conversation.pk}/")
+    page.wait_for_selector("#connection:has-text('connected')")
+    last = page.locator("li.message").last
+    assert "Message number 39" in last.inner_text()
+    page.wait_for_function("() => window.scrollY > 0")
+    box = last.bounding_box()
+    assert box["y"] < page.viewport_size["height"] and box["y"] + box["height"] > 0  # on screen
+
+    long_row = page.locator("li.message").nth(3)
+    content = long_row.locator(".content")
+    folded_height = content.bounding_box()["height"]
+    assert folded_height < 500
+    long_row.get_by_role("button", name="Show more").click()
+    assert content.bounding_box()["height"] > folded_height * 2
+    long_row.get_by_role("button", name="Show less").click()
+    assert content.bounding_box()["height"] == folded_height

@@ -701,3 +701,43 @@ async def test_stop_is_honoured_between_tool_calls(owner, conversation, scripted
     assert len([e for e in events if e["type"] == "tool_started"]) < 5
     assert len([r for r in scripted_llm.requests if "slow tools" in r["last_user"]]) == 1
     await ws.disconnect()
+
+
+async def test_a_long_first_message_names_the_conversation_up_to_a_word_with_an_ellipsis(owner, scripted_llm):
+    conversation = await database_sync_to_async(Conversation.objects.create)(owner=owner)
+    tab = await connect(owner, conversation.pk)
+    text = "Could you help me plan a two week walking holiday through the hills of northern Portugal"
+    await tab.send_json_to({"type": "send", "content": text})
+    events = await receive_until(tab, "reply_done")
+    [named] = [e["title"] for e in events if e["type"] == "conversation_updated"]
+    assert named == "Could you help me plan a two week walking holiday through…"
+    assert len(named) <= 60
+    await tab.disconnect()
+
+
+async def test_editing_the_first_message_renames_a_conversation_named_after_it(owner, scripted_llm):
+    conversation = await database_sync_to_async(Conversation.objects.create)(owner=owner)
+    tab1 = await connect(owner, conversation.pk)
+    tab2 = await connect(owner, conversation.pk)
+    await tab1.send_json_to({"type": "send", "content": "Trip to Lisbon"})
+    events = await receive_until(tab1, "reply_done")
+    await receive_until(tab2, "reply_done")
+    first = next(e["message_id"] for e in events if e["type"] == "message")
+    await tab1.send_json_to({"type": "edit", "message_id": first, "content": "Trip to Porto in May"})
+    for tab in (tab1, tab2):
+        events = await receive_until(tab, "conversation_updated")
+        assert events[-1]["title"] == "Trip to Porto in May"
+    await conversation.arefresh_from_db()
+    assert conversation.title == "Trip to Porto in May"
+
+    # A title the person wrote stays through edits.
+    conversation.title = "Holidays"
+    await conversation.asave(update_fields=["title"])
+    await tab1.send_json_to({"type": "edit", "message_id": first, "content": "Trip to Faro"})
+    events = await receive_until(tab1, "message_updated")
+    await conversation.arefresh_from_db()
+    assert conversation.title == "Holidays"
+    await tab1.send_json_to({"type": "ping"})
+    assert [e["type"] for e in await receive_until(tab1, "pong")] == ["pong"]
+    await tab1.disconnect()
+    await tab2.disconnect()
