@@ -217,3 +217,26 @@ def test_the_timeline_bars_and_the_topic_map_are_links_a_screen_reader_reaches(p
     ).click()
     page.wait_for_url("**/topics/*/")
     assert page.locator("h1.topic-title").inner_text() == "Databases"
+
+
+def test_no_page_scrolls_sideways_on_a_phone(page, mem_live, conversation):
+    """At 390 px every page is one column; long content scrolls in its own box."""
+    page.set_viewport_size({"width": 390, "height": 844})
+    pages = {
+        "chats": reverse("chat:home"),
+        "conversation": reverse("chat:conversation", args=[conversation.pk]),
+        **{name: url for name, (url, _) in explorer_pages(mem_live).items()},
+    }
+    wide = {}
+    for name, url in pages.items():
+        page.goto(page.base + url)
+        width = page.evaluate("() => document.documentElement.scrollWidth")
+        if width > 390:
+            wide[name] = width
+        shot(page, f"phone-{name}")
+    assert not wide, f"wider than the screen: {wide}"
+    # The chat's conversation list is folded above it, one tap away.
+    page.goto(page.base + pages["conversation"])
+    assert not page.locator("#sidebar-list").evaluate("d => d.open")
+    chat_box = page.locator("#chat").bounding_box()
+    assert chat_box["width"] <= 390
