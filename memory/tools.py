@@ -291,6 +291,30 @@ def _ms(started: float) -> float:
     return round((time.perf_counter() - started) * 1000, 2)
 
 
+# A \uXXXX escape (a surrogate pair as one), not one whose backslash is itself escaped.
+_ESCAPE = re.compile(
+    r"(?<!\\)\\u(d[89ab][0-9a-f]{2})\\u(d[c-f][0-9a-f]{2})|(?<!\\)\\u([0-9a-f]{4})", re.IGNORECASE
+)
+
+
+def _unescape(match: re.Match) -> str:
+    if match.group(3):
+        code = int(match.group(3), 16)
+        # Control characters and lone surrogates stay escaped: they have nothing to show.
+        return match.group(0) if code < 0x20 or 0xD800 <= code <= 0xDFFF else chr(code)
+    high, low = int(match.group(1), 16), int(match.group(2), 16)
+    return chr(0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00))
+
+
+def readable_json(text: str) -> str:
+    """Tool arguments or results as a person reads them: `¿Cómo…`, not `\\u00bfC…` (also in
+    JSON cut short, which does not parse)."""
+    text = str(text or "")
+    if "\\u" not in text:
+        return text
+    return _ESCAPE.sub(_unescape, text)
+
+
 def parse_arguments(arguments: Any) -> dict[str, Any]:
     """A tool call's arguments, a JSON object as text or already parsed; raises ToolError."""
     if arguments is None or (isinstance(arguments, str) and not arguments.strip()):

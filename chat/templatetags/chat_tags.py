@@ -3,6 +3,7 @@ from __future__ import annotations
 from django import template
 
 from chat import rendering
+from memory.tools import readable_json
 
 register = template.Library()
 
@@ -43,3 +44,8 @@ FOLD_CHARS = 2000
 def folds(text: str) -> bool:
     """A message this long shows its start, with "Show more": the thread stays skimmable."""
     return len(text or "") > FOLD_CHARS
+
+
+@register.filter
+def readable(text: str) -> str:
+    return readable_json(text)

@@ -198,7 +198,8 @@ def shows_the_reply_being_written(tab, at_least: int) -> None:
     assert text.count("A slow answer") == 1
 
 
-def test_a_tab_opened_mid_reply_shows_the_text_so_far_then_the_reply(person, page, live_daphne, browser_llm):
+def start_a_slow_reply(person, page, live_daphne, browser_llm) -> None:
+    """Send a message whose reply streams slowly, and wait until a few words of it are in."""
     browser_llm.state.add_script("slowly", [SLOW_REPLY], False)
     sign_in_and_open_chat(page, live_daphne, person)
     send(page, "answer slowly please")
@@ -206,6 +207,10 @@ def test_a_tab_opened_mid_reply_shows_the_text_so_far_then_the_reply(person, pag
         "() => { const el = document.querySelector('li.message.streaming .streaming-text');"
         " return el && el.textContent.split(' ').length >= 3; }"
     )
+
+
+def test_a_tab_opened_mid_reply_shows_the_text_so_far_then_the_reply(person, page, live_daphne, browser_llm):
+    start_a_slow_reply(person, page, live_daphne, browser_llm)
     # A second tab opens mid-reply: its socket missed the reply's start.
     other = page.context.new_page()
     other.goto(page.url)
@@ -221,13 +226,7 @@ def test_a_tab_opened_mid_reply_shows_the_text_so_far_then_the_reply(person, pag
 def test_a_tab_reloaded_mid_reply_shows_the_text_so_far_and_can_stop_it(
     person, page, live_daphne, browser_llm
 ):
-    browser_llm.state.add_script("slowly", [SLOW_REPLY], False)
-    sign_in_and_open_chat(page, live_daphne, person)
-    send(page, "answer slowly please")
-    page.wait_for_function(
-        "() => { const el = document.querySelector('li.message.streaming .streaming-text');"
-        " return el && el.textContent.split(' ').length >= 3; }"
-    )
+    start_a_slow_reply(person, page, live_daphne, browser_llm)
     page.reload()
     shows_the_reply_being_written(page, 3)
     before = streamed_words(page)

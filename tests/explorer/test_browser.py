@@ -66,7 +66,8 @@ def shot(page, name: str) -> None:
 def explorer_pages(m) -> dict[str, tuple[str, str]]:
     """Every explorer page: its URL and a text it shows."""
     return {
-        "overview": (reverse("explorer:overview"), "The next turn would use the"),
+        "overview": (reverse("explorer:overview"), "People, places and things"),
+        "advanced": (reverse("explorer:advanced"), "The next turn would use the"),
         "topics": (reverse("explorer:topics"), "Map of level 0"),
         "topic": (reverse("explorer:topic", args=[m.root.pk]), "Sub-topics"),
         "timeline": (reverse("explorer:timeline"), "Messages per day"),

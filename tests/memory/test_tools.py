@@ -230,3 +230,12 @@ def test_it_searches_for_the_start_of_a_query_over_2000_characters(owner, own_me
         assert 1000 < len(result.result["query"]) <= 2000
         assert not result.result["query"].endswith(" ")
     assert "shorten" not in json.dumps(tool_schemas())
+
+
+def test_it_shows_escaped_tool_text_as_the_characters_it_stands_for():
+    from memory.tools import readable_json
+
+    assert readable_json('{"query": "\\u00bfC\\u00f3mo est\\u00e1s?"}') == '{"query": "¿Cómo estás?"}'
+    assert readable_json('{"q": "a \\ud83d\\ude00 and cut \\u00e9t') == '{"q": "a 😀 and cut ét'  # cut short
+    assert readable_json('{"path": "C:\\\\u0041"}') == '{"path": "C:\\\\u0041"}'  # an escaped backslash
+    assert readable_json('{"nul": "\\u0000"}') == '{"nul": "\\u0000"}'
