@@ -18,7 +18,8 @@ Client frames:
 Server events (sent to every socket on the conversation):
   message          {message_id, role, parent_id, client_id, html}   user message stored
   reply_started    {message_id, parent_id, client_id, html}   html: the streaming row
-  token            {message_id, delta}
+  token            {message_id, delta, at}   at: where the delta starts in the reply; a tab that
+                   joins mid-reply is first sent {text, parent_id}: all of the reply so far
   tool_started     {message_id, call_id, name, arguments, label, html}   html: its running box
   tool_finished    {message_id, call_id, name, ok, summary, error, duration_ms, html}
   reply_done       {message_id, parent_id, status (complete|stopped|failed), error, usage,
@@ -26,6 +27,7 @@ Server events (sent to every socket on the conversation):
   message_updated / message_deleted / message_restored  {message_id, html}
   message_forgotten {message_id}
   conversation_updated {title}  an untitled conversation was named after its first message
+                   (or that message was edited)
   error            {code, message, frame}  codes: bad_frame, unknown_type, invalid, not_found,
                    busy, rate_limited, server_error. The connection stays open.
 

@@ -29,6 +29,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django.views.decorators.vary import vary_on_headers
 
 from chat.models import ChatAllowance, LimitReached
+from chat.turn import retitle_after_edit
 from explorer import charts
 from explorer.counting import Tally, bounded_count, capped_page
 from explorer.filters import (
@@ -866,6 +867,8 @@ def message_edit(request: HttpRequest, message_id: str) -> HttpResponse:
         context.update(edit_error=str(exc), edit_text=text[:CONTENT_PREVIEW_CHARS])
         return render(request, "explorer/message.html", context, status=400)
     if edited.edit_history != message.edit_history:
+        # A conversation named after its first message takes the new text's name.
+        retitle_after_edit(edited.conversation_id, edited, message.content)
         # The store queued topic upkeep for the edit when it committed.
         flash.success(request, "Saved: the old text is kept in the edit history below.")
     else:

@@ -73,8 +73,11 @@
         const live = streaming ? rowOf(streaming) : null;
         thread().replaceWith(fresh);
         if (window.htmx) htmx.process(fresh);
-        // A reply still being written is not stored yet: keep it on screen.
-        if (live && !rowOf(streaming)) placeAfterParent(live, live.dataset.parent);
+        // A reply still being written is not stored yet: keep it on screen, or, when the page
+        // drew it from its draft, keep whichever has more of its text.
+        const drawn = live ? rowOf(streaming) : null;
+        if (live && !drawn) placeAfterParent(live, live.dataset.parent);
+        else if (live && drawn.classList.contains("streaming") && longerText(live, drawn)) drawn.replaceWith(live);
         followStreaming();
       }
     } catch (e) {
@@ -194,6 +197,11 @@
     if (!content.lastChild || content.lastChild.nodeType !== Node.TEXT_NODE) content.appendChild(document.createTextNode(""));
     content.lastChild.appendData(delta);
     content.dataset.length = String(streamedLength(content) + charCount(delta));
+  }
+
+  function longerText(a, b) {
+    const text = (row) => row.querySelector(".streaming-text").textContent;
+    return charCount(text(a)) >= charCount(text(b));
   }
 
   // A reply this tab did not see start (opened or reloaded while it streams): its row, placed

@@ -59,6 +59,7 @@ def test_advanced_shows_counts_strategy_upkeep_and_health(owner_client, mem):
 def test_the_overview_is_about_the_person_and_leaves_the_engine_to_advanced(owner_client, mem):
     mem.question.set_pinned(True)
     page = html(owner_client.get(reverse("explorer:overview")))
+    assert "4 messages in 1 conversation." in page
     people = section(page, "people")
     # The names it knows most about, most mentioned first, each with its latest mention and a
     # way to open, correct or forget it.
@@ -563,3 +564,13 @@ def test_tool_arguments_and_results_show_their_characters_not_escapes(owner_clie
 
     row = message_html(Message.objects.get(pk=mem.answer.pk), owner)
     assert "¿Cómo se llama mi perro?" in row and "été" in row and "\\u00" not in row
+
+
+def test_correcting_the_first_message_renames_a_conversation_named_after_it(owner_client, owner):
+    from memory.models import Conversation
+
+    conversation = Conversation.objects.create(owner=owner, title="Trip to Lisbon")
+    first = store.store_message(owner, conversation, "user", "Trip to Lisbon")
+    owner_client.post(reverse("explorer:edit", args=[first.pk]), {"content": "Trip to Porto"})
+    conversation.refresh_from_db()
+    assert conversation.title == "Trip to Porto"
