@@ -18,7 +18,8 @@ Client frames:
 Server events (sent to every socket on the conversation):
   message          {message_id, role, parent_id, client_id, html}   user message stored
   reply_started    {message_id, parent_id, client_id, html}   html: the streaming row
-  token            {message_id, delta}
+  token            {message_id, delta, at}   at: where the delta starts in the reply; a tab that
+                   joins mid-reply is first sent {text, parent_id}: all of the reply so far
   tool_started     {message_id, call_id, name, arguments, label, html}   html: its running box
   tool_finished    {message_id, call_id, name, ok, summary, error, duration_ms, html}
   reply_done       {message_id, parent_id, status (complete|stopped|failed), error, usage,
@@ -26,6 +27,7 @@ Server events (sent to every socket on the conversation):
   message_updated / message_deleted / message_restored  {message_id, html}
   message_forgotten {message_id}
   conversation_updated {title}  an untitled conversation was named after its first message
+                   (or that message was edited)
   error            {code, message, frame}  codes: bad_frame, unknown_type, invalid, not_found,
                    busy, rate_limited, server_error. The connection stays open.
 
@@ -74,6 +76,11 @@ logger = logging.getLogger(__name__)
 CLIENT_FRAMES = {"send", "stop", "edit", "delete", "restore", "forget", "regenerate", "ping"}
 
 
+# The stop signals of the turns this process runs, by conversation: Stop from a tab opened after
+# the turn's own tab closed (a reload) reaches them although group events no longer do.
+_running_turns: dict[str, set[asyncio.Event]] = {}
+
+
 class FrameError(Exception):
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
@@ -111,10 +118,13 @@ def _message_in(
     return message
 
 
-def _edit(user, conversation, message_id, content) -> tuple[str, str]:
+def _edit(user, conversation, message_id, content) -> tuple[str, str, str | None]:
+    """The edited message's id and row, and the conversation's new title when it was named
+    after this message."""
     message = _message_in(user, conversation, message_id, include_deleted=True)
     updated = store.update_message(user, message.pk, content)
-    return updated.pk, message_html(updated, user)
+    title = turn.retitle_after_edit(conversation.pk, updated, message.content)
+    return updated.pk, message_html(updated, user), title
 
 
 def _set_deleted(user, conversation, message_id, deleted: bool) -> tuple[str, str]:
@@ -208,6 +218,11 @@ class ChatConsumer(AsyncWebsocketConsumer):
         # (a tab heard from later is sent the text so far: see chat_hello).
         self.events_to_group = not isinstance(self.channel_layer, InMemoryChannelLayer)
         self.streamed: list[str] = []  # the text of this socket's reply sent so far
+        self.streamed_chars = 0  # its length, the `at` of the next token
+        self.reply_parent: str | None = None
+        # The socket closed while its turn runs on (a reload): every event of the turn goes to
+        # the conversation's group, where the reloaded tab listens.
+        self.detached = False
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
         await self.channel_layer.group_send(self.group, {"type": "chat.hello", "origin": self.channel_name})
@@ -236,6 +251,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
 
     async def disconnect(self, code: int) -> None:
         if getattr(self, "group", None):
+            self.detached = self.busy
             await self.channel_layer.group_discard(self.group, self.channel_name)
             await self.channel_layer.group_send(self.group, {"type": "chat.bye", "origin": self.channel_name})
         # A running turn carries on: its reply is stored and shows up on the next visit.
@@ -296,14 +312,24 @@ class ChatConsumer(AsyncWebsocketConsumer):
         # Any tab may stop the conversation's running reply.
         await self.channel_layer.group_send(self.group, {"type": "chat.stop", "origin": self.channel_name})
         self.stop_event.set()
+        # A turn whose tab was reloaded hears no group event any more: stopped here directly.
+        for event in _running_turns.get(self.conversation.pk, ()):
+            event.set()
 
     async def frame_edit(self, frame: dict) -> None:
         content = frame.get("content")
         if not isinstance(content, str):
             raise FrameError("invalid", "content must be text")
         await self._count_action()
-        message_id, html = await db(_edit)(self.user, self.conversation, frame.get("message_id"), content)
+        message_id, html, title = await db(_edit)(
+            self.user, self.conversation, frame.get("message_id"), content
+        )
         await self._broadcast({"type": "chat.message_updated", "message_id": message_id, "html": html})
+        if title:
+            self.conversation.title = title
+            await self._deliver(
+                {"type": "chat.conversation_updated", "title": title, "origin": self.channel_name}
+            )
 
     async def frame_delete(self, frame: dict) -> None:
         await self._count_action()
@@ -339,6 +365,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
         held = await db(durable(ChatAllowance.start_turn, atomic=False))(self.user)
         client_id = frame.get("client_id") if isinstance(frame.get("client_id"), str) else None
         self.stop_event = asyncio.Event()
+        _running_turns.setdefault(self.conversation.pk, set()).add(self.stop_event)
         self.busy = True
         self.turn_task = asyncio.ensure_future(
             self._run_turn(held.pk, client_id=client_id[:100] if client_id else None, **kwargs)
@@ -381,6 +408,11 @@ class ChatConsumer(AsyncWebsocketConsumer):
             # A later turn of this socket may already be running (it started at reply_done).
             if self.turn_task is None or self.turn_task is asyncio.current_task():
                 self.busy = False
+            stops = _running_turns.get(self.conversation.pk)
+            if stops is not None:
+                stops.discard(self.stop_event)
+                if not stops:
+                    _running_turns.pop(self.conversation.pk, None)
         # Told only now, so a tab that answers the error at once finds its slot free.
         if error is not None:
             await self._send_error(*error, "send")
@@ -400,11 +432,14 @@ class ChatConsumer(AsyncWebsocketConsumer):
         await self.group_tokens.drain()
         if event["type"] == "chat.reply_started":
             self.reply_id = event["message_id"]
+            self.reply_parent = event.get("parent_id")
             self.streamed = []
+            self.streamed_chars = 0
         elif event["type"] == "chat.reply_done":
             self.reply_id = None
             self.busy = False
             self.streamed = []  # the stored reply's row replaces what streamed
+            self.streamed_chars = 0
         known_title = event.pop("conversation_title", None)
         await self._deliver(event)
         if event["type"] == "chat.message" and not self.conversation.title:
@@ -421,18 +456,25 @@ class ChatConsumer(AsyncWebsocketConsumer):
         await self._relay(event, force=True)
         # Alone on the conversation (presence is exact with the in-process layer), there is no
         # one else to tell: the event would only come back to this socket, to be dropped.
-        if self.peers or self.events_to_group:
+        if self.peers or self.events_to_group or self.detached:
             await self._tell_group(event)
 
     async def _send_tokens(self, event: dict[str, Any]) -> None:
+        # `at`: where the delta starts in the reply (characters), so a tab that was sent the
+        # text so far (chat_hello) skips what it already has.
+        event = {**event, "at": self.streamed_chars}
         await self._relay(event, force=True)
         self.streamed.append(event["delta"])
+        self.streamed_chars += len(event["delta"])
         # Alone on the conversation (the usual case), the group has no one else to tell; a tab
         # heard from later gets the text so far then (chat_hello).
-        if self.peers:
+        if self.peers or self.detached:
             self.group_tokens.add(event)
 
     async def _tell_group(self, event: dict[str, Any]) -> None:
+        if self.detached and event["type"] == "chat.token" and event["message_id"] == self.reply_id:
+            # No hello reaches a closed socket: a reloaded tab is sent the whole text each time.
+            event = {**event, "text": "".join(self.streamed), "parent_id": self.reply_parent}
         try:
             await self.channel_layer.group_send(self.group, event)
         except Exception:
@@ -462,14 +504,17 @@ class ChatConsumer(AsyncWebsocketConsumer):
         origin = event["origin"]
         if origin == self.channel_name:
             return
-        if not self.peers and self.reply_id is not None and self.streamed:
-            # Alone until now, this socket sent the reply's tokens to no one: the text so far
-            # goes to the group as one token, queued (before any await) ahead of every later
-            # token, so a tab that saw the reply start shows all of it, once.
-            self.group_tokens.add(
-                {"type": "chat.token", "message_id": self.reply_id, "delta": "".join(self.streamed),
-                 "origin": self.channel_name}
-            )
+        if self.reply_id is not None and self.streamed:
+            # The new tab (opened or reloaded mid-reply) missed the reply's start: it is sent the
+            # text so far, whole, with the reply's place; the tokens that follow say where they
+            # start (`at`), so the tab skips what this already gave it.
+            snapshot = {
+                "type": "chat.token", "message_id": self.reply_id, "parent_id": self.reply_parent,
+                "delta": "", "at": 0, "text": "".join(self.streamed), "origin": self.channel_name,
+            }
+            self.peers.add(origin)
+            with contextlib.suppress(Exception):
+                await self.channel_layer.send(origin, snapshot)
         self.peers.add(origin)
         await self.channel_layer.send(origin, {"type": "chat.here", "origin": self.channel_name})
 

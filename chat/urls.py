@@ -9,6 +9,7 @@ app_name = "chat"
 urlpatterns = [
     path("", views.home, name="home"),
     path("signup/", views.signup, name="signup"),
+    path("favicon.ico", views.favicon, name="favicon"),
     path("c/new/", views.new_conversation, name="new_conversation"),
     path("c/<str:conversation_id>/", views.conversation, name="conversation"),
     path("c/<str:conversation_id>/rename/", views.rename_conversation, name="rename_conversation"),

@@ -16,7 +16,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django.views.decorators.vary import vary_on_headers
 
 from chat import branches, drafts
-from chat.models import ChatAllowance, LimitReached
+from chat.models import ChatAllowance, LimitReached, ReplyDraft
 from memory import forgetting, store
 from memory.models import Conversation, Message
 
@@ -49,6 +49,17 @@ def counted(view):
 def home(request: HttpRequest) -> HttpResponse:
     conversations = Conversation.objects.owned_by(request.user).order_by("-updated_at")[:200]
     return render(request, "chat/home.html", {"conversations": conversations})
+
+
+FAVICON = settings.BASE_DIR / "static" / "recollect" / "favicon.ico"
+
+
+@require_GET
+def favicon(request: HttpRequest) -> HttpResponse:
+    """The icon browsers ask for at /favicon.ico, whatever the page links."""
+    response = HttpResponse(FAVICON.read_bytes(), content_type="image/x-icon")
+    response["Cache-Control"] = "public, max-age=86400"
+    return response
 
 
 @require_http_methods(["GET", "POST"])
@@ -90,10 +101,24 @@ THREAD_LIMIT = 200
 
 
 def _thread(conv: Conversation, leaf: Message | None) -> dict:
-    """The chat page's thread: the last THREAD_LIMIT messages of the branch ending at `leaf`."""
+    """The chat page's thread: the last THREAD_LIMIT messages of the branch ending at `leaf`,
+    and the reply being written to its last message, as far as its draft was last saved."""
     path, truncated = branches.recent_path(conv, leaf, THREAD_LIMIT)
     siblings = branches.siblings_for(conv, path)
-    return {"rows": [{"m": m, "sib": siblings[m.pk]} for m in path], "truncated": truncated}
+    draft = (
+        ReplyDraft.objects.filter(conversation=conv, parent_id=path[-1].pk)
+        .only("pk", "parent_id", "text")
+        .first()
+        if path
+        else None
+    )
+    return {
+        "rows": [{"m": m, "sib": siblings[m.pk]} for m in path],
+        "truncated": truncated,
+        "draft": Message(pk=draft.pk, role="assistant", parent_id=draft.parent_id, content=draft.text)
+        if draft
+        else None,
+    }
 
 
 @login_required
@@ -119,7 +144,12 @@ def conversation(request: HttpRequest, conversation_id: str) -> HttpResponse:
     return render(
         request,
         "chat/conversation.html",
-        {"conversation": conv, "conversations": conversations, **_thread(conv, leaf)},
+        {
+            "conversation": conv,
+            "conversations": conversations,
+            "streaming_row": Message(role="assistant"),
+            **_thread(conv, leaf),
+        },
     )
 
 

@@ -8,6 +8,7 @@ app_name = "explorer"
 
 urlpatterns = [
     path("", views.overview, name="overview"),
+    path("advanced/", views.advanced, name="advanced"),
     path("topics/", views.topics, name="topics"),
     path("topics/<str:topic_id>/", views.topic_detail, name="topic"),
     path("timeline/", views.timeline, name="timeline"),

@@ -18,16 +18,18 @@ from django.conf import settings
 from django.contrib import messages as flash
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Page
-from django.db.models import Count, F, Q, QuerySet, Sum
+from django.db.models import Count, F, OuterRef, Q, QuerySet, Subquery, Sum
 from django.db.models.functions import Left, Trunc
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
 
 from chat.models import ChatAllowance, LimitReached
+from chat.turn import retitle_after_edit
 from explorer import charts
 from explorer.counting import Tally, bounded_count, capped_page
 from explorer.filters import (
@@ -53,6 +55,7 @@ from memory.models import (
     UpkeepRun,
 )
 from memory.search import similar_messages
+from memory.topics import period_bounds
 
 PAGE_SIZE = 25
 MAX_PK = 2**63 - 1
@@ -209,56 +212,106 @@ def next_turn_strategy(user) -> dict[str, Any]:
 
 
 def _temporal_overview(user, now: dt.datetime | None = None) -> list[dict[str, Any]]:
-    """The temporal overview: today, this week, this month, older."""
-    now = timezone.localtime(now or timezone.now())
-    today = now.replace(hour=0, minute=0, second=0, microsecond=0)
-    week = today - dt.timedelta(days=today.weekday())
-    month = today.replace(day=1)
+    """Today, earlier this week, earlier this month and older: the periods the background upkeep
+    summarizes (memory.topics.period_bounds), so a count and its summary speak of the same
+    messages. A summary written before the latest messages came is left out, not contradicted."""
+    bounds = period_bounds(now)
     live = Message.objects.visible_to(user).logical()
     # The recent periods are a short range of the (owner, timestamp) index; "older" is most of
     # a big memory, so it is counted up to a cap and estimated beyond it.
-    agg = live.filter(timestamp__gte=min(week, month)).aggregate(
-        today=Count("timestamp", filter=Q(timestamp__gte=today)),
-        week=Count("timestamp", filter=Q(timestamp__gte=week)),
-        month=Count("timestamp", filter=Q(timestamp__gte=month)),
+    recent = {key: (start, end) for key, (start, end) in bounds.items() if start is not None}
+    agg = live.filter(timestamp__gte=min(start for start, _ in recent.values())).aggregate(
+        **{
+            key: Count("timestamp", filter=Q(timestamp__gte=start, **({"timestamp__lt": end} if end else {})))
+            for key, (start, end) in recent.items()
+        }
     )
-    agg["older"] = bounded_count(live.filter(timestamp__lt=month))
+    agg["older"] = bounded_count(live.filter(timestamp__lt=bounds["older"][1]))
     summaries = {p.period: p for p in PeriodSummary.objects.owned_by(user)[:20]}
     timeline = reverse("explorer:timeline")
-    rows = [
-        ("today", "Today", agg["today"], f"{timeline}?granularity=day&period={today.date()}"),
-        (
-            "this_week",
-            "This week",
-            agg["week"],
-            f"{timeline}?granularity=week&period={week.date()}",
-        ),
-        (
-            "this_month",
-            "This month",
-            agg["month"],
-            f"{timeline}?granularity=month&period={month.date()}",
-        ),
-        ("older", "Older", agg["older"], f"{timeline}?end={(month - dt.timedelta(days=1)).date()}"),
-    ]
+    labels = {
+        "today": "Today", "this_week": "Earlier this week", "this_month": "Earlier this month",
+        "older": "Older",
+    }
     out = []
-    for key, label, count, href in rows:
+    for key, (start, end) in bounds.items():
+        last_day = (end - dt.timedelta(days=1)).date() if end else timezone.localdate(now)
+        href = f"{timeline}?end={last_day}" + (f"&start={start.date()}" if start else "")
         summary = summaries.get(key)
+        count = agg[key]
+        exact = not isinstance(count, Tally) or count.exact
+        fresh = summary is not None and exact and summary.message_count == int(count)
         out.append(
             {
                 "key": key,
-                "label": label,
-                "count": count,
+                "label": labels[key],
+                "count": agg[key],
                 "href": href,
-                "summary": summary.summary if summary else "",
+                "summary": summary.summary if fresh else "",
             }
         )
     return out
 
 
+def _people_places_and_things(user, limit: int = 8) -> list[Entity]:
+    """The names memory holds most about, each with the message that last mentioned it."""
+    latest = (
+        EntityMention.objects.filter(entity=OuterRef("pk"), message__deleted=False)
+        .order_by("-message__timestamp", "-id")
+    )
+    return list(
+        Entity.objects.owned_by(user)
+        .filter(kind="name", mention_count__gt=0)
+        .order_by("-mention_count", "name", "id")
+        .annotate(
+            latest_id=Subquery(latest.values("message_id")[:1]),
+            latest_snippet=Subquery(latest.values("message__snippet")[:1]),
+            latest_when=Subquery(latest.values("message__timestamp")[:1]),
+        )[:limit]
+    )
+
+
+def _recent_changes(user, limit: int = 6) -> list[dict[str, Any]]:
+    """Messages edited or deleted (restorable) lately, newest change first."""
+    owned = Message.objects.owned_by(user).filter(is_chunk=False)
+    changes = []
+    for m in owned.filter(edited=True, deleted=False).order_by("-timestamp")[: limit * 3]:
+        when = parse_datetime(str((m.edit_history or [{}])[-1].get("timestamp") or "")) or m.timestamp
+        changes.append({"message": m, "what": "edited", "when": when})
+    for m in owned.filter(deleted=True).order_by("-deleted_at", "-timestamp")[:limit]:
+        changes.append({"message": m, "what": "deleted", "when": m.deleted_at or m.timestamp})
+    changes.sort(key=lambda c: c["when"], reverse=True)
+    return changes[:limit]
+
+
 @login_required
 @require_GET
 def overview(request: HttpRequest) -> HttpResponse:
+    """Memory's first page, about the person: who and what it knows most about, what they
+    pinned, what they talked about lately and what changed; the engine is under Advanced."""
+    user = request.user
+    visible = Message.objects.visible_to(user)
+    context = {
+        "section": "overview",
+        "stats": {
+            "conversations": bounded_count(Conversation.objects.owned_by(user)),
+            "messages": bounded_count(visible.logical()),
+        },
+        "entities": _people_places_and_things(user),
+        "pinned": list(visible.logical().pinned().order_by("-pinned_at")[:8]),
+        "topics": list(
+            Topic.objects.owned_by(user).filter(period_end__isnull=False).order_by("-period_end")[:6]
+        ),
+        "changes": _recent_changes(user),
+        "periods": _temporal_overview(user),
+    }
+    return render(request, "explorer/overview.html", context)
+
+
+@login_required
+@require_GET
+def advanced(request: HttpRequest) -> HttpResponse:
+    """The engine: what is stored, which index the next turn uses, health, caches, upkeep."""
     user = request.user
     owned = Message.objects.owned_by(user)
     live = owned.visible().logical()
@@ -301,7 +354,7 @@ def overview(request: HttpRequest) -> HttpResponse:
     )
     upkeep = list(UpkeepRun.objects.filter(Q(owner=user) | Q(owner__isnull=True))[:5])
     context = {
-        "section": "overview",
+        "section": "advanced",
         "stats": stats,
         "health": health,
         "strategy": next_turn_strategy(user),
@@ -311,11 +364,10 @@ def overview(request: HttpRequest) -> HttpResponse:
             "clusters": settings.INDEX_CLUSTER_MAX,
         },
         "upkeep": upkeep,
-        "periods": _temporal_overview(user),
-        "cache": semantic_cache.stats(user),
+                "cache": semantic_cache.stats(user),
         "response_cache": settings.RESPONSE_CACHE,
     }
-    return render(request, "explorer/overview.html", context)
+    return render(request, "explorer/advanced.html", context)
 
 
 # --- topics ------------------------------------------------------------------------------------
@@ -879,6 +931,8 @@ def message_edit(request: HttpRequest, message_id: str) -> HttpResponse:
         context.update(edit_error=str(exc), edit_text=text[:CONTENT_PREVIEW_CHARS])
         return render(request, "explorer/message.html", context, status=400)
     if edited.edit_history != message.edit_history:
+        # A conversation named after its first message takes the new text's name.
+        retitle_after_edit(edited.conversation_id, edited, message.content)
         # The store queued topic upkeep for the edit when it committed.
         flash.success(request, "Saved: the old text is kept in the edit history below.")
     else:

@@ -738,9 +738,20 @@ def _names_only_in(message_ids: Sequence[str]) -> set[str]:
     return {name for name in names.values_list("name", flat=True) if len(name) >= 3}
 
 
+TITLE_CHARS = 60
+
+
 def auto_title(content: str) -> str:
-    """The title an untitled conversation gets from its first message."""
-    return " ".join(content[:200].split())[:60]
+    """The title an untitled conversation gets from its first message: its first words, cut at
+    a word and ended with an ellipsis when the message goes on."""
+    words = " ".join(content[: TITLE_CHARS * 8].split())
+    if len(words) <= TITLE_CHARS:
+        return words
+    cut = words[: TITLE_CHARS - 1]
+    space = cut.rfind(" ")
+    if space > TITLE_CHARS // 3:
+        cut = cut[:space]
+    return cut.rstrip(" ,.;:-–—") + "…"
 
 
 def _retitle(owner, conversation_ids, overlap) -> None:

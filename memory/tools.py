@@ -112,7 +112,11 @@ class Tool:
                         "description": self.description,
                         "parameters": {
                             "type": "object",
-                            "properties": self.parameters,
+                            # "shorten" is ours (_validate), not JSON Schema.
+                            "properties": {
+                                key: {k: v for k, v in spec.items() if k != "shorten"}
+                                for key, spec in self.parameters.items()
+                            },
                             "required": self.required,
                             "additionalProperties": False,
                         },
@@ -144,6 +148,20 @@ def tool(
 def _searched(args: dict[str, Any]) -> str:
     query = args.get("query")
     return f"searched memory for “{snip(query, 80)}”" if query else ""
+
+
+def _searched_and_read(args: dict[str, Any]) -> str:
+    query = args.get("query")
+    return f"searched and read the best matches for “{snip(query, 80)}”" if query else ""
+
+
+def shorten_words(text: str, limit: int) -> str:
+    """`text` cut to at most `limit` characters, at the last word that fits."""
+    if len(text) <= limit:
+        return text
+    cut = text[:limit]
+    space = cut.rfind(" ")
+    return cut[:space] if space > limit // 2 else cut
 
 
 def _opened_messages(ids: Any) -> str:
@@ -273,6 +291,30 @@ def _ms(started: float) -> float:
     return round((time.perf_counter() - started) * 1000, 2)
 
 
+# A \uXXXX escape (a surrogate pair as one), not one whose backslash is itself escaped.
+_ESCAPE = re.compile(
+    r"(?<!\\)\\u(d[89ab][0-9a-f]{2})\\u(d[c-f][0-9a-f]{2})|(?<!\\)\\u([0-9a-f]{4})", re.IGNORECASE
+)
+
+
+def _unescape(match: re.Match) -> str:
+    if match.group(3):
+        code = int(match.group(3), 16)
+        # Control characters and lone surrogates stay escaped: they have nothing to show.
+        return match.group(0) if code < 0x20 or 0xD800 <= code <= 0xDFFF else chr(code)
+    high, low = int(match.group(1), 16), int(match.group(2), 16)
+    return chr(0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00))
+
+
+def readable_json(text: str) -> str:
+    """Tool arguments or results as a person reads them: `¿Cómo…`, not `\\u00bfC…` (also in
+    JSON cut short, which does not parse)."""
+    text = str(text or "")
+    if "\\u" not in text:
+        return text
+    return _ESCAPE.sub(_unescape, text)
+
+
 def parse_arguments(arguments: Any) -> dict[str, Any]:
     """A tool call's arguments, a JSON object as text or already parsed; raises ToolError."""
     if arguments is None or (isinstance(arguments, str) and not arguments.strip()):
@@ -313,6 +355,9 @@ def _validate(t: Tool, args: dict[str, Any]) -> dict[str, Any]:
         if kind == "string":
             if not isinstance(value, str):
                 raise ToolError(f"{key} must be a string")
+            if len(value) > spec.get("maxLength", 10000) and spec.get("shorten"):
+                # A model's long query (a pasted paragraph) is searched for by its start.
+                value = shorten_words(value, spec["maxLength"])
             if len(value) > spec.get("maxLength", 10000):
                 raise ToolError(f"{key} is too long (at most {spec.get('maxLength')} characters)")
             if "enum" in spec and value not in spec["enum"]:
@@ -755,7 +800,7 @@ def get_messages_by_ids(owner, *, ids: list[str], offset: int = 0, conversation=
     },
     required=["id"],
     keywords=("chunk", "chunks", "long", "rest"),
-    label=lambda a: f"opened message {snip(a['id'], 40)}" if a.get("id") else "",
+    label=lambda a: f"read message {snip(a['id'], 40)} in full" if a.get("id") else "",
 )
 def get_message_with_chunks(owner, *, id: str, offset: int = 0, limit: int = 3, conversation=None):
     m = _message(owner, id)
@@ -829,7 +874,7 @@ SEARCH_FILTERS = {
     "vector_search",
     "Search all of memory (meaning and exact words, messages and tool calls); "
     "returns ids with snippets and scores.",
-    {"query": {"type": "string", "maxLength": 2000}, "limit": LIMIT, **SEARCH_FILTERS},
+    {"query": {"type": "string", "maxLength": 2000, "shorten": True}, "limit": LIMIT, **SEARCH_FILTERS},
     required=["query"],
     keywords=("search", "find", "remember", "recall", "when", "what"),
     core=True,
@@ -847,7 +892,7 @@ def vector_search(owner, *, query: str, limit: int = 10, conversation=None, **fi
     "search_and_retrieve",
     "Search memory and read the best matches in full, each with its session neighbours.",
     {
-        "query": {"type": "string", "maxLength": 2000},
+        "query": {"type": "string", "maxLength": 2000, "shorten": True},
         "auto_limit": {
             "type": "integer",
             "minimum": 1,
@@ -859,7 +904,7 @@ def vector_search(owner, *, query: str, limit: int = 10, conversation=None, **fi
     required=["query"],
     keywords=("search", "remember", "recall", "details", "what", "who"),
     core=True,
-    label=_searched,
+    label=_searched_and_read,
 )
 def search_and_retrieve(owner, *, query: str, auto_limit: int = 5, conversation=None, **filters):
     results = _search(owner, query, auto_limit * 2, conversation=conversation, **filters)
@@ -1036,7 +1081,7 @@ def get_conversation_thread(owner, *, message_id: str, depth: int = 5, conversat
     {"id": ID, "offset": CHAR_OFFSET},
     required=["id"],
     keywords=("tool", "call", "result"),
-    label=lambda a: f"opened tool calls of {snip(a.get('id') or '?', 40)}",
+    label=lambda a: f"opened tool call {snip(a.get('id') or '?', 40)}",
 )
 def get_tool_call(owner, *, id: str, offset: int = 0, conversation=None):
     c = ToolCall.objects.owned_by(owner).visible().filter(pk=id).first()
@@ -1053,7 +1098,7 @@ def get_tool_call(owner, *, id: str, offset: int = 0, conversation=None):
     {"message_id": ID, "limit": LIMIT, "offset": OFFSET},
     required=["message_id"],
     keywords=("tool", "calls", "message"),
-    label=lambda a: f"opened tool calls of {snip(a.get('message_id') or '?', 40)}",
+    label=lambda a: f"opened the tool calls of message {snip(a.get('message_id') or '?', 40)}",
 )
 def get_tool_calls_by_message(
     owner, *, message_id: str, limit: int = 20, offset: int = 0, conversation=None
@@ -1104,7 +1149,7 @@ def view_topic(owner, *, topic_id: str | None = None, conversation=None):
     {"topic": {"type": "string", "maxLength": 200}, "limit": LIMIT, "offset": OFFSET},
     required=["topic"],
     keywords=("topic", "messages"),
-    label=lambda a: f"opened topic {snip(a['topic'], 40)}" if a.get("topic") else "",
+    label=lambda a: f"read the messages of topic {snip(a['topic'], 40)}" if a.get("topic") else "",
 )
 def get_topic_messages(owner, *, topic: str, limit: int = 20, offset: int = 0, conversation=None):
     return _topic_messages(owner, _topic(owner, topic), limit, offset)
@@ -1146,7 +1191,7 @@ def get_session(owner, *, message_id: str, conversation=None):
     },
     required=["pattern"],
     keywords=("find", "exact", "regex", "pattern", "grep", "mentioned", "word"),
-    label=lambda a: f"searched memory for “{snip(a['pattern'], 80)}”" if a.get("pattern") else "",
+    label=lambda a: f"looked for the exact words “{snip(a['pattern'], 80)}”" if a.get("pattern") else "",
 )
 def find(
     owner,

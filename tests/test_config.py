@@ -121,3 +121,26 @@ def test_a_test_sees_no_provider_whatever_the_shell_exported(settings):
     assert not [name for name in os.environ if name.startswith(("OPENAI_", "EMBEDDING_"))]
     assert (settings.OPENAI_API_KEY, settings.OPENAI_BASE_URL, settings.EMBEDDING_API_KEY) == ("", "", "")
     assert (settings.EMBEDDING_BACKEND, settings.EMBEDDING_DIMENSIONS) == ("e5", 384)
+
+
+@pytest.mark.django_db(transaction=True)  # CREATE DATABASE runs outside a transaction
+def test_a_command_run_before_the_database_has_tables_says_what_to_do():
+    from django.db import connection
+
+    empty = "recollect_test_no_tables"
+    with connection.cursor() as cursor:
+        cursor.execute(f'DROP DATABASE IF EXISTS "{empty}"')
+        cursor.execute(f'CREATE DATABASE "{empty}"')
+    try:
+        env = {**os.environ, "RECOLLECT_DB_NAME": empty, "DJANGO_SETTINGS_MODULE": "config.settings"}
+        run = subprocess.run(
+            [sys.executable, "manage.py", "recall", "tulips", "--user", "ada"],
+            env=env, capture_output=True, text=True, cwd=config.BASE_DIR, timeout=300,
+        )
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(f'DROP DATABASE IF EXISTS "{empty}"')
+    assert run.returncode == 1
+    assert "Traceback" not in run.stderr
+    assert "no tables yet" in run.stderr and "make run" in run.stderr
+    assert ".venv/bin/python manage.py migrate" in run.stderr and "RECOLLECT_DATA_DIR" in run.stderr

@@ -3,6 +3,7 @@ from __future__ import annotations
 from django import template
 
 from chat import rendering
+from memory.tools import readable_json
 
 register = template.Library()
 
@@ -34,3 +35,17 @@ def tool_summary(call):
 def truncate_chars(text: str, n: int = 4000) -> str:
     text = text or ""
     return text if len(text) <= n else text[:n] + f"… ({len(text) - n:,} more characters)"
+
+
+FOLD_CHARS = 2000
+
+
+@register.filter
+def folds(text: str) -> bool:
+    """A message this long shows its start, with "Show more": the thread stays skimmable."""
+    return len(text or "") > FOLD_CHARS
+
+
+@register.filter
+def readable(text: str) -> str:
+    return readable_json(text)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django import template
 
 from explorer.counting import Tally
+from memory.tools import readable_json
 
 register = template.Library()
 
@@ -42,3 +43,9 @@ def page_url(context, param: str, number) -> str:
     params[param] = str(number)
     params.pop("partial", None)
     return "?" + params.urlencode()
+
+
+@register.filter
+def readable(text: str) -> str:
+    """Tool arguments and results with their \\u escapes shown as the characters they are."""
+    return readable_json(text)

@@ -18,6 +18,7 @@
   const queued = [];
   let held = null; // events that arrive while the thread is being caught up
   let dropped = false; // the socket has closed since the page was loaded
+  let heard = false; // a token or the end of the reply on screen has arrived
   // The composer's message from its send until the server says it is stored: only then is the
   // composer cleared, so a refused message or a dropped connection loses nothing.
   let pending = null; // {clientId, content, frame}
@@ -72,8 +73,12 @@
         const live = streaming ? rowOf(streaming) : null;
         thread().replaceWith(fresh);
         if (window.htmx) htmx.process(fresh);
-        // A reply still being written is not stored yet: keep it on screen.
-        if (live && !rowOf(streaming)) placeAfterParent(live, live.dataset.parent);
+        // A reply still being written is not stored yet: keep it on screen, or, when the page
+        // drew it from its draft, keep whichever has more of its text.
+        const drawn = live ? rowOf(streaming) : null;
+        if (live && !drawn) placeAfterParent(live, live.dataset.parent);
+        else if (live && drawn.classList.contains("streaming") && longerText(live, drawn)) drawn.replaceWith(live);
+        followStreaming();
       }
     } catch (e) {
       // Offline again: the next reconnection tries once more.
@@ -169,6 +174,50 @@
     return el;
   }
 
+  // Characters as the server counts them (code points), of a reply's text on screen.
+  function streamedLength(content) {
+    if (content.dataset.length === undefined) content.dataset.length = String(charCount(content.textContent));
+    return Number(content.dataset.length);
+  }
+
+  // A token event into the reply's text: `text` is all of it so far (a tab that missed the
+  // start is sent it); a delta starts at character `at`, and what the tab has of it is skipped.
+  function addTokens(content, ev) {
+    if (typeof ev.text === "string") {
+      content.textContent = ev.text;
+      content.dataset.length = String(charCount(ev.text));
+      return;
+    }
+    let delta = ev.delta || "";
+    if (typeof ev.at === "number") {
+      const known = streamedLength(content);
+      if (ev.at < known) delta = Array.from(delta).slice(known - ev.at).join("");
+    }
+    if (!delta) return;
+    if (!content.lastChild || content.lastChild.nodeType !== Node.TEXT_NODE) content.appendChild(document.createTextNode(""));
+    content.lastChild.appendData(delta);
+    content.dataset.length = String(streamedLength(content) + charCount(delta));
+  }
+
+  function longerText(a, b) {
+    const text = (row) => row.querySelector(".streaming-text").textContent;
+    return charCount(text(a)) >= charCount(text(b));
+  }
+
+  // A reply this tab did not see start (opened or reloaded while it streams): its row, placed
+  // after the message it answers, and the composer busy as in the tab that sent it.
+  function startedElsewhere(ev) {
+    const li = document.getElementById("streaming-template").content.firstElementChild.cloneNode(true);
+    li.id = "msg-" + ev.message_id;
+    li.dataset.id = ev.message_id;
+    li.dataset.parent = ev.parent_id || lastId() || "";
+    if (!placeAfterParent(li, li.dataset.parent)) return null;
+    streaming = ev.message_id;
+    setBusy(true);
+    scrollDown();
+    return li;
+  }
+
   function scrollDown() { window.scrollTo(0, document.body.scrollHeight); }
 
   function handle(ev) {
@@ -194,12 +243,12 @@
         break;
       }
       case "token": {
-        const row = rowOf(ev.message_id);
+        const row = rowOf(ev.message_id) || startedElsewhere(ev);
         if (!row) return;
         const content = row.querySelector(".streaming-text");
         if (!content) return;
-        if (!content.firstChild) content.appendChild(document.createTextNode(""));
-        content.firstChild.appendData(ev.delta);
+        heard = true;
+        addTokens(content, ev);
         if (window.innerHeight + window.scrollY >= document.body.scrollHeight - 80) scrollDown();
         break;
       }
@@ -217,6 +266,7 @@
         break;
       }
       case "reply_done": {
+        heard = true;
         if (streaming === ev.message_id) { streaming = null; setBusy(false); }
         if (rowOf(ev.message_id)) replaceRow(ev.message_id, ev.html);
         else {
@@ -328,6 +378,12 @@
     const action = button.dataset.action;
     if (action === "close-history") { button.closest(".history").replaceChildren(); return; }
     if (action === "close-forget") { button.closest(".forget-slot").replaceChildren(); return; }
+    if (action === "unfold") {
+      const folded = document.getElementById(button.getAttribute("aria-controls")).classList.toggle("folded");
+      button.textContent = folded ? "Show more" : "Show less";
+      button.setAttribute("aria-expanded", folded ? "false" : "true");
+      return;
+    }
     if (!row || action === "history") return;
     const id = row.dataset.id;
     if (action === "edit") openEditor(row);
@@ -339,6 +395,31 @@
     }
   });
 
+  // The reply being written, as the thread on screen shows it: a row the server rendered from
+  // its draft (the page was opened or reloaded meanwhile), or none.
+  function followStreaming() {
+    const live = thread().querySelector(":scope > li.message.streaming");
+    if (live) { streaming = live.dataset.id; setBusy(true); }
+    else if (streaming && !rowOf(streaming)) { streaming = null; setBusy(false); }
+    else if (streaming && !rowOf(streaming).classList.contains("streaming")) { streaming = null; setBusy(false); }
+  }
+
+  // A reply shown from its draft whose writer says nothing (it ended before this socket
+  // joined, or it is quiet in a tool call): the thread is read again until it is done.
+  function watchDraft() {
+    if (!streaming) return;
+    if (!heard) catchUp();
+    heard = false;
+    setTimeout(watchDraft, 3000);
+  }
+
+  const sidebarList = document.getElementById("sidebar-list");
+  if (sidebarList && window.matchMedia("(min-width: 761px)").matches) sidebarList.open = true;
+
   setBusy(false);
+  followStreaming();
+  if (streaming) setTimeout(watchDraft, 3000);
   connect();
+  // A conversation opens at its latest message (a link to one message, at that message).
+  if (!location.hash) scrollDown();
 })();

@@ -174,7 +174,32 @@ def test_a_new_conversation_takes_its_first_messages_name_at_once(person, page, 
 SLOW_REPLY = {"text": "A slow answer that is still being written when the other tab opens", "delay": 0.2}
 
 
-def test_a_reply_that_finishes_while_a_tab_opens_is_shown_there(person, page, live_daphne, browser_llm):
+def streamed_words(page) -> int:
+    return page.evaluate(
+        "() => { const el = document.querySelector('li.message.streaming .streaming-text');"
+        " return el ? el.textContent.trim().split(/\\s+/).filter(Boolean).length : 0; }"
+    )
+
+
+def shows_the_reply_being_written(tab, at_least: int) -> None:
+    """The reply's text so far, Stop offered and Send disabled, as in the tab that sent it."""
+    tab.wait_for_function(
+        "(n) => { const el = document.querySelector('li.message.streaming .streaming-text');"
+        " return el && el.textContent.trim().split(/\\s+/).length >= n; }",
+        arg=at_least,
+        timeout=20_000,
+    )
+    assert tab.locator("#stop-button").is_visible()
+    assert tab.locator("#send-button").is_disabled()
+    # ... and looks it.
+    assert float(tab.eval_on_selector("#send-button", "b => getComputedStyle(b).opacity")) < 0.7
+    text = tab.locator("li.message.streaming .streaming-text").inner_text()
+    assert text.startswith("A slow answer")
+    assert text.count("A slow answer") == 1
+
+
+def start_a_slow_reply(person, page, live_daphne, browser_llm) -> None:
+    """Send a message whose reply streams slowly, and wait until a few words of it are in."""
     browser_llm.state.add_script("slowly", [SLOW_REPLY], False)
     sign_in_and_open_chat(page, live_daphne, person)
     send(page, "answer slowly please")
@@ -182,14 +207,39 @@ def test_a_reply_that_finishes_while_a_tab_opens_is_shown_there(person, page, li
         "() => { const el = document.querySelector('li.message.streaming .streaming-text');"
         " return el && el.textContent.split(' ').length >= 3; }"
     )
-    # A second tab opens mid-reply: the page has no row for the reply, its socket missed the start.
+
+
+def test_a_tab_opened_mid_reply_shows_the_text_so_far_then_the_reply(person, page, live_daphne, browser_llm):
+    start_a_slow_reply(person, page, live_daphne, browser_llm)
+    # A second tab opens mid-reply: its socket missed the reply's start.
     other = page.context.new_page()
     other.goto(page.url)
-    other.wait_for_selector("#connection:has-text('connected')")
-    assert other.locator("li.message.assistant").count() == 0
+    shows_the_reply_being_written(other, 3)
     done = other.locator("li.message.assistant:not(.streaming) .content:has-text('still being written')")
     done.wait_for(timeout=20_000)
     assert other.locator("li.message.user").count() == 1
+    assert other.locator("li.message.assistant").count() == 1
+    assert other.locator("#stop-button").is_hidden()
+    assert other.locator("#send-button").is_enabled()
+
+
+def test_a_tab_reloaded_mid_reply_shows_the_text_so_far_and_can_stop_it(
+    person, page, live_daphne, browser_llm
+):
+    start_a_slow_reply(person, page, live_daphne, browser_llm)
+    page.reload()
+    shows_the_reply_being_written(page, 3)
+    before = streamed_words(page)
+    page.wait_for_function(
+        "(n) => { const el = document.querySelector('li.message.streaming .streaming-text');"
+        " return el && el.textContent.trim().split(/\\s+/).length > n; }",
+        arg=before,
+    )
+    page.screenshot(path=str(ARTIFACTS / "chat-reloaded-mid-reply.png"), full_page=True)
+    page.click("#stop-button")
+    page.locator("li.message.assistant:not(.streaming) .badge:has-text('stopped')").wait_for(timeout=20_000)
+    assert page.locator("#send-button").is_enabled()
+    assert "when the other tab opens" not in page.locator("li.message.assistant .content").inner_text()
 
 
 def test_a_tab_whose_connection_dropped_catches_up_when_it_reconnects(person, page, live_daphne, browser_llm):
@@ -307,3 +357,46 @@ def test_a_person_forgets_a_message_and_the_reply_that_restated_it(person, page,
     page.reload()
     page.wait_for_selector("#connection:has-text('connected')")
     assert "9911" not in page.locator("body").inner_text()  # the title made from it went too
+
+
+@pytest.fixture
+def long_conversation(person):
+    """Forty messages, the fourth of them long (made before the browser's event loop runs)."""
+    from memory import store
+    from memory.models import Conversation
+
+    owner = get_user_model().objects.get(username=person[0])
+    conversation = Conversation.objects.create(owner=owner, title="A long one")
+    items, parent = [], None
+    for i in range(40):
+        content = ("A very long message. " * 150) if i == 3 else f"Message number {i} of the conversation"
+        role = "user" if i % 2 == 0 else "assistant"
+        items.append(store.NewMessage(role=role, content=content, parent_id=parent))
+        parent = items[-1].id
+    store.store_messages(owner, conversation, items, embed=False)
+    return conversation
+
+
+def test_a_long_conversation_opens_at_its_latest_message_and_long_messages_fold(
+    person, long_conversation, page, live_daphne
+):
+    page.goto(live_daphne + "/login/")
+    page.fill("input[name=username]", person[0])
+    page.fill("input[name=password]", person[1])
+    page.click("button[type=submit]")
+    page.goto(f"{live_daphne}/c/{long_conversation.pk}/")
+    page.wait_for_selector("#connection:has-text('connected')")
+    last = page.locator("li.message").last
+    assert "Message number 39" in last.inner_text()
+    page.wait_for_function("() => window.scrollY > 0")
+    box = last.bounding_box()
+    assert box["y"] < page.viewport_size["height"] and box["y"] + box["height"] > 0  # on screen
+
+    long_row = page.locator("li.message").nth(3)
+    content = long_row.locator(".content")
+    folded_height = content.bounding_box()["height"]
+    assert folded_height < 500
+    long_row.get_by_role("button", name="Show more").click()
+    assert content.bounding_box()["height"] > folded_height * 2
+    long_row.get_by_role("button", name="Show less").click()
+    assert content.bounding_box()["height"] == folded_height

@@ -228,11 +228,27 @@ async def test_two_tabs_on_one_conversation_both_see_the_reply(owner, conversati
     await tab2.disconnect()
 
 
+def shown_text(events: list[dict]) -> str:
+    """The reply's text as chat.js builds it from token events: `text` is all of it so far,
+    a `delta` starts at character `at` (what the tab already has is skipped)."""
+    text = ""
+    for e in events:
+        if e["type"] != "token":
+            continue
+        if "text" in e:
+            text = e["text"]
+        elif e["at"] <= len(text):
+            text += e["delta"][len(text) - e["at"]:]
+        else:
+            text += e["delta"]
+    return text
+
+
 async def test_a_tab_heard_from_mid_reply_gets_the_text_so_far_once_then_the_rest(
     owner, conversation, scripted_llm
 ):
     # Alone, the writing tab sends its tokens to no one else; a tab it learns of while the
-    # reply streams is sent the text so far as one token, then every later one, each once.
+    # reply streams is sent the text so far, whole, then every later token.
     words = [f"w{i} " for i in range(30)]
     scripted_llm.script({"text": "".join(words), "delay": 0.02})
     tab1 = await connect(owner, conversation.pk)
@@ -243,10 +259,53 @@ async def test_a_tab_heard_from_mid_reply_gets_the_text_so_far_once_then_the_res
     tab2 = await connect(owner, conversation.pk)
     events2 = await receive_until(tab2, "reply_done")
     await receive_until(tab1, "reply_done")
-    tokens2 = [e["delta"] for e in events2 if e["type"] == "token"]
-    assert "".join(tokens2) == "".join(words)
-    assert tokens2[0].startswith("w0 w1 w2 ")  # the catch-up: all of it at once
+    tokens2 = [e for e in events2 if e["type"] == "token"]
+    assert shown_text(events2) == "".join(words)
+    assert tokens2[0]["text"].startswith("w0 w1 w2 ")  # the catch-up: all of it at once
+    assert tokens2[0]["parent_id"]  # where the row goes, in a tab that never saw it start
     await tab1.disconnect()
+    await tab2.disconnect()
+
+
+async def test_a_third_tab_opened_mid_reply_gets_the_text_so_far(owner, conversation, scripted_llm):
+    # Two tabs already share the tokens; a third joining later missed their start.
+    words = [f"w{i} " for i in range(30)]
+    scripted_llm.script({"text": "".join(words), "delay": 0.02})
+    tab1 = await connect(owner, conversation.pk)
+    tab2 = await connect(owner, conversation.pk)
+    await tab1.send_json_to({"type": "send", "content": "a long reply please"})
+    seen = []
+    while sum(1 for e in seen if e["type"] == "token") < 5:
+        seen.append(await tab2.receive_json_from(timeout=10))
+    tab3 = await connect(owner, conversation.pk)
+    events3 = await receive_until(tab3, "reply_done")
+    assert shown_text(events3) == "".join(words)
+    assert shown_text(seen + await receive_until(tab2, "reply_done")) == "".join(words)
+    for tab in (tab1, tab2, tab3):
+        await tab.disconnect()
+
+
+async def test_a_reloaded_tab_gets_the_rest_of_the_reply_and_can_stop_it(owner, conversation, scripted_llm):
+    # The tab that sent the message closes mid-reply (a reload): the turn runs on, and the tab
+    # opened in its place is sent the text and can stop it.
+    words = [f"w{i} " for i in range(60)]
+    scripted_llm.script({"text": "".join(words), "delay": 0.05})
+    tab1 = await connect(owner, conversation.pk)
+    await tab1.send_json_to({"type": "send", "content": "a long reply please"})
+    seen = []
+    while sum(1 for e in seen if e["type"] == "token") < 3:
+        seen.append(await tab1.receive_json_from(timeout=10))
+    await tab1.disconnect()
+    tab2 = await connect(owner, conversation.pk)
+    events = []
+    while sum(1 for e in events if e["type"] == "token") < 2:
+        events.append(await tab2.receive_json_from(timeout=10))
+    assert shown_text(events).startswith("w0 w1 w2 ")
+    await tab2.send_json_to({"type": "stop"})
+    events += await receive_until(tab2, "reply_done")
+    done = events[-1]
+    assert done["status"] == "stopped"
+    assert "w59" not in shown_text(events)
     await tab2.disconnect()
 
 
@@ -680,3 +739,43 @@ async def test_a_type_that_is_not_text_or_an_id_holding_nul_answers_invalid(owne
     await ws.send_json_to({"type": "ping"})
     assert await ws.receive_json_from(timeout=30) == {"type": "pong"}  # still open
     await ws.disconnect()
+
+
+async def test_a_long_first_message_names_the_conversation_up_to_a_word_with_an_ellipsis(owner, scripted_llm):
+    conversation = await database_sync_to_async(Conversation.objects.create)(owner=owner)
+    tab = await connect(owner, conversation.pk)
+    text = "Could you help me plan a two week walking holiday through the hills of northern Portugal"
+    await tab.send_json_to({"type": "send", "content": text})
+    events = await receive_until(tab, "reply_done")
+    [named] = [e["title"] for e in events if e["type"] == "conversation_updated"]
+    assert named == "Could you help me plan a two week walking holiday through…"
+    assert len(named) <= 60
+    await tab.disconnect()
+
+
+async def test_editing_the_first_message_renames_a_conversation_named_after_it(owner, scripted_llm):
+    conversation = await database_sync_to_async(Conversation.objects.create)(owner=owner)
+    tab1 = await connect(owner, conversation.pk)
+    tab2 = await connect(owner, conversation.pk)
+    await tab1.send_json_to({"type": "send", "content": "Trip to Lisbon"})
+    events = await receive_until(tab1, "reply_done")
+    await receive_until(tab2, "reply_done")
+    first = next(e["message_id"] for e in events if e["type"] == "message")
+    await tab1.send_json_to({"type": "edit", "message_id": first, "content": "Trip to Porto in May"})
+    for tab in (tab1, tab2):
+        events = await receive_until(tab, "conversation_updated")
+        assert events[-1]["title"] == "Trip to Porto in May"
+    await conversation.arefresh_from_db()
+    assert conversation.title == "Trip to Porto in May"
+
+    # A title the person wrote stays through edits.
+    conversation.title = "Holidays"
+    await conversation.asave(update_fields=["title"])
+    await tab1.send_json_to({"type": "edit", "message_id": first, "content": "Trip to Faro"})
+    events = await receive_until(tab1, "message_updated")
+    await conversation.arefresh_from_db()
+    assert conversation.title == "Holidays"
+    await tab1.send_json_to({"type": "ping"})
+    assert [e["type"] for e in await receive_until(tab1, "pong")] == ["pong"]
+    await tab1.disconnect()
+    await tab2.disconnect()

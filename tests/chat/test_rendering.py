@@ -146,3 +146,14 @@ def test_chat_js_inserts_the_servers_fragments_instead_of_building_markup():
     assert re.findall(r"createElement\(['\"](\w+)['\"]\)", js) == ["template"]
     assert 'className = "message' not in js and 'className = "tool-call' not in js
     assert "fromHTML(ev.html)" in js
+
+
+def test_it_words_the_boxes_of_different_tools_differently():
+    from memory.tools import TOOLS
+
+    labels: dict[str, str] = {}
+    for name, spec in TOOLS.items():
+        args = {key: "zebras" if p.get("type") == "string" else 1 for key, p in spec.parameters.items()}
+        label = tool_label(name, args)
+        assert label not in labels, f"{name} and {labels.get(label)} both read {label!r}"
+        labels[label] = name

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
@@ -242,3 +243,47 @@ def test_a_title_holding_nul_is_kept_with_it_shown_as_a_symbol(client, owner, co
     assert client.post(rename, {"title": "a\x00b"}).status_code == 302
     conversation.refresh_from_db()
     assert conversation.title == "a\u2400b"
+
+
+def test_favicon_ico_answers_with_an_icon(client, db):
+    response = client.get("/favicon.ico")
+    assert response.status_code == 200
+    assert response["Content-Type"] == "image/x-icon"
+    assert response.content[:4] == b"\x00\x00\x01\x00"  # an ICO file's header
+    client.force_login(get_user_model().objects.create_user("icon-person", password="x-pass-12345"))
+    assert 'rel="icon" href="/favicon.ico"' in client.get(reverse("chat:home")).content.decode()
+
+
+def test_a_reply_being_written_is_on_the_page_as_far_as_its_draft_goes(
+    client, owner, conversation, monkeypatch
+):
+    from chat.models import ReplyDraft
+    from chat.processes import PROCESS
+
+    [question] = store.store_messages(owner, conversation, [store.NewMessage(role="user", content="Tell me")])
+    ReplyDraft.objects.create(
+        id=new_ulid(), owner=owner, conversation=conversation, parent=question,
+        text="Half of an <answer>", process=PROCESS,
+    )
+    from chat import drafts
+
+    # Being written by this process: not an orphan to recover.
+    monkeypatch.setattr(drafts, "_live", set(ReplyDraft.objects.values_list("pk", flat=True)))
+    client.force_login(owner)
+    page = client.get(reverse("chat:conversation", args=[conversation.pk])).content.decode()
+    assert 'class="message assistant streaming"' in page
+    assert "Half of an &lt;answer&gt;</div>" in page
+
+
+def test_a_long_message_folds_behind_show_more(client, owner, conversation):
+    store.store_messages(
+        owner, conversation,
+        [
+            store.NewMessage(role="user", content="short one"),
+            store.NewMessage(role="user", content="word " * 600),
+        ],
+    )
+    client.force_login(owner)
+    page = client.get(reverse("chat:conversation", args=[conversation.pk])).content.decode()
+    assert page.count("Show more") == 1
+    assert page.count("content markdown folded") == 1

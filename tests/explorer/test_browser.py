@@ -66,7 +66,8 @@ def shot(page, name: str) -> None:
 def explorer_pages(m) -> dict[str, tuple[str, str]]:
     """Every explorer page: its URL and a text it shows."""
     return {
-        "overview": (reverse("explorer:overview"), "The next turn would use the"),
+        "overview": (reverse("explorer:overview"), "People, places and things"),
+        "advanced": (reverse("explorer:advanced"), "The next turn would use the"),
         "topics": (reverse("explorer:topics"), "Map of level 0"),
         "topic": (reverse("explorer:topic", args=[m.root.pk]), "Subtopics"),
         "timeline": (reverse("explorer:timeline"), "Messages per day"),
@@ -254,3 +255,26 @@ def test_the_timeline_bars_and_the_topic_map_are_links_a_screen_reader_reaches(p
     ).click()
     page.wait_for_url("**/topics/*/")
     assert page.locator("h1.topic-title").inner_text() == "Databases"
+
+
+def test_no_page_scrolls_sideways_on_a_phone(page, mem_live, conversation):
+    """At 390 px every page is one column; long content scrolls in its own box."""
+    page.set_viewport_size({"width": 390, "height": 844})
+    pages = {
+        "chats": reverse("chat:home"),
+        "conversation": reverse("chat:conversation", args=[conversation.pk]),
+        **{name: url for name, (url, _) in explorer_pages(mem_live).items()},
+    }
+    wide = {}
+    for name, url in pages.items():
+        page.goto(page.base + url)
+        width = page.evaluate("() => document.documentElement.scrollWidth")
+        if width > 390:
+            wide[name] = width
+        shot(page, f"phone-{name}")
+    assert not wide, f"wider than the screen: {wide}"
+    # The chat's conversation list is folded above it, one tap away.
+    page.goto(page.base + pages["conversation"])
+    assert not page.locator("#sidebar-list").evaluate("d => d.open")
+    chat_box = page.locator("#chat").bounding_box()
+    assert chat_box["width"] <= 390

@@ -1,4 +1,4 @@
-"""The explorer's overview shows the semantic cache's hits and misses, the owner's own only."""
+"""The explorer's Advanced page shows the semantic cache's hits and misses, the owner's own only."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ pytestmark = pytest.mark.django_db
 
 
 def _cache_section(client) -> str:
-    page = client.get(reverse("explorer:overview")).content.decode()
+    page = client.get(reverse("explorer:advanced")).content.decode()
     start = page.index('id="caches"')
     return page[start : page.index("</section>", start)]
 
 
-def test_the_overview_shows_cache_hits_misses_and_hit_rate(client, owner, stranger):
+def test_advanced_shows_cache_hits_misses_and_hit_rate(client, owner, stranger):
     for hit in (True, True, True, False):
         semantic_cache.count(owner.pk, "search", hit=hit)
     semantic_cache.count(stranger.pk, "response", hit=True)

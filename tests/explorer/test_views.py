@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 
 import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from memory.models import Message, ToolCall, TopicMembership
+from memory import store
+from memory.models import Message, PeriodSummary, ToolCall, TopicMembership
 from tests.explorer.conftest import XSS
 
 pytestmark = pytest.mark.django_db
@@ -18,6 +20,11 @@ RAW_XSS = "<script>alert"
 
 def html(response) -> str:
     return response.content.decode()
+
+
+def section(page: str, section_id: str) -> str:
+    start = page.index(f'id="{section_id}"')
+    return page[start : page.index("</section>", start)]
 
 
 def detail_urls(mem) -> list[str]:
@@ -34,21 +41,66 @@ def detail_urls(mem) -> list[str]:
     ]
 
 
-LIST_PAGES = ["overview", "topics", "timeline", "tool_calls", "contexts", "entities", "search"]
+LIST_PAGES = ["overview", "advanced", "topics", "timeline", "tool_calls", "contexts", "entities", "search"]
 
 
 # --- every page, as its owner sees it ----------------------------------------------------------
 
 
-def test_overview_shows_counts_strategy_upkeep_and_health(owner_client, mem):
-    page = html(owner_client.get(reverse("explorer:overview")))
+def test_advanced_shows_counts_strategy_upkeep_and_health(owner_client, mem):
+    page = html(owner_client.get(reverse("explorer:advanced")))
     assert "Messages" in page and ">4<" in page  # question, answer, branch, long (not the deleted)
     assert "Deleted (restorable)" in page
     assert "The next turn would use the" in page and ">full<" in page
     assert "INDEX_FULL_MAX" in page
     assert "topic_upkeep" in page
     assert "Passages not yet embedded" in page and "Orphaned chunks" in page
-    assert "Today" in page and "This week" in page and "Older" in page
+
+
+def test_the_overview_is_about_the_person_and_leaves_the_engine_to_advanced(owner_client, mem):
+    mem.question.set_pinned(True)
+    page = html(owner_client.get(reverse("explorer:overview")))
+    assert "4 messages in 1 conversation." in page
+    people = section(page, "people")
+    # The names it knows most about, most mentioned first, each with its latest mention and a
+    # way to open, correct or forget it.
+    assert people.index("Postgres") < people.index("vault")
+    assert reverse("explorer:entity", args=[mem.pg.pk]) in people
+    assert reverse("explorer:forget", args=[mem.answer.pk]) in people
+    assert reverse("explorer:message", args=[mem.answer.pk]) + "#edit-message" in people
+    pinned = section(page, "pinned")
+    assert reverse("explorer:message", args=[mem.question.pk]) in pinned and "Unpin" in pinned
+    assert "Databases" in section(page, "recent-topics")
+    changes = section(page, "changes")
+    assert "Edited" in changes and "Deleted" in changes and "Restore" in changes
+    assert reverse("explorer:restore", args=[mem.gone.pk]) in changes
+    assert "Today" in page and "Earlier this week" in page and "Older" in page
+    # The engine's words are under Advanced, one link away.
+    for engine in ("Semantic cache", "Memory health", "Background upkeep", "INDEX_FULL_MAX", "Decided by"):
+        assert engine not in page
+    assert reverse("explorer:advanced") in page
+
+
+def test_the_overview_counts_and_summarizes_the_same_periods(owner_client, owner, conversation):
+    from memory.topics import update_period_summaries
+
+    now = timezone.now()
+    for days in (0, 0, 1, 2, 3, 4, 5, 6, 40):
+        when = now - dt.timedelta(days=days)
+        store.store_message(owner, conversation, "user", f"note {days}", timestamp=when)
+    update_period_summaries(owner)
+    periods = owner_client.get(reverse("explorer:overview")).context["periods"]
+    counted = {p["key"]: int(p["count"]) for p in periods}
+    summaries = {p.period: p for p in PeriodSummary.objects.filter(owner=owner)}
+    for p in periods:
+        assert summaries[p["key"]].message_count == counted[p["key"]], p["key"]
+        assert p["summary"] == summaries[p["key"]].summary  # beside the count it speaks of
+    assert sum(counted.values()) == 9
+    # A summary left behind by newer messages is not shown beside a count it contradicts.
+    store.store_message(owner, conversation, "user", "one more today")
+    periods = owner_client.get(reverse("explorer:overview")).context["periods"]
+    today = next(p for p in periods if p["key"] == "today")
+    assert today["count"] == summaries["today"].message_count + 1 and today["summary"] == ""
 
 
 def test_topics_lists_the_level_with_sparklines_and_a_clickable_map(owner_client, mem):
@@ -592,3 +644,31 @@ def test_forgetting_with_someone_elses_message_as_a_copy_answers_404(owner_clien
     response = owner_client.post(url, {"confirm": "forget", "copies": [theirs.pk]})
     assert response.status_code == 404
     assert Message.objects.filter(pk__in=[mem.answer.pk, theirs.pk]).count() == 2
+
+
+def test_tool_arguments_and_results_show_their_characters_not_escapes(owner_client, owner, mem):
+    escaped = '{"query": "\\u00bfC\\u00f3mo se llama mi perro?"}'
+    call = store.store_tool_call(owner, mem.answer, "vector_search", escaped, '{"note": "\\u00e9t\\u00e9"}')
+    pages = [
+        reverse("explorer:tool_calls"),
+        reverse("explorer:message", args=[mem.answer.pk]),
+        reverse("explorer:tool_call", args=[call.pk]),
+    ]
+    for url in pages:
+        page = html(owner_client.get(url))
+        assert "¿Cómo se llama" in page, url
+        assert "\\u00bf" not in page, url
+    from chat.rendering import message_html
+
+    row = message_html(Message.objects.get(pk=mem.answer.pk), owner)
+    assert "¿Cómo se llama mi perro?" in row and "été" in row and "\\u00" not in row
+
+
+def test_correcting_the_first_message_renames_a_conversation_named_after_it(owner_client, owner):
+    from memory.models import Conversation
+
+    conversation = Conversation.objects.create(owner=owner, title="Trip to Lisbon")
+    first = store.store_message(owner, conversation, "user", "Trip to Lisbon")
+    owner_client.post(reverse("explorer:edit", args=[first.pk]), {"content": "Trip to Porto"})
+    conversation.refresh_from_db()
+    assert conversation.title == "Trip to Porto"

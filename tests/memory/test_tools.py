@@ -255,3 +255,23 @@ def test_text_postgres_cannot_read_in_an_argument_is_a_clear_error(owner, own_me
     assert not result.ok and "internal error" not in result.error
     assert "NUL" in result.error or "surrogate" in result.error
     assert execute_tool(owner, "vector_search", {"query": "tulips"}).ok  # the next call still works
+
+
+def test_it_searches_for_the_start_of_a_query_over_2000_characters(owner, own_memory):
+    query = "tulips " + "and more words about the garden " * 100
+    for name in ("search_and_retrieve", "vector_search"):
+        result = execute_tool(owner, name, {"query": query})
+        assert result.ok, result.error
+        assert result.result["query"] == query[: len(result.result["query"])]
+        assert 1000 < len(result.result["query"]) <= 2000
+        assert not result.result["query"].endswith(" ")
+    assert "shorten" not in json.dumps(tool_schemas())
+
+
+def test_it_shows_escaped_tool_text_as_the_characters_it_stands_for():
+    from memory.tools import readable_json
+
+    assert readable_json('{"query": "\\u00bfC\\u00f3mo est\\u00e1s?"}') == '{"query": "¿Cómo estás?"}'
+    assert readable_json('{"q": "a \\ud83d\\ude00 and cut \\u00e9t') == '{"q": "a 😀 and cut ét'  # cut short
+    assert readable_json('{"path": "C:\\\\u0041"}') == '{"path": "C:\\\\u0041"}'  # an escaped backslash
+    assert readable_json('{"nul": "\\u0000"}') == '{"nul": "\\u0000"}'
