@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from memory.errors import MemoryStoreError
@@ -289,8 +289,23 @@ def import_conversations(owner, conversations: Sequence[ParsedConversation], *, 
                     Conversation.objects.filter(pk=target.pk).update(created_at=conv.created_at)
                 report.conversations += 1
             store_messages(owner, target, items, embed=embed)
+            keep_dates(target.pk)
         report.added += len(items)
     return report
+
+
+def keep_dates(conversation_id: str) -> None:
+    """An imported conversation is as old as its messages: created no later than its first,
+    last active at its newest (storing set "now"), so a list by activity shows it where it
+    belongs in time, not as "just now"."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {Conversation._meta.db_table} AS c SET updated_at = m.last, "
+            "created_at = LEAST(c.created_at, m.first) "
+            f"FROM (SELECT max(timestamp) AS last, min(timestamp) AS first FROM {Message._meta.db_table} "
+            "WHERE conversation_id = %s AND NOT is_chunk) AS m WHERE c.id = %s AND m.last IS NOT NULL",
+            [conversation_id, conversation_id],
+        )
 
 
 # --- JSON Lines ---------------------------------------------------------------------------------
@@ -475,6 +490,7 @@ class _JsonLines:
                         self.report.bad += 1
                         self.on_error(f"line {lineno}: could not store: {exc}")
                 self.last_id[title] = last_ok
+            keep_dates(conv.pk)
 
 
 def detect_text_kind(text: str) -> tuple[str, Any]:
