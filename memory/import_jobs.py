@@ -14,6 +14,7 @@ concurrent run never embeds a passage twice.
 from __future__ import annotations
 
 import datetime as dt
+import gzip
 import io
 import logging
 import time
@@ -213,12 +214,12 @@ def store(job: ImportJob, parsed: Parsed, progress: Callable[[int], None] | None
 
 
 def store_payload(job: ImportJob) -> dict[str, Any]:
-    """Step 1 for an uploaded file kept in the job (a web upload)."""
+    """Step 1 for an uploaded file kept in the job (a web upload): its text, gzip-compressed."""
     raw = ImportJob.objects.filter(pk=job.pk).values_list("payload", flat=True).first()
     if raw is None:
         raise InvalidUpload("the uploaded file is gone")
-    parsed = parse(read_upload(bytes(raw), job.filename))
-    return store(job, parsed)
+    # The upload's text, gzip-compressed (explorer.imports keeps no zip).
+    return store(job, parse(gzip.decompress(bytes(raw)).decode("utf-8", "surrogatepass")))
 
 
 # --- step 2: embed -------------------------------------------------------------------------------

@@ -267,11 +267,7 @@ def run_import_job(job: ImportJob, *, deadline: float | None = None, progress=No
 def run_import(job_id: str) -> dict[str, Any]:
     """One slice of an import job's background work (memory.import_jobs); queues the next."""
     job = import_jobs.claim(job_id)
-    if job is None:
-        if ImportJob.objects.filter(pk=job_id).active().exists():
-            # Another runner has it: look again once it would count as gone.
-            later = timezone.now() + dt.timedelta(seconds=import_jobs.STALL_SECONDS)
-            run_import.using(run_after=later).enqueue(job_id)
+    if job is None:  # finished, or a live run has it (resume_imports queues it if that run dies)
         return {"job": job_id, "claimed": False}
     done = run_import_job(job, deadline=time.monotonic() + IMPORT_SLICE_SECONDS)
     if not done:
@@ -284,14 +280,25 @@ def queue_import(job_id: str) -> bool:
     return _enqueue_unless_waiting(run_import, str(job_id))
 
 
+# A job touched this recently without a runner is between two slices, or queued and about to be
+# claimed: left alone.
+RESUME_GRACE = dt.timedelta(seconds=15)
+
+
 def resume_imports(owner=None) -> int:
     """Queue the imports whose runner is gone (a server restarted mid-import, a command was
-    stopped): each goes on where it stopped. Returns how many were queued."""
+    stopped): each goes on where it stopped. Called when a server starts, with the sweep for
+    abandoned tasks, and when a page shows an import's progress. Returns how many were queued."""
     jobs = ImportJob.objects.shown().active()
     if owner is not None:
         jobs = jobs.owned_by(owner)
     now = timezone.now()
-    return sum(queue_import(job.pk) for job in jobs if import_jobs.runner_gone(job, now))
+    queued = 0
+    for job in jobs:
+        idle = job.runner == "" and (job.heartbeat_at or job.created_at) > now - RESUME_GRACE
+        if import_jobs.runner_gone(job, now) and not idle:
+            queued += queue_import(job.pk)
+    return queued
 
 
 # How long a task's lease lasts unless renewed. Its worker renews it every third of that, so it
@@ -464,6 +471,7 @@ def queue_upkeep(owner_id: int, message_ids: Iterable[str]) -> bool:
     if time.monotonic() - _requeue_swept_at >= REQUEUE_SWEEP_SECONDS:
         _requeue_swept_at = time.monotonic()
         requeue_abandoned()
+        resume_imports()
     ids = [str(i) for i in message_ids if i]
     if not ids:
         return False
