@@ -83,7 +83,26 @@ def parse(text: str) -> Parsed:
         count = sum(len(c.messages) for c in data)
     else:
         count = text.count("\n") + (0 if text.endswith("\n") else 1)
+        _some_good_line(text)
     return Parsed(kind, text, data, count)
+
+
+def _some_good_line(text: str) -> None:
+    """JSON Lines are imported line by line, a bad line costing only itself; but a file none of
+    whose lines is a message is no history at all: say why its first line is not."""
+    first_error = None
+    for lineno, raw in enumerate(text.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        try:
+            importers.parse_line(raw)
+            return
+        except importers.LineError as exc:
+            first_error = first_error or f"line {lineno}: {exc}"
+    raise portability.InvalidExport(
+        "not a chat history: no line is a JSON Lines message, nor is the file a ChatGPT, Claude "
+        f"or Recollect export ({first_error or 'the file is empty'})"
+    )
 
 
 def recollect_export(text: str, data: Any) -> Parsed:
