@@ -315,10 +315,10 @@ class Command(BaseCommand):
         """Import one history as user eval-<id>, embedded; returns the user."""
         username = f"eval-{dataset.id}"
         self.stderr.write(f"{dataset.id}: {len(dataset.turns):,} turns as user {username}")
-        call_command("import_history", str(dataset.history), user=username,
+        call_command("import_history", str(dataset.history), user=username, wait=True,
                      stdout=self.stderr, stderr=self.stderr)
         user = get_user_model().objects.get(username=username)
-        # The import embeds inline; this catches up what it left (a kept database made with
+        # The import embeds (--wait); this catches up what it left (a kept database made with
         # another embedding model, an import cut short).
         embedder = get_embedder()
         pending = Passage.objects.owned_by(user).filter(
