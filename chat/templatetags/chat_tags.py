@@ -1,6 +1,11 @@
 from __future__ import annotations
 
+import datetime as dt
+
 from django import template
+from django.utils import timezone
+from django.utils.dateformat import format as date_format
+from django.utils.timesince import timesince
 
 from chat import rendering
 
@@ -34,3 +39,16 @@ def tool_summary(call):
 def truncate_chars(text: str, n: int = 4000) -> str:
     text = text or ""
     return text if len(text) <= n else text[:n] + f"… ({len(text) - n:,} more characters)"
+
+
+@register.filter
+def last_active(when, now=None) -> str:
+    """When a conversation was last active: "5 minutes ago" within a day, else its date, with
+    the year when it is not this year (an imported conversation from 2023 is not "just now")."""
+    if not when:
+        return ""
+    now = now or timezone.now()
+    if now - when < dt.timedelta(days=1):
+        return f"{timesince(when, now)} ago"
+    local = timezone.localtime(when)
+    return date_format(local, "j M" if local.year == timezone.localtime(now).year else "j M Y")

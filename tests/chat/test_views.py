@@ -208,3 +208,15 @@ def test_deleting_a_conversation_takes_its_words_out_of_topics(
     left = " ".join(f"{t.label} {t.keywords} {t.summary}" for t in Topic.objects.owned_by(owner))
     assert "xylophone" not in left and "tulips" in left
     assert set(queued) == {m.pk for m in doomed}
+
+
+@pytest.mark.django_db
+def test_the_conversation_list_shows_imported_conversations_by_their_own_dates(client, owner):
+    old = Conversation.objects.create(owner=owner, title="From the 2023 export")
+    Conversation.objects.filter(pk=old.pk).update(updated_at=dt.datetime(2023, 3, 12, 15, tzinfo=dt.UTC))
+    Conversation.objects.create(owner=owner, title="Today's chat")
+    client.force_login(owner)
+    page = client.get(reverse("chat:home")).content.decode()
+    assert page.index("Today&#x27;s chat") < page.index("From the 2023 export")
+    assert "12 Mar 2023" in page
+    assert page.count(" ago</span>") == 1  # only today's chat counts minutes
