@@ -36,8 +36,8 @@ def time_left(seconds) -> str:
         return ""
     seconds = float(seconds)
     if seconds < 60:
-        return "under a minute"
+        return "Under a minute"
     minutes = round(seconds / 60)
     if minutes < 90:
-        return f"about {minutes} min"
-    return f"about {minutes / 60:.1f} h"
+        return f"About {minutes} min"
+    return f"About {minutes / 60:.1f} h"

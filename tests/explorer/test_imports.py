@@ -102,7 +102,7 @@ def test_the_progress_polls_while_the_import_runs_and_stops_when_it_is_done(owne
     )
     part = owner_client.get(reverse("explorer:import_progress") + f"?job={job.pk}").content.decode()
     assert "Embedding passages: 50 of 200 (25%)" in part and "search finds them by keyword now" in part
-    assert 'value="25"' in part and "left." in part
+    assert 'max="200" value="50"' in part and "left." in part
     assert 'hx-trigger="every 2s"' in part
     ImportJob.objects.filter(pk=job.pk).update(
         status=ImportJob.Status.DONE, passages_embedded=200, finished_at=job.created_at,
