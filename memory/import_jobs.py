@@ -233,10 +233,18 @@ def store(job: ImportJob, parsed: Parsed, progress: Callable[[int], None] | None
 
 
 def store_payload(job: ImportJob) -> dict[str, Any]:
-    """Step 1 for an uploaded file kept in the job (a web upload): its text, gzip-compressed."""
+    """Step 1 for an uploaded file kept in the job (a web upload): its text, gzip-compressed.
+    A job with no file left (a command's, stopped while storing) goes on to embed what it
+    stored, and says so."""
     raw = ImportJob.objects.filter(pk=job.pk).values_list("payload", flat=True).first()
     if raw is None:
-        raise InvalidUpload("the uploaded file is gone")
+        # A command stopped while storing (it keeps no file): what it stored is embedded.
+        summary = {**job.report, "errors": ["storing was interrupted: import the file again to add "
+                                            "the rest (what is already stored is skipped)"]}
+        pending = Passage.objects.owned_by(job.owner).filter(embedding__isnull=True).count()
+        _set(job, report=summary, status=ImportJob.Status.EMBEDDING, passages_total=pending,
+             passages_embedded=0, stored_at=timezone.now())
+        return summary
     # The upload's text, gzip-compressed (explorer.imports keeps no zip).
     return store(job, parse(gzip.decompress(bytes(raw)).decode("utf-8", "surrogatepass")))
 

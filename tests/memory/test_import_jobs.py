@@ -167,3 +167,15 @@ def test_an_upload_that_cannot_be_read_fails_its_job_with_the_reason(owner):
         tasks.run_import.call(job.pk)
     job.refresh_from_db()
     assert job.status == ImportJob.Status.FAILED and "gzip" in job.error.lower()
+
+
+@pytest.mark.django_db
+def test_a_command_stopped_while_storing_leaves_a_job_that_embeds_what_it_stored(owner, conversation):
+    from memory import store
+
+    store.store_message(owner, conversation, "user", "Stored before the command was stopped.", embed=False)
+    job = import_jobs.create(owner, source="jsonl", filename="h.jsonl", messages_total=10)
+    tasks.run_import.call(job.pk)
+    job.refresh_from_db()
+    assert job.status == ImportJob.Status.DONE and job.passages_embedded == 1
+    assert "storing was interrupted" in job.report["errors"][0]
