@@ -6,18 +6,27 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
 from memory import import_jobs, tasks
 from memory.models import ImportJob
 from memory.progress import Progress
 
 
-def add_wait_arguments(parser) -> None:
+def add_import_arguments(parser, file_help: str) -> None:
+    parser.add_argument("file", help=file_help)
+    parser.add_argument("--user", required=True, help="username (created if missing)")
     parser.add_argument("--wait", action="store_true",
                         help="embed and build topics here, with a progress bar, not in background work")
     parser.add_argument("--no-embed", action="store_true",
                         help="(the default) leave embedding to background work")
+
+
+def check_file(path: str) -> str:
+    """`path` when it names a file (or is - for standard input); a CommandError otherwise."""
+    if path != "-" and not Path(path).is_file():
+        raise CommandError(f"{path}: no such file")
+    return path
 
 
 def run_import(command: BaseCommand, user, parsed: import_jobs.Parsed, path: str, *, wait: bool) -> ImportJob:

@@ -14,7 +14,7 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 
 from memory import import_jobs
-from memory.management.imports import add_wait_arguments, run_import
+from memory.management.imports import add_import_arguments, check_file, run_import
 from memory.management.users import load_user
 from memory.portability import InvalidExport
 
@@ -33,14 +33,10 @@ class Command(BaseCommand):
             "ChatGPT's or Claude's conversations.json (or their zip), or a Recollect export.")
 
     def add_arguments(self, parser) -> None:
-        parser.add_argument("file", help="JSON Lines, conversations.json or export zip; - for standard input")
-        parser.add_argument("--user", required=True, help="username (created if missing)")
-        add_wait_arguments(parser)
+        add_import_arguments(parser, "JSON Lines, conversations.json or export zip; - for standard input")
 
     def handle(self, *args, **opts) -> None:
-        path = opts["file"]
-        if path != "-" and not Path(path).is_file():
-            raise CommandError(f"{path}: no such file")
+        path = check_file(opts["file"])
         try:
             # Exports are checked whole before anything (or anyone) is created.
             parsed = import_jobs.parse(read_text(path))

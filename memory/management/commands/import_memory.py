@@ -10,7 +10,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from memory import import_jobs
 from memory.importers import detect_kind
-from memory.management.imports import add_wait_arguments, run_import
+from memory.management.imports import add_import_arguments, check_file, run_import
 from memory.management.users import load_user
 from memory.portability import InvalidExport
 
@@ -19,14 +19,10 @@ class Command(BaseCommand):
     help = "Import a memory exported by `manage.py export_memory` into a user's memory."
 
     def add_arguments(self, parser) -> None:
-        parser.add_argument("file", help="the JSON export, or - for standard input")
-        parser.add_argument("--user", required=True, help="username (created if missing)")
-        add_wait_arguments(parser)
+        add_import_arguments(parser, "the JSON export, or - for standard input")
 
     def handle(self, *args, **opts) -> None:
-        path = opts["file"]
-        if path != "-" and not Path(path).is_file():
-            raise CommandError(f"{path}: no such file")
+        path = check_file(opts["file"])
         try:
             text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
             data = json.loads(text)
