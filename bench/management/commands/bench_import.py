@@ -33,7 +33,7 @@ from django.db import connection
 from bench.chatgpt_export import PROBE, generate
 from bench.launch import ARTIFACTS, ROOT, LLMProcess, free_port, session_cookie
 from bench.scratch import add_database_argument, use_database
-from memory.models import Conversation, ImportJob, Topic
+from memory.models import Conversation, ImportJob, Message, Topic
 
 USER = "bench_import"
 
@@ -199,9 +199,11 @@ class Command(BaseCommand):
             if elapsed > opts["timeout"]:
                 raise CommandError(f"the import did not end in {opts['timeout']:.0f} s")
             job.refresh_from_db()
-            if "searchable_s" not in out and job.stored_at:
+            probe = list(Message.objects.owned_by(user).filter(content__contains=PROBE)
+                         .values_list("pk", flat=True)[:1])
+            if "searchable_s" not in out and probe:
                 found = client.get(server.url + "/explorer/search/?q=" + PROBE)
-                if "The ticket for this is" in found:
+                if f"/explorer/messages/{probe[0]}/" in found:
                     out["searchable_s"] = round(elapsed, 1)
                     self.say(f"{elapsed:7.1f} s  keyword-searchable ({job.messages_stored:,} stored)")
             if "embedded_s" not in out and job.embedded_at:
