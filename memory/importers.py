@@ -315,6 +315,19 @@ class LineError(ValueError):
     """A JSON Lines line that cannot be imported (the message says why)."""
 
 
+def _check_storable(name: str, value: str) -> None:
+    """Raise LineError unless Postgres can store `value`: a NUL or a lone surrogate (JSON's "\\u0000",
+    "\\ud800") in a title, id or speaker is this line's fault, not the file's."""
+    if "\x00" in value:
+        raise LineError(f'"{name}" holds a NUL character (\\u0000)')
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise LineError(
+            f'"{name}" holds a lone surrogate ({value[exc.start]!r}) that is not a character'
+        ) from None
+
+
 def parse_line(raw: str) -> dict:
     """One JSON Lines message: {"conversation", "role", "content", "timestamp"} and optionally
     "external_id" and "speaker", checked and normalised (an aware timestamp)."""
@@ -350,6 +363,9 @@ def parse_line(raw: str) -> dict:
     speaker = data.get("speaker")
     if speaker is not None and not isinstance(speaker, str):
         raise LineError('"speaker" must be a string')
+    for name, value in (("conversation", conv), ("external_id", external_id), ("speaker", speaker)):
+        if isinstance(value, str):
+            _check_storable(name, value)
     return {
         "conversation": conv.strip()[:200],
         "role": role,
