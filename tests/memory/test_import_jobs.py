@@ -95,11 +95,9 @@ def test_the_command_waits_with_its_own_progress_bar_when_told_to(tmp_path, expo
     assert Topic.objects.filter(owner=job_of("ada").owner).exists()
 
 
-@pytest.mark.django_db
-def test_a_stopped_run_resumes_where_it_stopped_and_embeds_nothing_twice(tmp_path, export_text,
-                                                                          monkeypatch):
-    path = tmp_path / "conversations.json"
-    path.write_text(export_text)
+def stop_halfway(path, monkeypatch) -> tuple[ImportJob, list[int]]:
+    """Import `path` for ada, then let a worker embed two batches of 5 and die; returns the job
+    and the passages written so far (and from then on)."""
     import_file(path, "ada")
     # A worker takes the queued run, then its process dies halfway.
     queued = DBTaskResult.objects.filter(task_path=tasks.run_import.module_path)
@@ -128,11 +126,40 @@ def test_a_stopped_run_resumes_where_it_stopped_and_embeds_nothing_twice(tmp_pat
     host = import_jobs.PROCESS.split(":")[0]
     ImportJob.objects.filter(pk=job.pk).update(runner=f"dead00@{host}:999999999:1")
     assert job_of("ada").passages_embedded == 10
-    assert tasks.resume_imports() == 1
+    return job, written
+
+
+def assert_embedded_once_and_done(job: ImportJob, written: list[int]) -> None:
     run_queued_imports(job)
     job.refresh_from_db()
     assert job.status == ImportJob.Status.DONE
     assert len(written) == len(set(written)) == job.passages_total == job.passages_embedded
+    assert Topic.objects.filter(owner=job.owner).exists()
+
+
+@pytest.mark.django_db
+def test_a_stopped_run_resumes_where_it_stopped_and_embeds_nothing_twice(tmp_path, export_text,
+                                                                          monkeypatch):
+    path = tmp_path / "conversations.json"
+    path.write_text(export_text)
+    job, written = stop_halfway(path, monkeypatch)
+    assert tasks.resume_imports() == 1
+    assert_embedded_once_and_done(job, written)
+
+
+@pytest.mark.django_db
+def test_a_server_started_after_one_stopped_mid_embedding_resumes_the_import(tmp_path, export_text,
+                                                                              monkeypatch):
+    from daphne.cli import CommandLineInterface
+
+    path = tmp_path / "conversations.json"
+    path.write_text(export_text)
+    job, written = stop_halfway(path, monkeypatch)
+    monkeypatch.setattr(CommandLineInterface, "run", lambda self, argv: None)  # serve, then stop at once
+    out = io.StringIO()
+    call_command("serve", "--no-worker", stdout=out)
+    assert "resumed the imports a stopped server left unfinished" in out.getvalue()
+    assert_embedded_once_and_done(job, written)
 
 
 @pytest.mark.django_db
