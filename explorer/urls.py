@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from explorer import views
+from explorer import imports, views
 
 app_name = "explorer"
 
@@ -27,4 +27,6 @@ urlpatterns = [
     path("search/", views.search, name="search"),
     path("entities/", views.entities, name="entities"),
     path("entities/<int:entity_id>/", views.entity_detail, name="entity"),
+    path("import/", imports.import_page, name="import"),
+    path("import/progress/", imports.import_progress, name="import_progress"),
 ]

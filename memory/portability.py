@@ -642,13 +642,14 @@ def _id_map(model, owner, wanted: Iterable[str | None]) -> tuple[dict[str, str],
 
 
 def import_memory(
-    owner, data: Any, *, embed: bool = True, progress: ProgressFn | None = None
+    owner, data: Any, *, embed: bool | str = True, progress: ProgressFn | None = None
 ) -> ImportReport:
     """Import a Recollect export into `owner`'s memory, in one transaction.
 
     A conversation or topic whose id the owner already has is skipped, so importing the same
     file twice adds nothing. Passages are rebuilt from the text and embedded with this
-    instance's model (embed=False leaves that to background work).
+    instance's model (embed=False leaves that to background work it queues; embed="upkeep"
+    queues none, for a caller that embeds them itself: an import job).
     """
     doc = validate_export(data)
     report = ImportReport(source_model=doc["embedding_model"], target_model=settings.EMBEDDING_MODEL)
@@ -768,12 +769,12 @@ def import_memory(
         report.messages = len(messages)
         report.tool_calls = len(calls)
         report.passages = len(passages)
-        if embed:
+        if embed is True:
             _embed(passages, progress)
             report.embedded = len(passages)
         models.Passage.objects.bulk_create(passages, batch_size=500)
         versions.bump(owner.pk)
-        if passages and not embed:
+        if passages and embed is False:
             owner_id = owner.pk
             transaction.on_commit(lambda: queue_embedding(owner_id))
         topic_map = _import_topics(owner, doc["topics"], message_map, report)

@@ -30,8 +30,8 @@ from django.utils import timezone
 from django_tasks import TaskResult, TaskResultStatus, task
 from django_tasks.signals import task_finished, task_started
 
-from memory import entities, rolling_summary, signals, store, summaries, topics
-from memory.models import Message, TaskLease, UpkeepRun
+from memory import entities, import_jobs, rolling_summary, signals, store, summaries, topics
+from memory.models import ImportJob, Message, TaskLease, UpkeepRun
 
 logger = logging.getLogger(__name__)
 
@@ -151,14 +151,19 @@ GRAPH_UPKEEP_EVERY = dt.timedelta(hours=6)
 
 def _queue_once(task: Any, owner_id: int) -> bool:
     """Enqueue `task` for the owner unless one already waits in the queue; whether it did."""
+    return _enqueue_unless_waiting(task, int(owner_id))
+
+
+def _enqueue_unless_waiting(task: Any, *args: Any) -> bool:
+    """Enqueue `task(*args)` unless the same call already waits in the queue; whether it did."""
     from django_tasks_db.models import DBTaskResult
 
     waiting = DBTaskResult.objects.filter(
-        status=TaskResultStatus.READY, task_path=task.module_path, args_kwargs__args=[owner_id]
+        status=TaskResultStatus.READY, task_path=task.module_path, args_kwargs__args=list(args)
     )
     if waiting.exists():
         return False
-    task.enqueue(int(owner_id))
+    task.enqueue(*args)
     return True
 
 
@@ -230,6 +235,77 @@ def queue_summaries(owner_id: int) -> bool:
 def embed_pending_task(owner_id: int | None = None) -> dict[str, Any]:
     owner = _owner(owner_id) if owner_id else None
     return _record(owner_id, "embed_pending", lambda: {"embedded": store.embed_pending(owner)})
+
+
+# --- imports (memory.import_jobs) --------------------------------------------------------------
+
+# A background run of an import works this long, then queues its continuation: background work
+# queued meanwhile (a chat turn's topic upkeep) runs in between instead of waiting for the end.
+IMPORT_SLICE_SECONDS = 20.0
+# Below other background work: an import is long, a turn's upkeep is short and awaited sooner.
+IMPORT_PRIORITY = -10
+
+
+def run_import_job(job: ImportJob, *, deadline: float | None = None, progress=None) -> bool:
+    """Take a claimed import job as far as `deadline` (time.monotonic()) allows: store an
+    upload's messages, embed, build the topic tree. True once it is done."""
+    try:
+        if job.status == ImportJob.Status.STORING:
+            import_jobs.store_payload(job)
+        if job.status == ImportJob.Status.EMBEDDING and not import_jobs.embed(job, deadline, progress):
+            return False
+        if job.status == ImportJob.Status.TOPICS:
+            owner = _owner(job.owner_id)
+            _record(job.owner_id, "import_topics", lambda: {
+                "entities_indexed_messages": entities.rebuild(owner), **topics.rebuild(owner)
+            })
+            import_jobs.finish(job)
+            queue_summaries(job.owner_id)
+        return True
+    except import_jobs.LostJob:
+        logger.warning("import %s was taken over by another runner", job.pk)
+        return False
+    except Exception as exc:
+        import_jobs.fail(job, f"{type(exc).__name__}: {exc}")
+        raise
+
+
+@task(priority=IMPORT_PRIORITY)
+def run_import(job_id: str) -> dict[str, Any]:
+    """One slice of an import job's background work (memory.import_jobs); queues the next."""
+    job = import_jobs.claim(job_id)
+    if job is None:  # finished, or a live run has it (resume_imports queues it if that run dies)
+        return {"job": job_id, "claimed": False}
+    done = run_import_job(job, deadline=time.monotonic() + IMPORT_SLICE_SECONDS)
+    if not done:
+        import_jobs.release(job)
+        queue_import(job.pk)
+    return {"job": job_id, "status": job.status, "embedded": job.passages_embedded}
+
+
+def queue_import(job_id: str) -> bool:
+    return _enqueue_unless_waiting(run_import, str(job_id))
+
+
+# A job touched this recently without a runner is between two slices, or queued and about to be
+# claimed: left alone.
+RESUME_GRACE = dt.timedelta(seconds=15)
+
+
+def resume_imports(owner=None) -> int:
+    """Queue the imports whose runner is gone (a server restarted mid-import, a command was
+    stopped): each goes on where it stopped. Called when a server starts, with the sweep for
+    abandoned tasks, and when a page shows an import's progress. Returns how many were queued."""
+    jobs = ImportJob.objects.shown().active()
+    if owner is not None:
+        jobs = jobs.owned_by(owner)
+    now = timezone.now()
+    queued = 0
+    for job in jobs:
+        idle = job.runner == "" and (job.heartbeat_at or job.created_at) > now - RESUME_GRACE
+        if import_jobs.runner_gone(job, now) and not idle:
+            queued += queue_import(job.pk)
+    return queued
 
 
 # How long a task's lease lasts unless renewed. Its worker renews it every third of that, so it
@@ -402,6 +478,7 @@ def queue_upkeep(owner_id: int, message_ids: Iterable[str]) -> bool:
     if time.monotonic() - _requeue_swept_at >= REQUEUE_SWEEP_SECONDS:
         _requeue_swept_at = time.monotonic()
         requeue_abandoned()
+        resume_imports()
     ids = [str(i) for i in message_ids if i]
     if not ids:
         return False

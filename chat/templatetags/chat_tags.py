@@ -1,6 +1,11 @@
 from __future__ import annotations
 
+import datetime as dt
+
 from django import template
+from django.utils import timezone
+from django.utils.dateformat import format as date_format
+from django.utils.timesince import timesince
 
 from chat import rendering
 from memory.tools import readable_json
@@ -49,3 +54,16 @@ def folds(text: str) -> bool:
 @register.filter
 def readable(text: str) -> str:
     return readable_json(text)
+
+
+@register.filter
+def last_active(when, now=None) -> str:
+    """When a conversation was last active: "5 minutes ago" within a day, else its date, with
+    the year when it is not this year (an imported conversation from 2023 is not "just now")."""
+    if not when:
+        return ""
+    now = now or timezone.now()
+    if now - when < dt.timedelta(days=1):
+        return f"{timesince(when, now)} ago"
+    local = timezone.localtime(when)
+    return date_format(local, "j M" if local.year == timezone.localtime(now).year else "j M Y")

@@ -287,3 +287,15 @@ def test_a_long_message_folds_behind_show_more(client, owner, conversation):
     page = client.get(reverse("chat:conversation", args=[conversation.pk])).content.decode()
     assert page.count("Show more") == 1
     assert page.count("content markdown folded") == 1
+
+
+@pytest.mark.django_db
+def test_the_conversation_list_shows_imported_conversations_by_their_own_dates(client, owner):
+    old = Conversation.objects.create(owner=owner, title="From the 2023 export")
+    Conversation.objects.filter(pk=old.pk).update(updated_at=dt.datetime(2023, 3, 12, 15, tzinfo=dt.UTC))
+    Conversation.objects.create(owner=owner, title="Today's chat")
+    client.force_login(owner)
+    page = client.get(reverse("chat:home")).content.decode()
+    assert page.index("Today&#x27;s chat") < page.index("From the 2023 export")
+    assert "12 Mar 2023" in page
+    assert page.count(" ago</span>") == 1  # only today's chat counts minutes

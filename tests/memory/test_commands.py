@@ -115,6 +115,18 @@ def test_bad_lines_are_reported_with_their_number_and_good_ones_kept(tmp_path):
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize("field", ["conversation", "external_id", "speaker"])
+@pytest.mark.parametrize("odd", ["\ud800", "\x00"])
+def test_a_surrogate_or_nul_in_a_lines_names_costs_only_that_line(tmp_path, field, odd):
+    bad = {**ROWS[1], "external_id": "e9", field: f"in{odd}fra"}
+    path = write_jsonl(tmp_path / "h.jsonl", [ROWS[0], bad, ROWS[1], ROWS[2]])
+    out, err = run("import_history", path, "--user", "sam")
+    assert "imported 3 messages" in out and "1 bad lines" in out
+    assert f"line 2: \"{field}\"" in err
+    assert sorted(Message.objects.values_list("external_id", flat=True)) == ["e1", "e2", "e3"]
+
+
+@pytest.mark.django_db
 def test_import_of_a_missing_file_is_a_clear_error():
     with pytest.raises(CommandError, match="no such file"):
         run("import_history", "/nonexistent.jsonl", "--user", "sam")

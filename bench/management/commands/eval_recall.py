@@ -139,6 +139,35 @@ def recall_at(ranked: list[str], expected: list[str]) -> tuple[float, ...]:
     return tuple(len(set(ranked[:k]) & set(expected)) / len(expected) for k in KS)
 
 
+# scikit-learn's English stop words (BSD-3-Clause), the list the BM25 baseline was measured with;
+# kept here so the baseline needs no scikit-learn.
+_STOP_WORDS = """
+    a about above across after afterwards again against all almost alone along already also
+    although always am among amongst amoungst amount an and another any anyhow anyone anything
+    anyway anywhere are around as at back be became because become becomes becoming been before
+    beforehand behind being below beside besides between beyond bill both bottom but by call can
+    cannot cant co con could couldnt cry de describe detail do done down due during each eg
+    eight either eleven else elsewhere empty enough etc even ever every everyone everything
+    everywhere except few fifteen fifty fill find fire first five for former formerly forty
+    found four from front full further get give go had has hasnt have he hence her here
+    hereafter hereby herein hereupon hers herself him himself his how however hundred i ie if in
+    inc indeed interest into is it its itself keep last latter latterly least less ltd made many
+    may me meanwhile might mill mine more moreover most mostly move much must my myself name
+    namely neither never nevertheless next nine no nobody none noone nor not nothing now nowhere
+    of off often on once one only onto or other others otherwise our ours ourselves out over own
+    part per perhaps please put rather re same see seem seemed seeming seems serious several she
+    should show side since sincere six sixty so some somehow someone something sometime
+    sometimes somewhere still such system take ten than that the their them themselves then
+    thence there thereafter thereby therefore therein thereupon these they thick thin third this
+    those though three through throughout thru thus to together too top toward towards twelve
+    twenty two un under until up upon us very via was we well were what whatever when whence
+    whenever where whereafter whereas whereby wherein whereupon wherever whether which while
+    whither who whoever whole whom whose why will with within without would yet you your yours
+    yourself yourselves
+"""
+ENGLISH_STOP_WORDS = frozenset(_STOP_WORDS.split())
+
+
 def distinct(ids) -> list[str]:
     """Turn ids in rank order, each once, at most max(KS) of them (a long message's several
     passages or chunks are one turn)."""
@@ -150,7 +179,6 @@ def bm25_ranker(dataset: Dataset) -> Callable[[str], list[str]]:
     sharing a term with it."""
     import bm25s
     import Stemmer
-    from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS  # via sentence-transformers
 
     logging.getLogger("bm25s").setLevel(logging.WARNING)  # a DEBUG line per index otherwise
     ids = list(dataset.turns)
@@ -222,9 +250,9 @@ def import_history_as_user(dataset_id: str, history: Path, stderr):
     imported memory would be; returns the user. Progress and notes go to `stderr`."""
     username = f"eval-{dataset_id}"
     stderr.write(f"{dataset_id}: importing {history.name} as user {username}")
-    call_command("import_history", str(history), user=username, stdout=stderr, stderr=stderr)
+    call_command("import_history", str(history), user=username, wait=True, stdout=stderr, stderr=stderr)
     user = get_user_model().objects.get(username=username)
-    # The import embeds inline; this catches up what it left (a kept database made with
+    # The import embeds (--wait); this catches up what it left (a kept database made with
     # another embedding model, an import cut short).
     embedder = get_embedder()
     pending = Passage.objects.owned_by(user).filter(

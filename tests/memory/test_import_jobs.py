@@ -1,0 +1,208 @@
+"""Imports nobody waits for (memory.import_jobs, memory.tasks.run_import): messages stored and
+searchable first, then embedded in background work, then topics; a stopped run resumes and
+nothing is embedded twice."""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import json
+
+import pytest
+from django.core.management import call_command
+from django_tasks import TaskResultStatus
+from django_tasks_db.models import DBTaskResult
+
+from bench.chatgpt_export import PROBE, generate
+from memory import import_jobs, tasks
+from memory.models import Conversation, ImportJob, Message, Passage, Topic, UpkeepRun
+from memory.search import search
+
+
+@pytest.fixture(scope="module")
+def export_text() -> str:
+    return json.dumps(generate(60, seed=3, end=dt.datetime(2025, 6, 1, tzinfo=dt.UTC)))
+
+
+def import_file(path, user: str, *extra: str) -> str:
+    out, err = io.StringIO(), io.StringIO()
+    call_command("import_history", str(path), "--user", user, *extra, stdout=out, stderr=err)
+    return out.getvalue() + err.getvalue()
+
+
+def job_of(username: str) -> ImportJob:
+    return ImportJob.objects.get(owner__username=username)
+
+
+def run_queued_imports(job: ImportJob) -> int:
+    """Run the job's queued background slices as a worker would, oldest first, until none is
+    left; returns how many ran."""
+    ran = 0
+    while ran < 200:
+        queued = DBTaskResult.objects.filter(
+            task_path=tasks.run_import.module_path, status=TaskResultStatus.READY, args_kwargs__args=[job.pk]
+        ).order_by("enqueued_at").first()
+        if queued is None:
+            return ran
+        queued.status = TaskResultStatus.SUCCESSFUL
+        queued.save(update_fields=["status"])
+        tasks.run_import.call(job.pk)
+        ran += 1
+    raise AssertionError("the import never ended")
+
+
+@pytest.mark.django_db
+def test_it_stores_messages_first_so_keyword_search_finds_them_before_a_vector(tmp_path, export_text):
+    path = tmp_path / "conversations.json"
+    path.write_text(export_text)
+    import_file(path, "ada")
+    job = job_of("ada")
+    assert job.status == ImportJob.Status.EMBEDDING and job.messages_stored == 60
+    passages = Passage.objects.filter(owner=job.owner)
+    assert passages.exists() and not passages.filter(embedding__isnull=False).exists()
+    assert job.passages_total == passages.count()
+    hits = search(job.owner, PROBE).hits
+    assert hits and PROBE in Message.objects.get(pk=hits[0].message_id).content
+    # The embedding waits in the queue, as background work.
+    run = tasks.run_import.module_path
+    queued = DBTaskResult.objects.filter(task_path=run, status=TaskResultStatus.READY)
+    assert list(queued.values_list("args_kwargs__args", flat=True)) == [[job.pk]]
+
+
+@pytest.mark.django_db
+def test_it_embeds_then_builds_topics_when_the_background_work_runs(tmp_path, export_text):
+    path = tmp_path / "conversations.json"
+    path.write_text(export_text)
+    import_file(path, "ada")
+    job = job_of("ada")
+    assert not Topic.objects.filter(owner=job.owner).exists()
+    run_queued_imports(job)
+    job.refresh_from_db()
+    assert job.status == ImportJob.Status.DONE and job.finished_at is not None
+    assert job.passages_embedded == job.passages_total > 0
+    assert not Passage.objects.filter(owner=job.owner, embedding__isnull=True).exists()
+    assert Topic.objects.filter(owner=job.owner).exists()
+    assert UpkeepRun.objects.filter(owner=job.owner, kind="import_topics", ok=True).exists()
+
+
+@pytest.mark.django_db
+def test_the_command_waits_with_its_own_progress_bar_when_told_to(tmp_path, export_text):
+    path = tmp_path / "conversations.json"
+    path.write_text(export_text)
+    output = import_file(path, "ada", "--wait")
+    assert "embed [" in output and "topics built" in output
+    assert job_of("ada").status == ImportJob.Status.DONE
+    assert Topic.objects.filter(owner=job_of("ada").owner).exists()
+
+
+def stop_halfway(path, monkeypatch) -> tuple[ImportJob, list[int]]:
+    """Import `path` for ada, then let a worker embed two batches of 5 and die; returns the job
+    and the passages written so far (and from then on)."""
+    import_file(path, "ada")
+    # A worker takes the queued run, then its process dies halfway.
+    queued = DBTaskResult.objects.filter(task_path=tasks.run_import.module_path)
+    queued.update(status=TaskResultStatus.RUNNING)
+    job = import_jobs.claim(job_of("ada").pk)
+    written: list[int] = []
+    real_write = import_jobs.write_vectors
+
+    def write(rows, vectors, model) -> None:
+        written.extend(r.pk for r in rows)
+        real_write(rows, vectors, model)
+
+    monkeypatch.setattr(import_jobs, "write_vectors", write)
+    monkeypatch.setattr(import_jobs, "EMBED_BATCH", 5)
+
+    class Killed(Exception):
+        pass
+
+    def die_after_two_batches(n: int) -> None:
+        if len(written) >= 10:
+            raise Killed
+
+    with pytest.raises(Killed):
+        import_jobs.embed(job, progress=die_after_two_batches)
+    # The process "died": its runner names a pid of this host that no longer runs.
+    host = import_jobs.PROCESS.split(":")[0]
+    ImportJob.objects.filter(pk=job.pk).update(runner=f"dead00@{host}:999999999:1")
+    assert job_of("ada").passages_embedded == 10
+    return job, written
+
+
+def assert_embedded_once_and_done(job: ImportJob, written: list[int]) -> None:
+    run_queued_imports(job)
+    job.refresh_from_db()
+    assert job.status == ImportJob.Status.DONE
+    assert len(written) == len(set(written)) == job.passages_total == job.passages_embedded
+    assert Topic.objects.filter(owner=job.owner).exists()
+
+
+@pytest.mark.django_db
+def test_a_stopped_run_resumes_where_it_stopped_and_embeds_nothing_twice(tmp_path, export_text,
+                                                                          monkeypatch):
+    path = tmp_path / "conversations.json"
+    path.write_text(export_text)
+    job, written = stop_halfway(path, monkeypatch)
+    assert tasks.resume_imports() == 1
+    assert_embedded_once_and_done(job, written)
+
+
+@pytest.mark.django_db
+def test_a_server_started_after_one_stopped_mid_embedding_resumes_the_import(tmp_path, export_text,
+                                                                              monkeypatch):
+    from daphne.cli import CommandLineInterface
+
+    path = tmp_path / "conversations.json"
+    path.write_text(export_text)
+    job, written = stop_halfway(path, monkeypatch)
+    monkeypatch.setattr(CommandLineInterface, "run", lambda self, argv: None)  # serve, then stop at once
+    out = io.StringIO()
+    call_command("serve", "--no-worker", stdout=out)
+    assert "resumed the imports a stopped server left unfinished" in out.getvalue()
+    assert_embedded_once_and_done(job, written)
+
+
+@pytest.mark.django_db
+def test_a_live_run_keeps_its_job_and_a_silent_one_loses_it(owner):
+    job = import_jobs.create(owner, source="jsonl", messages_total=1, claimed=True)
+    assert import_jobs.claim(job.pk) is None  # its runner (this process) is alive and heard from
+    ImportJob.objects.filter(pk=job.pk).update(
+        runner="abc@another-host:12:34",
+        heartbeat_at=job.created_at - dt.timedelta(seconds=import_jobs.STALL_SECONDS),
+    )
+    taken = import_jobs.claim(job.pk)
+    assert taken is not None and taken.runner.endswith(import_jobs.PROCESS)
+
+
+@pytest.mark.django_db
+def test_imported_conversations_keep_their_own_dates(tmp_path, export_text):
+    path = tmp_path / "conversations.json"
+    path.write_text(export_text)
+    import_file(path, "ada")
+    for conv in Conversation.objects.filter(owner__username="ada"):
+        stamps = list(Message.objects.filter(conversation=conv).values_list("timestamp", flat=True))
+        # Created when the export says (ChatGPT's create_time), never after its first message.
+        assert conv.created_at <= min(stamps) and conv.updated_at == max(stamps)
+        assert conv.updated_at < dt.datetime(2025, 6, 2, tzinfo=dt.UTC)
+
+
+@pytest.mark.django_db
+def test_an_upload_that_cannot_be_read_fails_its_job_with_the_reason(owner):
+    job = import_jobs.create(owner, source="chatgpt", filename="x.json", payload=b"not gzip",
+                             messages_total=3)
+    with pytest.raises(OSError):
+        tasks.run_import.call(job.pk)
+    job.refresh_from_db()
+    assert job.status == ImportJob.Status.FAILED and "gzip" in job.error.lower()
+
+
+@pytest.mark.django_db
+def test_a_command_stopped_while_storing_leaves_a_job_that_embeds_what_it_stored(owner, conversation):
+    from memory import store
+
+    store.store_message(owner, conversation, "user", "Stored before the command was stopped.", embed=False)
+    job = import_jobs.create(owner, source="jsonl", filename="h.jsonl", messages_total=10)
+    tasks.run_import.call(job.pk)
+    job.refresh_from_db()
+    assert job.status == ImportJob.Status.DONE and job.passages_embedded == 1
+    assert "storing was interrupted" in job.report["errors"][0]
