@@ -240,7 +240,7 @@ RULES: list[tuple[str, re.Pattern[str]]] = [
     ("lives in", re.compile(rf"\b(?:I|we)\s+(?:now\s+|still\s+)?live\s+in\s+{_VALUE}{_NAME_END}")),
     ("lives in", re.compile(rf"\b(?:I'm|I am|we're)\s+(?:now\s+)?living\s+in\s+{_VALUE}{_NAME_END}")),
     ("works at", re.compile(rf"{_I_WORK}{_VALUE}{_NAME_END}")),
-    ("works at", re.compile(rf"\b(?:my\s+new\s+job|I\s+now\s+work)\s+(?:is\s+)?(?:at|for)\s+{_VALUE}{_NAME_END}")),
+    ("works at", re.compile(rf"\b(?:my\s+new\s+job|I\s+now\s+work)\s+(?:is\s+)?(?:at|for)\s+{_VALUE}\b")),
     ("works at", re.compile(rf"\bI\s+(?:just\s+|have\s+)?(?P<value>{_NO_JOB})\b", re.I)),
     ("partner", re.compile(rf"{_MY_PARTNER}{_VALUE}{_NAME_END}")),
     ("partner", re.compile(rf"{_DATING}{_VALUE}{_NAME_END}")),
