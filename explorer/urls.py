@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from explorer import views
+from explorer import fact_views, views
 
 app_name = "explorer"
 
@@ -26,4 +26,8 @@ urlpatterns = [
     path("search/", views.search, name="search"),
     path("entities/", views.entities, name="entities"),
     path("entities/<int:entity_id>/", views.entity_detail, name="entity"),
+    path("facts/", fact_views.facts, name="facts"),
+    path("facts/<int:fact_id>/pin/", fact_views.fact_pin, name="fact_pin"),
+    path("facts/<int:fact_id>/correct/", fact_views.fact_correct, name="fact_correct"),
+    path("facts/<int:fact_id>/forget/", fact_views.fact_forget, name="fact_forget"),
 ]

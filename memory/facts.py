@@ -31,7 +31,7 @@ from django.db.models import Q
 from django.db.models.signals import pre_delete
 from django.dispatch import receiver
 
-from memory.models import Fact, Message, Role
+from memory.models import Fact, FactQuerySet, Message, Role
 from memory.search import query_period
 
 ABOUT = "about"  # the attribute of a statement no newer one replaces
@@ -442,3 +442,14 @@ def _reopen_superseded(sender, instance: Fact, **kwargs) -> None:
     """A fact that goes (its message forgotten, or the person forgot it) gives the fact it had
     superseded its validity back: what it replaced holds again."""
     Fact.objects.filter(superseded_by_id=instance.pk).update(valid_to=None, superseded_by=None)
+
+
+def about_entity(owner, name: str, aliases: Iterable[str] = ()) -> FactQuerySet:
+    """The facts about someone or something the entity graph names: theirs (the subject), and
+    those that name them."""
+    names = [n for n in [name, *aliases] if n and len(n) > 1]
+    match = Q()
+    for n in names:
+        match |= Q(subject_key=_key(n)) | Q(value__iregex=rf"\m{re.escape(n)}\M") \
+            | Q(statement__iregex=rf"\m{re.escape(n)}\M")
+    return Fact.objects.owned_by(owner).live().filter(match) if names else Fact.objects.none()

@@ -774,3 +774,15 @@ class Fact(models.Model):
     @property
     def is_current(self) -> bool:
         return self.superseded_by_id is None
+
+    def set_pinned(self, pinned: bool) -> Fact:
+        """A pinned fact stays (upkeep never draws it again) and comes first."""
+        self.pinned = pinned
+        self.save(update_fields=["pinned"])
+        return self
+
+    def correct(self, text: str) -> Fact:
+        """The person's wording replaces the drawn statement (empty: back to the drawn one)."""
+        self.corrected = " ".join((text or "").split())[:2000]
+        self.save(update_fields=["corrected"])
+        return self
