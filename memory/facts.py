@@ -27,12 +27,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Case, Q, When
 from django.db.models.signals import pre_delete
 from django.dispatch import receiver
 
 from memory.models import Fact, FactQuerySet, Message, Role
 from memory.search import query_period
+from memory.tokens import count_tokens
 
 ABOUT = "about"  # the attribute of a statement no newer one replaces
 CORRECTION = "correction"
@@ -333,11 +334,19 @@ def _period(clause: str, said_at: dt.datetime) -> tuple[dt.datetime, dt.datetime
 
 
 def _statement(found: Found, subject: str) -> str:
-    if found.attribute == ABOUT or found.attribute.startswith("likes "):
+    """The fact in a sentence about its subject ("Ana's partner is Sam", "Ana lost their job")."""
+    attribute, value = found.attribute, found.value
+    if attribute == ABOUT or attribute.startswith("likes "):
         return third_person(found.clause, subject)
-    if found.attribute.startswith(("plan", "favourite")):
-        return f"{subject} {found.attribute}: {found.value}"
-    return f"{subject} {found.attribute} {found.value}"
+    if not value[:1].isupper() and attribute in ("works at", "partner"):
+        return third_person(f"I {value}", subject)  # "lost my job", "broke up with Sam"
+    if attribute.startswith("plan: "):
+        return f"{subject}'s {attribute.removeprefix('plan: ')} is planned for {value}"
+    if attribute.startswith("favourite "):
+        return f"{subject}'s {attribute} is {value}"
+    if attribute == "partner":
+        return f"{subject}'s partner is {value}"
+    return f"{subject} {attribute} {value}"
 
 
 def supersede(old: Fact, new: Fact) -> None:
@@ -453,3 +462,77 @@ def about_entity(owner, name: str, aliases: Iterable[str] = ()) -> FactQuerySet:
         match |= Q(subject_key=_key(n)) | Q(value__iregex=rf"\m{re.escape(n)}\M") \
             | Q(statement__iregex=rf"\m{re.escape(n)}\M")
     return Fact.objects.owned_by(owner).live().filter(match) if names else Fact.objects.none()
+
+
+# --- What the model is shown ------------------------------------------------------------------
+
+INDEX_SHARE = 0.15  # of the memory zone, at most, for the facts about the people a message names
+INDEX_MAX_FACTS = 24
+_WORD = re.compile(r"[\w'-]+")
+
+
+def subjects_named(owner, text: str, user_subject: str = "the user") -> list[str]:
+    """The subjects with current facts that `text` names, after the user (always first: they are
+    the one talking). Read from at most 500 distinct subjects, an indexed query."""
+    current = Fact.objects.owned_by(owner).current().order_by()
+    keys = list(current.values_list("subject_key", flat=True).distinct()[:500])
+    lowered = " ".join(_WORD.findall((text or "").lower()))
+    named = [k for k in keys if k != _key(user_subject) and re.search(rf"\b{re.escape(k)}\b", lowered)]
+    return [_key(user_subject), *sorted(named, key=lowered.find)]
+
+
+def _day(value: dt.datetime | None) -> str:
+    return value.strftime("%Y-%m-%d") if value else ""
+
+
+def fact_line(fact: Fact) -> str:
+    """One fact as the model reads it: the statement, since when it holds and what it replaced,
+    and the message that says it (readable with get_message_by_id)."""
+    since = f"since {_day(fact.valid_from)}" if fact.attribute != ABOUT else f"said {_day(fact.said_at)}"
+    previous = next(iter(fact.supersedes.all()), None)
+    before = f"; was: {previous.value or previous.text}" if previous is not None else ""
+    about = f"; about {_day(fact.refers_from)}..{_day(fact.refers_to)}" if fact.refers_from else ""
+    pinned = "pinned; " if fact.pinned else ""
+    return f"- {fact.text} ({pinned}{since}{about}{before}) [msg {fact.message_id}]"
+
+
+def current_for_index(owner, text: str, limit: int = INDEX_MAX_FACTS) -> list[Fact]:
+    """The current facts about the people `text` names (the user first): pinned ones, then the
+    exclusive attributes (home, work, partner, plans...), then the newest statements."""
+    chosen: list[Fact] = []
+    subjects = subjects_named(owner, text)
+    for subject in subjects:
+        rows = (
+            Fact.objects.owned_by(owner).current().about(subject).prefetch_related("supersedes")
+            .annotate(statement_only=Case(When(attribute=ABOUT, then=1), default=0))
+            .order_by("-pinned", "statement_only", "-valid_from", "-id")[: limit - len(chosen)]
+        )
+        chosen += list(rows)
+        if len(chosen) >= limit:
+            break
+    return chosen
+
+
+def write_index(owner, writer, text: str, share: float = INDEX_SHARE) -> list[str]:
+    """Write the FACTS section of a turn's memory index into `writer` (memory.index_builder's
+    line writer), within `share` of its allowance; returns the source message ids it names."""
+    facts = current_for_index(owner, text)
+    if not facts:
+        return []
+    room = int(writer.allowance * share)
+    start = writer.used
+    header = "FACTS (what holds now about the people named; get_facts for more and for what changed):"
+    if not writer.add(header):
+        return []
+    named: list[str] = []
+    subject = None
+    for fact in facts:
+        line = fact_line(fact) if fact.subject == subject else f"{fact.subject}:\n{fact_line(fact)}"
+        if writer.used - start + count_tokens(line + "\n") > room or not writer.add(line):
+            break
+        subject = fact.subject
+        named.append(fact.message_id)
+    if not named:
+        writer.lines.pop()  # the header alone says nothing
+        writer.used = start
+    return named

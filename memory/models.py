@@ -722,7 +722,9 @@ class FactQuerySet(OwnedQuerySet):
 
     def in_order(self) -> FactQuerySet:
         """Current first (pinned ones at the top), then the superseded, newest first."""
-        return self.order_by(F("superseded_by").asc(nulls_first=True), "-pinned", "-valid_from", "-id")
+        return self.annotate(
+            is_superseded=models.Case(models.When(superseded_by__isnull=True, then=0), default=1)
+        ).order_by("is_superseded", "-pinned", "-valid_from", "-id")
 
 
 class Fact(models.Model):

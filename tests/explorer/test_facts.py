@@ -49,8 +49,8 @@ def test_an_entitys_page_shows_the_facts_that_name_it(owner, owner_client, life)
     sam = Entity.objects.owned_by(owner).get(normalized="sam")
     page = html(owner_client.get(reverse("explorer:entity", args=[sam.pk])))
     section = page[page.index('id="facts"'):]
-    assert "Facts about Sam" in section and "the user partner broke up with Sam" in section
-    assert "the user partner Sam" in section[section.index('id="facts-superseded"'):]
+    assert "Facts about Sam" in section and "The user broke up with Sam" in section
+    assert "the user&#x27;s partner is Sam" in section[section.index('id="facts-superseded"'):]
 
 
 def test_correct_pin_and_forget_a_fact_with_htmx(owner_client, life):
