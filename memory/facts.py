@@ -21,6 +21,7 @@ runs in background work (memory.tasks), never on a turn's path.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import math
 import re
 from collections.abc import Iterable
@@ -34,6 +35,8 @@ from django.dispatch import receiver
 from memory.models import Fact, FactQuerySet, Message, Role
 from memory.search import query_period
 from memory.tokens import count_tokens
+
+logger = logging.getLogger(__name__)
 
 ABOUT = "about"  # the attribute of a statement no newer one replaces
 CORRECTION = "correction"
@@ -335,6 +338,8 @@ def _period(clause: str, said_at: dt.datetime) -> tuple[dt.datetime, dt.datetime
 
 def _statement(found: Found, subject: str) -> str:
     """The fact in a sentence about its subject ("Ana's partner is Sam", "Ana lost their job")."""
+    if found.extra.get("statement"):
+        return found.extra["statement"][:MAX_STATEMENT_CHARS]  # the model's own sentence
     attribute, value = found.attribute, found.value
     if attribute == ABOUT or attribute.startswith("likes "):
         return third_person(found.clause, subject)
@@ -437,7 +442,8 @@ def refresh_messages(owner, message_ids: Iterable[str]) -> dict[str, int]:
                 continue  # drawn from the edited text already
             fact.delete()
             removed += 1
-    return {"facts_removed": removed, "facts": extract_messages(owner, ids)}
+    done = {"facts_removed": removed, "facts": extract_messages(owner, ids)}
+    return done | propose_with_model(owner, ids)
 
 
 def _last_edit(message: Message) -> dt.datetime:
@@ -536,3 +542,103 @@ def write_index(owner, writer, text: str, share: float = INDEX_SHARE) -> list[st
         writer.lines.pop()  # the header alone says nothing
         writer.used = start
     return named
+
+
+# --- With a model ---------------------------------------------------------------------------
+
+MODEL_SYSTEM = (
+    "You keep a list of lasting facts about people from their messages. Messages to read follow, "
+    "each as [n] speaker (date): text. For each message that states something lasting about "
+    "someone (who they are, relations, home, work, plans with dates, preferences, possessions, "
+    "events in their life), write one line: [n] subject | attribute | value | fact. subject: the "
+    "speaker's name as given (or a person the message names); attribute: one of lives in, works "
+    "at, partner, favourite <thing>, plan: <thing>, likes <thing>, or about; value: the place, "
+    "employer, name, date or thing (empty for about); fact: one short third-person sentence. "
+    "Skip greetings, questions, small talk and praise. If no message states a fact, answer NONE."
+)
+MODEL_BATCH = 20
+MODEL_EXCERPT_CHARS = 600
+_MODEL_LINE = re.compile(r"^\s*\[(\d{1,3})\]\s*([^|]{1,200})\|([^|]{1,200})\|([^|]{0,300})\|(.{3,400})$")
+_EXCLUSIVE = ("lives in", "works at", "partner")
+
+
+def _model_attribute(attribute: str) -> str | None:
+    attribute = " ".join(attribute.lower().split())
+    if attribute in (*_EXCLUSIVE, ABOUT) or attribute.startswith(("favourite ", "plan: ", "likes ")):
+        return attribute[:200]
+    return None
+
+
+def model_prompt(messages: list[Message]) -> str:
+    lines = ["Messages to read:"]
+    for i, m in enumerate(messages, 1):
+        text = " ".join(m.content.split())[:MODEL_EXCERPT_CHARS]
+        lines.append(f"[{i}] {subject_of(m)} ({_day(m.timestamp)}): {text}")
+    return "\n".join(lines)
+
+
+def parse_model_facts(answer: str, messages: list[Message]) -> list[tuple[Message, str, Found]]:
+    """(message, subject, found) for each well-formed line of the model's answer that names a
+    message of the batch, an attribute it knows, and a subject that is the message's speaker or
+    named in it (anything else is dropped: a fact must come from its source)."""
+    proposed = []
+    for line in (answer or "").splitlines():
+        m = _MODEL_LINE.match(line.strip())
+        if not m or not 1 <= int(m[1]) <= len(messages):
+            continue
+        message = messages[int(m[1]) - 1]
+        subject, attribute = " ".join(m[2].split()), _model_attribute(m[3])
+        value, statement = " ".join(m[4].split()), " ".join(m[5].split())
+        speaker = subject_of(message) or ""
+        if attribute is None or (attribute != ABOUT and not value):
+            continue
+        named = re.search(rf"\b{re.escape(subject)}\b", message.content, re.I)
+        if _key(subject) != _key(speaker) and not named:
+            continue
+        found = Found(attribute, value, statement, extra={"statement": statement})
+        proposed.append((message, subject, found))
+    return proposed
+
+
+def propose_with_model(owner, message_ids: Iterable[str], client=None) -> dict[str, int]:
+    """With a model configured (memory.summaries.is_configured), ask FACTS_MODEL for the facts of
+    these messages, MODEL_BATCH at a time; each proposed fact is stored with its source message
+    (origin "model") and supersedes as a rule's would. The model's statements replace the rules'
+    statement facts of the messages it read (not the pinned or corrected ones). A provider
+    failure leaves the rules' facts as they are."""
+    from django.conf import settings
+
+    from memory import summaries
+
+    if not summaries.is_configured():
+        return {"proposed": 0}
+    messages = [
+        m for m in Message.objects.owned_by(owner).logical().visible().sources()
+        .filter(pk__in=[str(i) for i in message_ids]).order_by("timestamp", "position")
+        if subject_of(m) is not None
+    ]
+    client = client or summaries._client()
+    stored = failed = 0
+    for start in range(0, len(messages), MODEL_BATCH):
+        batch = messages[start : start + MODEL_BATCH]
+        try:
+            response = client.chat.completions.create(
+                model=settings.FACTS_MODEL,
+                messages=[{"role": "system", "content": MODEL_SYSTEM},
+                          {"role": "user", "content": model_prompt(batch)}],
+                max_tokens=800, temperature=0,
+            )
+            answer = (response.choices[0].message.content or "") if response.choices else ""
+        except Exception as exc:  # noqa: BLE001 - a provider problem; the rules' facts stay
+            failed += 1
+            logger.warning("fact proposal failed (%s): %s", type(exc).__name__, str(exc)[:200])
+            continue
+        proposed = parse_model_facts(answer, batch)
+        with transaction.atomic():
+            read = {m.pk for m, _, _ in proposed}
+            for fact in Fact.objects.filter(message_id__in=read, origin="rules", attribute=ABOUT,
+                                            pinned=False, corrected=""):
+                fact.delete()
+            for message, subject, found in proposed:
+                stored += store_found(owner, message, subject, found, origin="model") is not None
+    return {"proposed": stored, "failed_batches": failed}
