@@ -612,9 +612,11 @@ def propose_with_model(owner, message_ids: Iterable[str], client=None) -> dict[s
 
     if not summaries.is_configured():
         return {"proposed": 0}
+    # A message the model has read already is read again only once edited.
+    unread = Q(edited=True) | ~Q(pk__in=Fact.objects.filter(origin="model").values("message_id"))
     messages = [
         m for m in Message.objects.owned_by(owner).logical().visible().sources()
-        .filter(pk__in=[str(i) for i in message_ids]).order_by("timestamp", "position")
+        .filter(unread, pk__in=[str(i) for i in message_ids]).order_by("timestamp", "position")
         if subject_of(m) is not None
     ]
     client = client or summaries._client()
@@ -636,8 +638,10 @@ def propose_with_model(owner, message_ids: Iterable[str], client=None) -> dict[s
         proposed = parse_model_facts(answer, batch)
         with transaction.atomic():
             read = {m.pk for m, _, _ in proposed}
-            for fact in Fact.objects.filter(message_id__in=read, origin="rules", attribute=ABOUT,
-                                            pinned=False, corrected=""):
+            replaced = Fact.objects.filter(message_id__in=read, pinned=False, corrected="").filter(
+                Q(origin="model") | Q(origin="rules", attribute=ABOUT)
+            )
+            for fact in replaced:
                 fact.delete()
             for message, subject, found in proposed:
                 stored += store_found(owner, message, subject, found, origin="model") is not None

@@ -49,6 +49,10 @@ def test_the_model_proposes_facts_tied_to_their_messages(owner, conversation, sc
     rules = Fact.objects.owned_by(owner).filter(message=messages[1], origin="rules", attribute="about")
     assert not rules.exists()
     assert result["proposed"] == 3
+    # Upkeep running again on the same messages asks the model nothing more.
+    facts.refresh_messages(owner, [m.pk for m in messages])
+    assert len([r for r in scripted_llm.requests if PROMPT in r["last_user"]]) == 1
+    assert Fact.objects.owned_by(owner).filter(origin="model").count() == 3
 
 
 def test_a_proposed_fact_supersedes_the_current_one(owner, conversation, scripted_llm):  # noqa: F811
