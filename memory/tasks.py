@@ -212,7 +212,8 @@ def rebuild_topics(owner_id: int) -> dict[str, Any]:
     def work():
         ents = entities.rebuild(owner)
         tree = topics.rebuild(owner)
-        return {"entities_indexed_messages": ents, **tree}
+        # Messages that never went through upkeep (an import) get their facts here.
+        return {"entities_indexed_messages": ents, **tree, "facts": facts.extract_messages(owner)}
 
     detail = _record(owner_id, "rebuild_topics", work)
     queue_summaries(owner_id)

@@ -172,3 +172,22 @@ def test_a_stranger_sees_none_of_the_facts(owner, stranger, conversation):
     tell(owner, conversation, SCRIPT[:1])
     facts.extract_messages(owner)
     assert not Fact.objects.owned_by(stranger).exists()
+
+
+def test_a_rebuild_draws_the_facts_of_messages_that_never_went_through_upkeep(owner, conversation):
+    from memory import tasks
+
+    tell(owner, conversation, SCRIPT[:2])  # as an import stores them: no upkeep queued
+    tasks.rebuild_topics.call(owner.pk)
+    assert sorted(Fact.objects.owned_by(owner).values_list("value", flat=True)) == ["Acme Bank", "London"]
+
+
+def test_build_topics_draws_the_facts_an_import_left_undrawn(owner, conversation):
+    import io
+
+    from django.core.management import call_command
+
+    tell(owner, conversation, SCRIPT[:2])
+    out = io.StringIO()
+    call_command("build_topics", user=owner.username, stdout=out)
+    assert "2 new facts" in out.getvalue() and Fact.objects.owned_by(owner).count() == 2
