@@ -93,3 +93,10 @@ def test_another_users_fact_answers_404(stranger_client, owner, conversation):
     assert stranger_client.post(reverse("explorer:fact_pin", args=[2**70])).status_code == 404
     assert Fact.objects.filter(pk=fact.pk, corrected="").exists()
     assert "the user lives in London" not in html(stranger_client.get(reverse("explorer:facts")))
+
+
+def test_a_row_swapped_in_by_htmx_still_goes_back_to_its_page_without_javascript(owner_client, life):
+    london = Fact.objects.get(value="London")
+    row = html(owner_client.post(reverse("explorer:fact_pin", args=[london.pk]), {"pinned": "true"},
+                                 HTTP_HX_REQUEST="true", HTTP_HX_CURRENT_URL="http://testserver/explorer/facts/"))
+    assert 'name="next" value="/explorer/facts/"' in row
