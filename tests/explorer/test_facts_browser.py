@@ -39,3 +39,20 @@ def test_correct_pin_and_forget_a_fact(page, owner, conversation):  # noqa: F811
     page.reload()
     assert page.locator("#facts-current .fact-text", has_text="the user lives in Munich").is_visible()
     assert not page.js_errors
+
+
+def test_the_facts_sections_pass_axe_with_no_serious_violations(page, owner, conversation):  # noqa: F811
+    from memory.models import Entity
+    from tests.browser import serious_accessibility_violations
+
+    tell(owner, conversation)
+    facts.extract_messages(owner)
+    sam = Entity.objects.create(owner=owner, name="Sam", normalized="sam", kind="name")
+    found = {}
+    for scheme in ("light", "dark"):
+        page.emulate_media(color_scheme=scheme)
+        for url in (reverse("explorer:overview"), reverse("explorer:facts"),
+                    reverse("explorer:entity", args=[sam.pk])):
+            page.goto(page.base + url)
+            found[f"{url} ({scheme})"] = serious_accessibility_violations(page)
+    assert not any(found.values()), "\n".join(f"{name}: {v}" for name, vs in found.items() for v in vs)
