@@ -32,7 +32,7 @@ from bench.management.commands import eval_recall
 from bench.management.commands.eval_recall import read_jsonl
 from memory import facts
 from memory.embeddings import get_embedder
-from memory.models import Fact
+from memory.models import Fact, Passage
 
 SCRATCH_DB = "recollect_eval_facts"
 _FIRST_PERSON = re.compile(r"\b(I|I'm|I've|I'd|I'll|my|me|mine|myself|we|we're|our|us)\b")
@@ -101,17 +101,18 @@ def first_person_or_named(text: str, names: set[str]) -> bool:
     return bool(_FIRST_PERSON.search(text)) or any(re.search(rf"\b{re.escape(n)}\b", text) for n in names)
 
 
-def best_matches(texts: list[str], references: list[str]) -> list[tuple[float, int]]:
-    """For each text, its highest cosine among the references and that reference's index (texts
-    and references embedded as passages by the configured embedder)."""
-    if not texts or not references:
+def unit_rows(vectors) -> np.ndarray:
+    rows = np.asarray(vectors, dtype=np.float32).reshape(len(vectors), -1)
+    return rows / (np.linalg.norm(rows, axis=1, keepdims=True) + 1e-12)
+
+
+def best_matches(texts: list[str] | np.ndarray, references: np.ndarray) -> list[tuple[float, int]]:
+    """For each text (or its vector), its highest cosine among the reference vectors and that
+    reference's index; texts are embedded as passages by the configured embedder."""
+    if not len(texts) or not len(references):
         return []
-    embedder = get_embedder()
-    a = np.asarray(embedder.embed(texts), dtype=np.float32)
-    b = np.asarray(embedder.embed(references), dtype=np.float32)
-    a /= np.linalg.norm(a, axis=1, keepdims=True) + 1e-12
-    b /= np.linalg.norm(b, axis=1, keepdims=True) + 1e-12
-    similarity = a @ b.T
+    a = texts if isinstance(texts, np.ndarray) else unit_rows(get_embedder().embed(list(texts)))
+    similarity = a @ references.T
     return [(float(row.max()), int(row.argmax())) for row in similarity]
 
 
@@ -138,6 +139,7 @@ class Command(BaseCommand):
         conversations = load(opts["folders"] or [str(eval_recall.DEFAULT_DATASET)])
         out = self.stderr if opts["json"] else self.stdout
         drawn: dict[str, list[tuple[str, str, str]]] = {}  # conversation -> (turn, subject, text)
+        vectors: dict[str, np.ndarray] = {}  # turn -> its stored vector
         with eval_recall.scratch_database(opts["scratch_db"], keep=opts["keep"]):
             started = time.perf_counter()
             for conversation in conversations:
@@ -148,15 +150,19 @@ class Command(BaseCommand):
                     Fact.objects.owned_by(user).order_by("said_at", "id")
                     .values_list("message__external_id", "subject", "statement")
                 )
+                first_passages = Passage.objects.owned_by(user).filter(
+                    kind=Passage.Kind.MESSAGE, index=0, embedding__isnull=False
+                ).values_list("logical_message__external_id", "embedding")
+                vectors.update({turn: np.asarray(v, dtype=np.float32) for turn, v in first_passages})
             seconds = time.perf_counter() - started
-        results = self._score(conversations, drawn)
+        results = self._score(conversations, drawn, vectors)
         self._table(out, conversations, results, seconds)
         for turn, subject, text, cosine, reference in results["samples"][: opts["show"]]:
             out.write(f"{turn} {subject}: {text}\n    best reference ({cosine:.2f}): {reference}")
         if opts["json"]:
             self.stdout.write(json.dumps({k: v for k, v in results.items() if k != "samples"}))
 
-    def _score(self, conversations: list[Conversation], drawn: dict) -> dict:
+    def _score(self, conversations: list[Conversation], drawn: dict, vectors: dict) -> dict:
         turns = [t for c in conversations for t in c.turns]
         relevant = {t for c in conversations for t in c.evidence}
         names = {c.id: {t.speaker for t in c.turns if t.speaker} for c in conversations}
@@ -173,12 +179,16 @@ class Command(BaseCommand):
         for c in conversations:
             for speaker, references in c.references.items():
                 mine = [(turn, text) for turn, subject, text in drawn[c.id] if subject == speaker]
-                matches = best_matches([text for _, text in mine], references)
+                reference_rows = unit_rows(get_embedder().embed(references))
+                matches = best_matches([text for _, text in mine], reference_rows)
                 cosines["facts"] += [cosine for cosine, _ in matches]
                 samples += [(turn, speaker, text, cosine, references[i])
                             for (turn, text), (cosine, i) in zip(mine, matches, strict=True)]
-                said = [t.text for t in c.turns if t.speaker == speaker]
-                cosines["every turn"] += [cosine for cosine, _ in best_matches(said, references)]
+                # A turn's vector is its first passage's, as the import stored it (embedded once).
+                said = [vectors[t.id] for t in c.turns if t.speaker == speaker and t.id in vectors]
+                if said:
+                    matches = best_matches(unit_rows(said), reference_rows)
+                    cosines["every turn"] += [cosine for cosine, _ in matches]
         rows = {}
         for method, chosen in kept.items():
             p, r, f = prf(chosen, relevant)
@@ -220,5 +230,5 @@ class Command(BaseCommand):
         out.write("")
         out.write("turns scored against the union of the reference facts' evidence turns; a speaker's row "
                   "counts the turns they said; cosine: each text's best match among the same speaker's "
-                  "reference facts (every turn: the turn's text)")
+                  "reference facts (every turn: the turn's stored vector)")
         out.write(f"import, facts and scoring {seconds:.0f} s")
