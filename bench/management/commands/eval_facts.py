@@ -231,4 +231,4 @@ class Command(BaseCommand):
         out.write("turns scored against the union of the reference facts' evidence turns; a speaker's row "
                   "counts the turns they said; cosine: each text's best match among the same speaker's "
                   "reference facts (every turn: the turn's stored vector)")
-        out.write(f"import, facts and scoring {seconds:.0f} s")
+        out.write(f"import and facts {seconds:.0f} s")
