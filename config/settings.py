@@ -371,6 +371,9 @@ OPENAI_API_KEY = env_str("OPENAI_API_KEY", "")
 OPENAI_BASE_URL = env_str("OPENAI_BASE_URL", "")
 CHAT_MODEL = env_str("CHAT_MODEL", "gpt-4o-mini")
 SUMMARY_MODEL = env_str("SUMMARY_MODEL", CHAT_MODEL)
+# The model that proposes facts from new messages in background work (memory.facts), when a model
+# is configured; without one, facts are drawn by rules alone.
+FACTS_MODEL = env_str("FACTS_MODEL", SUMMARY_MODEL)
 # Topics whose summaries one background run has the model rewrite (see memory/summaries.py).
 SUMMARY_TOPICS_PER_RUN = env_int("SUMMARY_TOPICS_PER_RUN", 20, minimum=1)
 # The rolling summary of a conversation beyond its recent window (memory/rolling_summary.py).

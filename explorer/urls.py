@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from explorer import imports, views
+from explorer import fact_views, imports, views
 
 app_name = "explorer"
 
@@ -29,4 +29,8 @@ urlpatterns = [
     path("entities/<int:entity_id>/", views.entity_detail, name="entity"),
     path("import/", imports.import_page, name="import"),
     path("import/progress/", imports.import_progress, name="import_progress"),
+    path("facts/", fact_views.facts, name="facts"),
+    path("facts/<int:fact_id>/pin/", fact_views.fact_pin, name="fact_pin"),
+    path("facts/<int:fact_id>/correct/", fact_views.fact_correct, name="fact_correct"),
+    path("facts/<int:fact_id>/forget/", fact_views.fact_forget, name="fact_forget"),
 ]

@@ -208,6 +208,8 @@ COPIES: list[Copies] = [
     Copies("memory.ConversationSummary", ("blocks",)),
     Copies("memory.UpkeepRun", ("detail",)),
     Copies("memory.SemanticCacheEntry", ("query", "payload")),
+    Copies("memory.Fact", ("subject", "value", "statement", "corrected")),
+    Copies("memory.ImportJob", ("report", "error")),
 ]
 
 

@@ -36,7 +36,7 @@ from django.db import connection
 from django.utils import timezone
 from pgvector.django import CosineDistance
 
-from memory import entities, hierarchy, rolling_summary, sessions
+from memory import entities, facts, hierarchy, rolling_summary, sessions
 from memory.embeddings import query_text
 from memory.labels import count_of
 from memory.models import ContextSnapshot, Message, PeriodSummary, Topic
@@ -440,6 +440,8 @@ def prepare_context(
     included: list[str] = []
     # Pinned messages come first: the person marked them important (memory.hierarchy).
     hierarchy.write_pinned(owner, plan, writer, included, recent_ids, ahead.pinned)
+    # Then what holds now about the people the message names (memory.facts).
+    included += facts.write_index(owner, writer, query)
     # The levels section gets a share of what the strategy would otherwise fill.
     levels_room = hierarchy.levels_room(plan, writer)
     writer.allowance -= levels_room

@@ -30,7 +30,7 @@ from django.utils import timezone
 from django_tasks import TaskResult, TaskResultStatus, task
 from django_tasks.signals import task_finished, task_started
 
-from memory import entities, import_jobs, rolling_summary, signals, store, summaries, topics
+from memory import entities, facts, import_jobs, rolling_summary, signals, store, summaries, topics
 from memory.models import ImportJob, Message, TaskLease, UpkeepRun
 
 logger = logging.getLogger(__name__)
@@ -118,6 +118,7 @@ def topic_upkeep(owner_id: int, message_ids: list[str]) -> dict[str, Any]:
     update_conversation_summaries(owner, message_ids)
     queue_summaries(owner_id)
     queue_graph_upkeep(owner_id)
+    queue_facts(owner_id, message_ids)
     return detail
 
 
@@ -198,13 +199,31 @@ def queue_graph_upkeep(owner_id: int) -> bool:
 
 
 @task()
+def fact_upkeep(owner_id: int, message_ids: list[str]) -> dict[str, Any]:
+    """Facts of new, edited and re-flagged messages (memory.facts), after topic upkeep has
+    flagged the replies that only quote memory."""
+    owner = _owner(owner_id)
+    return _record(owner_id, "fact_upkeep", lambda: facts.refresh_messages(owner, message_ids))
+
+
+@_never_fails("fact upkeep")
+def queue_facts(owner_id: int, message_ids: Iterable[str]) -> bool:
+    ids = [str(i) for i in message_ids if i]
+    if not ids:
+        return False
+    fact_upkeep.enqueue(int(owner_id), ids)
+    return True
+
+
+@task()
 def rebuild_topics(owner_id: int) -> dict[str, Any]:
     owner = _owner(owner_id)
 
     def work():
         ents = entities.rebuild(owner)
         tree = topics.rebuild(owner)
-        return {"entities_indexed_messages": ents, **tree}
+        # Messages that never went through upkeep (an import) get their facts here.
+        return {"entities_indexed_messages": ents, **tree, "facts": facts.extract_messages(owner)}
 
     detail = _record(owner_id, "rebuild_topics", work)
     queue_summaries(owner_id)

@@ -8,7 +8,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from memory import entities, topics
+from memory import entities, facts, topics
 from memory.models import Message, UpkeepRun
 from memory.progress import Progress
 
@@ -41,6 +41,8 @@ class Command(BaseCommand):
                 entities.rebuild(user, progress=bar.update)
             with Progress(total, f"{user.username}: topics") as bar:
                 detail = topics.rebuild(user, progress=bar.update)
+            # Facts of the messages that have none yet (an import queues no upkeep).
+            detail["facts"] = facts.extract_messages(user)
             run.detail = {**detail, "seconds": round(time.perf_counter() - started, 2)}
             from django.utils import timezone
 
@@ -48,7 +50,8 @@ class Command(BaseCommand):
             run.save()
             self.stdout.write(
                 f"{user.username}: {detail['messages']:,} messages -> {detail['leaves']:,} leaf "
-                f"topics, {detail['topics']:,} topics in all ({run.detail['seconds']} s)"
+                f"topics, {detail['topics']:,} topics in all, {detail['facts']:,} new facts "
+                f"({run.detail['seconds']} s)"
             )
             if opts["summaries"]:
                 self._summaries(user)

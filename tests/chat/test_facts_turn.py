@@ -1,0 +1,66 @@
+"""The facts of a scripted life in a chat turn: the index gives the model what holds now about
+the people the message names (with what it replaced), and get_facts gives it the superseded facts
+with the dates each held."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from channels.db import database_sync_to_async
+
+from memory import facts
+from tests.chat.conftest import connect, exchange
+from tests.memory.test_facts import tell
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@database_sync_to_async
+def _a_life_in_memory(owner, conversation):
+    tell(owner, conversation)
+    facts.extract_messages(owner)  # what background upkeep does after the turns
+
+
+def _facts_section(system: str) -> list[str]:
+    lines = system.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("FACTS ("))
+    section = []
+    for line in lines[start + 1:]:
+        if not (line.startswith("- ") or line.endswith(":")):
+            break
+        section.append(line)
+    return section
+
+
+async def test_a_turn_is_shown_the_current_facts_and_can_ask_what_they_replaced(
+    owner, conversation, scripted_llm
+):
+    await _a_life_in_memory(owner, conversation)
+    marker = "factstest"
+    scripted_llm.script(
+        {"tool_calls": [{"name": "get_facts", "arguments": {"subject": "me", "include_superseded": True}}]},
+        {"text": "You live in Hamburg now."},
+        match=marker,
+    )
+    ws = await connect(owner, conversation.pk)
+    events = await exchange(ws, f"{marker} where do I live these days, and is the trip still on?")
+    await ws.disconnect()
+    assert events[-1]["status"] == "complete"
+    first, second = [r for r in scripted_llm.requests if marker in r["last_user"]]
+    section = _facts_section(first["messages"][0]["content"])
+    assert section[0] == "the user:"
+    text = "\n".join(section)
+    assert "- the user lives in Hamburg (since 2024-05-10; was: Munich) [msg " in text
+    assert "- the user's trip is planned for July 2 (since 2024-04-01; was: 10 June) [msg " in text
+    assert "- the user works at Globex (since 2024-03-10; was: Acme Bank)" in text
+    assert "London" not in text and "Acme Bank as" not in text  # superseded: not current
+    result = json.loads(second["messages"][-1]["content"])
+    lives = [(f["fact"], f["valid_from"][:10], (f.get("valid_to") or "")[:10], f["current"])
+             for f in result["facts"] if f["attribute"] == "lives in"]
+    assert lives == [
+        ("the user lives in Hamburg", "2024-05-10", "", True),
+        ("the user lives in Munich", "2024-05-09", "2024-05-10", False),
+        ("the user lives in Berlin", "2024-03-01", "2024-05-09", False),
+        ("the user lives in London", "2024-01-10", "2024-03-01", False),
+    ]
