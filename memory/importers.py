@@ -20,7 +20,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
-from memory.errors import InvalidContent, MemoryStoreError
+from memory.errors import MemoryStoreError
 from memory.models import Conversation, Message, Role
 from memory.portability import FORMAT, InvalidExport
 from memory.store import NUL_REPLACEMENT, NewMessage, clean_content, store_messages
@@ -96,13 +96,9 @@ def _storable(value: Any) -> str:
 
 
 def clean_imported(content: Any) -> str:
-    """clean_content's text, refusing a lone surrogate (Postgres cannot store one; the message
-    is reported and the rest of the file imported)."""
-    text, _ = clean_content(content)
-    found = LONE_SURROGATE.search(text)
-    if found:
-        raise InvalidContent(f"message holds a lone surrogate ({found.group()!r}) that is not a character")
-    return text
+    """clean_content's text: a NUL becomes ␀ and a lone surrogate U+FFFD, kept as a chat
+    message's are, so one odd character costs no message."""
+    return clean_content(content)[0]
 
 
 def _chatgpt_text(content: Any) -> str:

@@ -157,6 +157,7 @@ async def asgi_sign_in(peer: str, forwarded_for: str, username: str = "owner") -
     return start["status"]
 
 
+@pytest.mark.django_db  # serve resumes unfinished imports before daphne starts
 def test_serve_does_not_let_daphne_believe_proxy_headers(monkeypatch):
     from daphne.cli import CommandLineInterface
 

@@ -66,13 +66,7 @@ def _run_queued_upkeep() -> None:
         if not queued:
             return
         for result in queued:
-            task = {
-                "topic_upkeep": tasks.topic_upkeep,
-                "graph_upkeep": tasks.graph_upkeep,
-                "summarize_topics": tasks.summarize_topics,
-                "embed_pending_task": tasks.embed_pending_task,
-                "rebuild_topics": tasks.rebuild_topics,
-            }[result.task_path.rsplit(".", 1)[1]]
+            task = getattr(tasks, result.task_path.rsplit(".", 1)[1])  # every task memory queues
             args = result.args_kwargs
             task.call(*args["args"], **args["kwargs"])
             result.status = "SUCCESSFUL"

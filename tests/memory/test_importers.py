@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from memory.importers import LineError, detect_text_kind, import_key, parse_line
+from memory.importers import LineError, clean_imported, detect_text_kind, import_key, parse_line
 from memory.portability import InvalidExport
 
 LINE = {
@@ -40,13 +40,17 @@ def test_a_json_lines_message_is_checked_and_normalised():
         (json.dumps({**LINE, "timestamp": "yesterday"}), "is not ISO-8601"),
         (json.dumps({**LINE, "timestamp": 5}), "must be an ISO-8601 string"),
         (json.dumps({**LINE, "external_id": [1]}), '"external_id" must be a string'),
-        (json.dumps({**LINE, "content": "a\ud800"}), "lone surrogate"),
         (json.dumps({**LINE, "speaker": "A\x00nn"}), '"speaker" holds a NUL'),
     ],
 )
 def test_a_bad_line_says_what_is_wrong(line, says):
     with pytest.raises(LineError, match=says):
         parse_line(line)
+
+
+def test_a_lone_surrogate_in_a_lines_text_is_kept_replaced_as_in_a_chat():
+    parse_line(json.dumps({**LINE, "content": "a\ud800"}))  # no LineError: the line is imported
+    assert clean_imported("a\ud800 b\x00") == "a\ufffd b\u2400"
 
 
 def test_the_import_key_is_the_external_id_or_a_stable_content_hash():

@@ -122,9 +122,15 @@ async def test_tokens_cross_redis_only_to_a_tab_the_writer_knows_of_which_first_
             await layer.group_send(f"conv.{conversation.pk}", {"type": "chat.hello", "origin": listener})
             await listen_until("chat.reply_done")
             await events_until(tab, "reply_done")
-        tokens = [e["delta"] for e in heard[before:] if e["type"] == "chat.token"]
-        assert "".join(tokens) == "".join(words)
-        assert tokens[0].startswith("w0 w1 w2 w3 w4 ")
+        tokens = [e for e in heard[before:] if e["type"] == "chat.token"]
+        # The first is the text so far, whole; each later one says where its delta starts
+        # (`at`), and the tab keeps what it has, as chat.js does.
+        assert tokens[0]["text"].startswith("w0 w1 w2 w3 w4 ") and tokens[0]["at"] == 0
+        text = tokens[0]["text"]
+        for e in tokens[1:]:
+            assert e["at"] <= len(text), "a gap in the reply"
+            text = text[: e["at"]] + e["delta"] if e["at"] + len(e["delta"]) > len(text) else text
+        assert text == "".join(words)
         turn_events = [e["type"] for e in heard[:before] if e["type"] not in ("chat.hello", "chat.here")]
         assert turn_events[:2] == ["chat.message", "chat.reply_started"]
     finally:
