@@ -5,7 +5,6 @@ from __future__ import annotations
 from django.conf import settings
 from django.http import Http404, HttpRequest, HttpResponse
 
-
 # Query parameters that carry an id (`?message=` on the tool-call list, `?at=` in a chat).
 ID_PARAMETERS = ("message", "at")
 
