@@ -5,13 +5,19 @@ from __future__ import annotations
 from django.conf import settings
 from django.http import Http404, HttpRequest, HttpResponse
 
+# Query parameters that carry an id (`?message=` on the tool-call list, `?at=` in a chat).
+ID_PARAMETERS = ("message", "at")
+
 
 def nul_paths_not_found(get_response):
-    """A path holding NUL (`%00`) names nothing: no id holds one, and Postgres cannot even
-    compare text holding one, so every view would fail looking it up. 404 before any does."""
+    """A path or an id parameter holding NUL (`%00`) names nothing: no id holds one, and
+    Postgres cannot even compare text holding one, so every view would fail looking it up.
+    404 before any does."""
 
     def middleware(request: HttpRequest) -> HttpResponse:
-        if "\x00" in request.path_info:
+        if "\x00" in request.path_info or any(
+            "\x00" in value for name in ID_PARAMETERS for value in request.GET.getlist(name)
+        ):
             raise Http404("No such page")
         return get_response(request)
 

@@ -362,6 +362,14 @@
 
   // The forget dialog (chat/_forget.html) lists the messages that quote this one: the ticked
   // ones are forgotten with it.
+  // A refused htmx action (a pin past the rate limit, a message gone meanwhile) says why
+  // instead of doing nothing: htmx swaps nothing on an error answer.
+  document.body.addEventListener("htmx:responseError", (e) => {
+    const xhr = e.detail.xhr;
+    const plain = (xhr.getResponseHeader("Content-Type") || "").startsWith("text/plain");
+    showError(plain && xhr.responseText ? xhr.responseText : `That did not work (HTTP ${xhr.status}); nothing was changed.`);
+  });
+
   root.addEventListener("submit", (e) => {
     const form = e.target.closest("form[data-forget]");
     if (!form) return;

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -297,6 +298,28 @@ def test_a_person_pins_a_message_and_the_model_is_shown_it(person, page, live_da
 
     user_row.get_by_role("button", name="Unpin").click()
     user_row.get_by_role("button", name="Pin", exact=True).wait_for()
+    assert user_row.locator(".badge.pinned").count() == 0
+
+
+def test_a_pin_refused_past_the_rate_limit_says_why(person, page, live_daphne, browser_llm):
+    from chat.models import ChatAllowance, LimitReached
+
+    sign_in_and_open_chat(page, live_daphne, person)
+    send(page, "The spare key is under the blue flowerpot")
+    page.locator("li.message.assistant:not(.streaming)").first.wait_for()
+    def use_up_the_minute():  # as a busy person would; the ORM runs outside Playwright's loop
+        owner = get_user_model().objects.get(username=person[0])
+        with pytest.raises(LimitReached):
+            for _ in range(1000):
+                ChatAllowance.count_action(owner)
+
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(use_up_the_minute).result()
+    user_row = page.locator("li.message.user").first
+    user_row.get_by_role("button", name="Pin", exact=True).click()
+    error = page.locator("#chat-error")
+    error.wait_for()
+    assert "minute" in error.inner_text()
     assert user_row.locator(".badge.pinned").count() == 0
 
 

@@ -239,8 +239,9 @@ def test_a_nul_in_any_id_of_a_url_answers_404(owner, conversation):
     assert [(url, client.post(url, {"content": "x"}).status_code) for url in posts] == [
         (url, 404) for url in posts
     ]
-    # The tool-call list's filter reports an unknown id on the page, as for any id it does not know.
-    response = client.get(f"/explorer/tools/?message={m.pk}{nul}")
+    # An id parameter holding NUL names nothing; an unknown id without one is reported on the page.
+    assert client.get(f"/explorer/tools/?message={m.pk}{nul}").status_code == 404
+    response = client.get("/explorer/tools/?message=01UNKNOWN")
     assert response.status_code == 200 and "No message" in response.content.decode()
     m.refresh_from_db()
     assert m.content == "a message of mine" and not m.deleted and not m.pinned
