@@ -743,10 +743,37 @@ def _slices(text: str, size: int) -> list[tuple[int, int]]:
 
 
 def _cut_points(text: str) -> list[int]:
-    """Character offsets where `text` may be cut: its cl100k token boundaries, 0 and the end."""
-    enc = encoding()
-    _, offsets = enc.decode_with_offsets(enc.encode(text, disallowed_special=()))
-    return sorted({0, len(text), *offsets})
+    """Character offsets where `text` may be cut: its cl100k token boundaries, 0 and the end.
+
+    Where each token starts, as tiktoken's decode_with_offsets says (the first character
+    holding one of its bytes), from per-token tables instead of decoding every token in
+    Python (a fifth of an import's storing once token counts were fast)."""
+    tokens = np.asarray(encoding().encode(text, disallowed_special=()), dtype=np.int64)
+    if not len(tokens):
+        return sorted({0, len(text)})
+    characters, continues = _cl100k_tables()
+    ends = np.cumsum(characters[tokens])
+    starts = np.maximum(0, np.concatenate(([0], ends[:-1])) - continues[tokens])
+    return sorted({0, len(text), *starts.tolist()})
+
+
+@lru_cache(maxsize=1)
+def _cl100k_tables() -> tuple[np.ndarray, np.ndarray]:
+    """Per cl100k token: the characters its bytes start (bytes that are not UTF-8
+    continuation bytes), and 1 where its first byte continues a character begun before.
+    Built from the encoding's ranks at once (~30 ms; decoding its 100k tokens one by one took
+    0.5 s, too long for the chat turn that meets it first)."""
+    ranks = encoding()._mergeable_ranks  # token bytes -> id: every id encode() gives text
+    tokens = np.fromiter(ranks.values(), dtype=np.int64, count=len(ranks))
+    lengths = np.fromiter(map(len, ranks), dtype=np.int64, count=len(ranks))
+    data = np.frombuffer(b"".join(ranks), dtype=np.uint8)
+    continuation = ((data >= 0x80) & (data < 0xC0)).astype(np.int64)
+    firsts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+    characters = np.zeros(int(tokens.max()) + 1, dtype=np.int64)
+    continues = np.zeros_like(characters)
+    characters[tokens] = lengths - np.add.reduceat(continuation, firsts)
+    continues[tokens] = continuation[firsts]
+    return characters, continues
 
 
 class OpenAIEmbedder(Embedder):

@@ -17,9 +17,10 @@ from django.test import override_settings
 
 from bench.chatgpt_export import generate
 from memory import store
-from memory.embeddings import E5Embedder, LocalEmbedder, get_embedder
+from memory.embeddings import E5Embedder, LocalEmbedder, _cut_points, get_embedder
 from memory.models import Passage
 from memory.search import search
+from memory.tokens import encoding
 
 
 @pytest.fixture
@@ -137,6 +138,14 @@ def test_e5_passages_are_those_of_the_engines_whole_text_counts(e5, monkeypatch)
     monkeypatch.setattr(e5, "token_count", e5._engine_count)
     assert [e5.passages(t) for t in texts] == fast
     assert sum(len(spans) > 1 for spans in fast) > 10
+
+
+def test_e5_cut_points_are_where_tiktoken_says_each_token_starts():
+    enc = encoding()
+    texts = [*varied_texts(), "", "a\ud800b", "\u0301ﬁ😀 日本語", "<|endoftext|> after"]
+    for text in texts:
+        _, offsets = enc.decode_with_offsets(enc.encode(text, disallowed_special=()))
+        assert _cut_points(text) == sorted({0, len(text), *offsets}), text[:80]
 
 
 def test_a_query_ranks_a_relevant_passage_above_an_irrelevant_one(e5):

@@ -1,6 +1,8 @@
 """manage.py bench_import_store: messages stored per second by an import's storing step (what a
-person waits for before keyword search has an import), counting e5 tokens word by word (now)
-and with the engine tokenising each span whole (before), alternating, in one run.
+person waits for before keyword search has an import), as passages are sized now (e5 tokens
+counted word by word, cl100k cut points from per-token tables) and as they were (the engine
+tokenising each span whole, tiktoken decoding every token for its offset), alternating, in one
+run.
 
 The export is bench/chatgpt_export.py's (edited prompts, code blocks, long pastes); each run
 imports it as a user of its own in the scratch database, deleted afterwards. Storing only: no
@@ -19,10 +21,22 @@ from django.core.management.base import BaseCommand
 
 from bench.chatgpt_export import generate
 from bench.scratch import add_database_argument, use_database
-from memory import import_jobs
+from memory import embeddings, import_jobs
 from memory.embeddings import E5Embedder, get_embedder
+from memory.tokens import encoding
 
-MODES = {"word counts (now)": E5Embedder.token_count, "whole-text counts (before)": E5Embedder._engine_count}
+
+def decoded_cut_points(text: str) -> list[int]:
+    """embeddings._cut_points as it was: every token decoded for its offset."""
+    enc = encoding()
+    _, offsets = enc.decode_with_offsets(enc.encode(text, disallowed_special=()))
+    return sorted({0, len(text), *offsets})
+
+
+MODES = {
+    "now": (E5Embedder.token_count, embeddings._cut_points),
+    "before (whole-text counts, decoded cut points)": (E5Embedder._engine_count, decoded_cut_points),
+}
 
 
 class Command(BaseCommand):
@@ -40,8 +54,9 @@ class Command(BaseCommand):
         rates: dict[str, list[float]] = {mode: [] for mode in MODES}
         try:
             for run in range(opts["runs"]):
-                for mode, count in MODES.items():
+                for mode, (count, cut_points) in MODES.items():
                     E5Embedder.token_count = count
+                    embeddings._cut_points = cut_points
                     # A fresh embedder's word counts start empty, as in a new process.
                     get_embedder.cache_clear()
                     get_embedder().token_count("warm " * 40)
@@ -58,7 +73,7 @@ class Command(BaseCommand):
                     self.stdout.write(f"run {run + 1} {mode}: {parsed.messages} messages in {seconds:.1f} s, "
                                       f"{parsed.messages / seconds:.1f} messages/s")
         finally:
-            E5Embedder.token_count = MODES["word counts (now)"]
+            E5Embedder.token_count, embeddings._cut_points = MODES["now"]
             get_embedder.cache_clear()
         for mode, values in rates.items():
             median = statistics.median(values)
