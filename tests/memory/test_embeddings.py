@@ -15,10 +15,12 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 from django.test import override_settings
 
+from bench.chatgpt_export import generate
 from memory import store
-from memory.embeddings import E5Embedder, LocalEmbedder, get_embedder
+from memory.embeddings import E5Embedder, LocalEmbedder, _cut_points, get_embedder
 from memory.models import Passage
 from memory.search import search
+from memory.tokens import encoding
 
 
 @pytest.fixture
@@ -101,6 +103,49 @@ def test_e5_passages_fit_its_window_and_cover_a_long_texts_end(e5):
     vectors = e5.embed([text[a:b] for a, b in spans])
     scores = vectors @ e5.embed_query("where is the spare key?")
     assert int(np.argmax(scores)) == len(spans) - 1
+
+
+def varied_texts() -> list[str]:
+    """Prose, code, chat-like turns, long pastes and non-English text, as imports bring."""
+    texts = []
+    for conversation in generate(120, seed=3):
+        for node in conversation["mapping"].values():
+            parts = ((node.get("message") or {}).get("content") or {}).get("parts") or []
+            texts.append("".join(p for p in parts if isinstance(p, str)))
+    texts += [
+        "def parse(line: str) -> Invoice:\n    n, total = line.split(';')\n    return n, total\n" * 40,
+        "  leading  and   doubled spaces,\ttabs\nand\r\nnew lines , ; : ( ) [ ] " * 60,
+        "Lisboa é linda: comemos pastéis de nata — três cada — e bebemos café. " * 50,
+        "日本語の文章とEnglish wordsが混ざっている。 Emoji 😀 too, and ﬁ ligatures ½. " * 40,
+        "a\u00a0b\u2003c \u3000 d\x7f e\x00f " * 100,
+        "https://example.com/a/b?c=d&e=f#g " * 80 + "x" * 3000,
+    ]
+    return [t for t in texts if t]
+
+
+def test_e5_counts_tokens_word_by_word_as_the_engine_counts_the_whole_text(e5):
+    texts = varied_texts()
+    assert sum(len(t) for t in texts) > 100_000
+    for text in texts:
+        for start, end in ((0, len(text)), (len(text) // 3, len(text)), (1, len(text) // 2)):
+            piece = text[start:end]
+            assert e5.token_count(piece) == e5._engine_count(piece), piece[:80]
+
+
+def test_e5_passages_are_those_of_the_engines_whole_text_counts(e5, monkeypatch):
+    texts = [t for t in varied_texts() if len(t) > 400]
+    fast = [e5.passages(t) for t in texts]
+    monkeypatch.setattr(e5, "token_count", e5._engine_count)
+    assert [e5.passages(t) for t in texts] == fast
+    assert sum(len(spans) > 1 for spans in fast) > 10
+
+
+def test_e5_cut_points_are_where_tiktoken_says_each_token_starts():
+    enc = encoding()
+    texts = [*varied_texts(), "", "a\ud800b", "\u0301ﬁ😀 日本語", "<|endoftext|> after"]
+    for text in texts:
+        _, offsets = enc.decode_with_offsets(enc.encode(text, disallowed_special=()))
+        assert _cut_points(text) == sorted({0, len(text), *offsets}), text[:80]
 
 
 def test_a_query_ranks_a_relevant_passage_above_an_irrelevant_one(e5):
