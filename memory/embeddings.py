@@ -18,6 +18,7 @@ calls instead of a hundred concurrent ones fighting over the cores.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import importlib.util
@@ -763,7 +764,13 @@ def _cl100k_tables() -> tuple[np.ndarray, np.ndarray]:
     continuation bytes), and 1 where its first byte continues a character begun before.
     Built from the encoding's ranks at once (~30 ms; decoding its 100k tokens one by one took
     0.5 s, too long for the chat turn that meets it first)."""
-    ranks = encoding()._mergeable_ranks  # token bytes -> id: every id encode() gives text
+    enc = encoding()
+    ranks = getattr(enc, "_mergeable_ranks", None)  # token bytes -> id: every id encode() gives text
+    if ranks is None:  # a tiktoken without the private table: the same, through the public API
+        ranks = {}
+        for token in range(enc.n_vocab):
+            with contextlib.suppress(KeyError, ValueError):
+                ranks[enc.decode_single_token_bytes(token)] = token
     tokens = np.fromiter(ranks.values(), dtype=np.int64, count=len(ranks))
     lengths = np.fromiter(map(len, ranks), dtype=np.int64, count=len(ranks))
     data = np.frombuffer(b"".join(ranks), dtype=np.uint8)
