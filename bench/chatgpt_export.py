@@ -2,7 +2,7 @@
 conversations with edited prompts (branches), code blocks and long pastes, in the shape
 ChatGPT's "Export data" writes (a tree of nodes per conversation, `current_node` on the branch
 that was shown last, hidden system nodes). Deterministic for a seed; the prose comes from
-memory.corpus (real English, offline).
+bench.corpus (real English, offline).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import random
 import uuid
 from typing import Any
 
-from memory import corpus
+from bench import corpus
 
 SUBJECTS = [
     ("the Postgres migration", "postgres", "SELECT count(*) FROM orders WHERE shipped_at IS NULL;"),

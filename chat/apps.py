@@ -8,7 +8,7 @@ class ChatConfig(AppConfig):
     verbose_name = "Chat"
 
     def ready(self) -> None:
-        from memory.forgetting import holds_copies
+        from memory.lifecycle.forgetting import holds_copies
 
         # A reply being written holds what it streamed so far: a forget scrubs it there too.
         holds_copies("chat.ReplyDraft", ["text"])

@@ -67,9 +67,10 @@ from chat.db import db, durable
 from chat.frames import TokenFrames
 from chat.models import ChatAllowance, LimitReached, ReplyDraft, RunningTurn
 from chat.rendering import message_html
-from memory import forgetting, store
 from memory.errors import MemoryStoreError, NotFound
+from memory.lifecycle import forgetting
 from memory.models import Conversation, Message
+from memory.storage import store
 
 logger = logging.getLogger(__name__)
 

@@ -19,8 +19,8 @@ from django.urls import reverse
 from django.utils.safestring import SafeString, mark_safe
 
 from chat.branches import Siblings, siblings_for
+from memory.context.tools import TOOLS, ToolError, ToolResult, parse_arguments
 from memory.models import Message, ToolCall
-from memory.tools import TOOLS, ToolError, ToolResult, parse_arguments
 
 ALLOWED_TAGS = {
     "div",
@@ -178,7 +178,7 @@ def live_tool_call_html(
     call = ToolCall(tool_name=str(name)[:100], arguments=arguments_text)
     if outcome is not None:
         result = outcome.result if outcome.ok else {"error": outcome.error}
-        # As memory.store.store_tool_call stores it, so the box reads the same after the reply.
+        # As memory.storage.store.store_tool_call stores it, so the box reads the same after the reply.
         if not isinstance(result, str):
             result = json.dumps(result, ensure_ascii=False, default=str)
         call.result = result

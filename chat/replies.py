@@ -16,9 +16,11 @@ from django.db.models.expressions import CombinedExpression
 from django.db.models.functions import Coalesce
 
 from chat import branches
-from memory import budget, semantic_cache, store
+from memory.context import budget
+from memory.context.tools import ToolResult
+from memory.finding import semantic_cache
 from memory.models import ContextSnapshot, Conversation, Message, new_ulid
-from memory.tools import ToolResult
+from memory.storage import store
 
 
 def prefetch_related_objects_from(instance, name: str, objects: list) -> None:
@@ -49,7 +51,7 @@ class Reply:
     draft_begun: asyncio.Future | None = None  # the draft's row is written (with the snapshot)
     after_first_token: Callable[[], object] | None = None  # run once the first token is out
     # The messages this turn read (id -> their texts): what it writes loses the words of any
-    # forgotten while it ran (memory.forgetting.gone_since_read).
+    # forgotten while it ran (memory.lifecycle.forgetting.gone_since_read).
     seen: dict[str, list[str]] = field(default_factory=dict)
 
     def mark(self, name: str, since: float) -> None:

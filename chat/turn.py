@@ -1,7 +1,7 @@
 """One chat turn, top to bottom: `run_turn` is the whole story of what the model is sent.
 
 1. The user message is stored and committed before anything else (a crash later loses nothing).
-2. The model's context window (CHAT_CONTEXT_TOKENS) is split into zones (memory/budget.py);
+2. The model's context window (CHAT_CONTEXT_TOKENS) is split into zones (memory/context/budget.py);
    `prepare_context` builds the plan over the user's whole memory within its zones; it is saved
    as the turn's context snapshot, so the explorer can show exactly what the model saw.
 3. The model is called with the plan's index, the recent messages of the active branch, the new
@@ -38,9 +38,14 @@ from chat import branches, drafts, llm
 from chat.db import db, durable
 from chat.rendering import live_tool_call_html, message_html, streaming_row_html, tool_label
 from chat.replies import Reply, store_reply
-from memory import budget, forgetting, index_builder, semantic_cache, store, summaries, tasks
+from memory import tasks
+from memory.context import budget, index_builder
+from memory.context.tools import ToolResult, execute_tool
+from memory.finding import semantic_cache
+from memory.lifecycle import forgetting
 from memory.models import Conversation, Message
-from memory.tools import ToolResult, execute_tool
+from memory.organizing import summaries
+from memory.storage import store
 
 logger = logging.getLogger(__name__)
 
@@ -273,7 +278,7 @@ def _start_embedding(content: Any):
     if not isinstance(content, str) or not content.strip():
         return None
     try:
-        from memory.embeddings import get_embedder, query_text
+        from memory.embedders import get_embedder, query_text
 
         return get_embedder().prefetch_query([query_text(content)])
     except Exception:  # noqa: BLE001
@@ -509,7 +514,7 @@ async def _offline_recall(
 
 
 def _recall_hits(owner, user_message: Message, seen: dict[str, list[str]]):
-    from memory.search import search
+    from memory.finding.search import search
 
     results = search(owner, user_message.content, limit=12, exclude_message_ids=[user_message.pk])
     ids = {h.message_id for h in results.hits}

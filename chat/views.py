@@ -17,8 +17,9 @@ from django.views.decorators.vary import vary_on_headers
 
 from chat import branches, drafts
 from chat.models import ChatAllowance, LimitReached, ReplyDraft
-from memory import forgetting, store
+from memory.lifecycle import forgetting
 from memory.models import Conversation, Message
+from memory.storage import store
 
 
 def _get_conversation_for_user(request: HttpRequest, conversation_id: str) -> Conversation:

@@ -285,7 +285,7 @@ INDEX_SNIPPET_LENGTH = env_int("INDEX_SNIPPET_LENGTH", 100, minimum=10)
 INDEX_MAX_TOKENS = env_int("INDEX_MAX_TOKENS", 10000, minimum=200)
 INDEX_RECENT_WINDOW = env_int("INDEX_RECENT_WINDOW", 10, minimum=0)
 # Cosine similarity for a new message to join a topic; unset: the embedder's own (e5 squeezes
-# cosines into 0.8-0.95 and joins at 0.89, MiniLM at 0.35: memory.embeddings.Embedder.topic_join).
+# cosines into 0.8-0.95 and joins at 0.89, MiniLM at 0.35: memory.embedders.Embedder.topic_join).
 INDEX_CLUSTERING_THRESHOLD = (
     env_float("INDEX_CLUSTERING_THRESHOLD", 0.0, low=0.0, high=1.0)
     if os.environ.get("INDEX_CLUSTERING_THRESHOLD", "").strip()
@@ -327,9 +327,9 @@ TOPIC_MAX_CHILDREN = env_int("TOPIC_MAX_CHILDREN", 8, minimum=2)
 BATCH_EMBEDDING_SIZE = env_int("BATCH_EMBEDDING_SIZE", 100, minimum=1)
 CACHE_EMBEDDINGS = env_bool("CACHE_EMBEDDINGS", True)
 VECTOR_SEARCH_TIMEOUT_MS = env_int("VECTOR_SEARCH_TIMEOUT_MS", 5000, minimum=1)
-# Graph-aware search (memory.graph): candidates that mention the entities a query
+# Graph-aware search (memory.knowledge.graph): candidates that mention the entities a query
 # names, or their neighbours within GRAPH_SEARCH_HOPS, gain up to GRAPH_SEARCH_WEIGHT (in the
-# fused z-score units of memory.search). An entity named in GRAPH_MAX_SHARE of the owner's
+# fused z-score units of memory.finding.search). An entity named in GRAPH_MAX_SHARE of the owner's
 # messages or more counts for nothing. Edges not reinforced for GRAPH_EDGE_HALF_LIFE_DAYS lose
 # half their weight (graph upkeep).
 GRAPH_SEARCH = env_bool("GRAPH_SEARCH", True)
@@ -371,24 +371,25 @@ OPENAI_API_KEY = env_str("OPENAI_API_KEY", "")
 OPENAI_BASE_URL = env_str("OPENAI_BASE_URL", "")
 CHAT_MODEL = env_str("CHAT_MODEL", "gpt-4o-mini")
 SUMMARY_MODEL = env_str("SUMMARY_MODEL", CHAT_MODEL)
-# The model that proposes facts from new messages in background work (memory.facts), when a model
+# The model that proposes facts from new messages in background work (memory.knowledge.facts), when a model
 # is configured; without one, facts are drawn by rules alone.
 FACTS_MODEL = env_str("FACTS_MODEL", SUMMARY_MODEL)
-# Topics whose summaries one background run has the model rewrite (see memory/summaries.py).
+# Topics whose summaries one background run has the model rewrite (see memory/organizing/summaries.py).
 SUMMARY_TOPICS_PER_RUN = env_int("SUMMARY_TOPICS_PER_RUN", 20, minimum=1)
-# The rolling summary of a conversation beyond its recent window (memory/rolling_summary.py).
+# The rolling summary of a conversation beyond its recent window (memory/context/rolling_summary.py).
 CONVERSATION_SUMMARY = env_bool("CONVERSATION_SUMMARY", True)
 CONVERSATION_SUMMARY_EVERY = env_int("CONVERSATION_SUMMARY_EVERY", 5, minimum=1)
 CONVERSATION_SUMMARY_BLOCK_TOKENS = env_int("CONVERSATION_SUMMARY_BLOCK_TOKENS", 200, minimum=20)
 CONVERSATION_SUMMARY_MAX_TOKENS = env_int("CONVERSATION_SUMMARY_MAX_TOKENS", 800, minimum=20)
-# Result compression: long messages in search results cut to their best sentences (memory/compression.py).
+# Result compression: long messages in search results cut to their best sentences
+# (memory/context/compression.py).
 RESULT_COMPRESSION = env_bool("RESULT_COMPRESSION", True)
 RESULT_COMPRESSION_MIN_CHARS = env_int("RESULT_COMPRESSION_MIN_CHARS", 1500, minimum=100)
 RESULT_COMPRESSION_CHARS = env_int("RESULT_COMPRESSION_CHARS", 600, minimum=50)
 # The semantic cache: search results (and, if RESPONSE_CACHE, replies) reused for near-identical queries
-# at an unchanged memory version (memory/semantic_cache.py).
+# at an unchanged memory version (memory/finding/semantic_cache.py).
 SEMANTIC_CACHE = env_bool("SEMANTIC_CACHE", True)
-# Unset: the embedder's own (memory.embeddings.Embedder.cache_similarity, measured by
+# Unset: the embedder's own (memory.embedders.Embedder.cache_similarity, measured by
 # `manage.py bench_semantic_cache`); a hit also needs the same content words.
 SEMANTIC_CACHE_SIMILARITY = (
     env_float("SEMANTIC_CACHE_SIMILARITY", 0.95, low=0.5, high=1.0)
@@ -400,7 +401,7 @@ RESPONSE_CACHE = env_bool("RESPONSE_CACHE", False)
 LLM_TIMEOUT_SECONDS = env_float("LLM_TIMEOUT_SECONDS", 60.0, low=1.0)
 LLM_MAX_RETRIES = env_int("LLM_MAX_RETRIES", 3, minimum=0)
 # The model's context window in tokens (issue 13 §2): the prompt's zones are cut from it
-# (memory/budget.py). 0 or unset: looked up from CHAT_MODEL (memory.budget.MODEL_WINDOWS),
+# (memory/context/budget.py). 0 or unset: looked up from CHAT_MODEL (memory.context.budget.MODEL_WINDOWS),
 # 8,192 for a model not listed there.
 CHAT_CONTEXT_TOKENS = env_int("CHAT_CONTEXT_TOKENS", 0, minimum=0)
 if 0 < CHAT_CONTEXT_TOKENS < 1024:

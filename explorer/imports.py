@@ -2,7 +2,7 @@
 JSON Lines, or a Recollect export) and watch it arrive.
 
 The upload is read and checked in the request (a bad file is a clear error and nothing is
-kept); its text goes into an ImportJob that background work runs (memory.import_jobs): the
+kept); its text goes into an ImportJob that background work runs (memory.transfer.import_jobs): the
 messages are stored first, then embedded, then topics are built. The progress partial polls
 itself with htmx while a job runs; it is also on the Memory overview.
 """
@@ -19,9 +19,10 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods
 
-from memory import import_jobs, tasks
+from memory import tasks
 from memory.models import ImportJob
-from memory.portability import InvalidExport
+from memory.transfer import import_jobs
+from memory.transfer.portability import InvalidExport
 
 # Finished jobs stay on the progress partial this long.
 RECENT = dt.timedelta(hours=1)

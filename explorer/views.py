@@ -38,8 +38,10 @@ from explorer.filters import (
     day_start,
     parse_filters,
 )
-from memory import forgetting, semantic_cache, store, summaries, topic_tree
 from memory.errors import MemoryStoreError, NotFound
+from memory.finding import semantic_cache
+from memory.finding.search import similar_messages
+from memory.lifecycle import forgetting
 from memory.models import (
     ContextSnapshot,
     Conversation,
@@ -54,8 +56,9 @@ from memory.models import (
     Topic,
     UpkeepRun,
 )
-from memory.search import similar_messages
-from memory.topics import period_bounds
+from memory.organizing import summaries, topic_tree
+from memory.organizing.topics import period_bounds
+from memory.storage import store
 
 PAGE_SIZE = 25
 MAX_PK = 2**63 - 1
@@ -181,7 +184,7 @@ def _json_pretty(text: str) -> str:
 
 def _embedder_name() -> str:
     try:
-        from memory.embeddings import get_embedder
+        from memory.embedders import get_embedder
 
         return get_embedder().name
     except Exception:  # noqa: BLE001 - a misconfigured embedder must not take the page down
@@ -204,16 +207,16 @@ def _token_total(live: QuerySet[Message], messages: Tally) -> Tally:
 def next_turn_strategy(user) -> dict[str, Any]:
     """Which index strategy the next turn would use and why, decided by the
     index builder itself so the explorer never disagrees with what the model will be shown."""
-    from memory import index_builder
+    from memory.context import index_builder
 
     size = index_builder.history_size(user)
     strategy, reason = index_builder.choose_strategy(size)
-    return {"strategy": strategy, "reason": reason, "source": "memory.index_builder"}
+    return {"strategy": strategy, "reason": reason, "source": "memory.context.index_builder"}
 
 
 def _temporal_overview(user, now: dt.datetime | None = None) -> list[dict[str, Any]]:
     """Today, earlier this week, earlier this month and older: the periods the background upkeep
-    summarizes (memory.topics.period_bounds), so a count and its summary speak of the same
+    summarizes (memory.organizing.topics.period_bounds), so a count and its summary speak of the same
     messages. A summary written before the latest messages came is left out, not contradicted."""
     bounds = period_bounds(now)
     live = Message.objects.visible_to(user).logical()
@@ -386,7 +389,7 @@ def _sparklines(
     user, topics: list[Topic], span: tuple[dt.datetime, dt.datetime] | None
 ) -> dict[str, charts.Sparkline]:
     """Activity of each topic over the memory's time span, in equal buckets (read from the
-    topic tree, not the messages: see memory.topic_tree.activity)."""
+    topic tree, not the messages: see memory.organizing.topic_tree.activity)."""
     if not topics or span is None:
         return {}
     values = topic_tree.activity(
@@ -919,7 +922,7 @@ def counted(view):
 @counted
 def message_edit(request: HttpRequest, message_id: str) -> HttpResponse:
     """Correct a message's text: same id, the old text kept in the edit history, re-chunked and
-    re-embedded by memory.store; topic upkeep then places it again in the background."""
+    re-embedded by memory.storage.store; topic upkeep then places it again in the background."""
     message = _get_message_for_user(request.user, message_id)
     text = request.POST.get("content", "")
     try:
@@ -1207,7 +1210,7 @@ def _zones(raw: Any) -> list[tuple[str, int]]:
 
 
 def _window(raw: Any) -> dict[str, Any] | None:
-    """The model's window as the turn split it (plan["window"], memory/budget.py): each zone's
+    """The model's window as the turn split it (plan["window"], memory/context/budget.py): each zone's
     allocated and used tokens. None for snapshots from before it was recorded."""
     if not isinstance(raw, dict) or not isinstance(raw.get("zones"), dict):
         return None
@@ -1303,8 +1306,8 @@ def context_detail(request: HttpRequest, snapshot_id: str) -> HttpResponse:
 @require_GET
 @vary_on_headers("HX-Request")
 def search(request: HttpRequest) -> HttpResponse:
-    from memory.search import SearchFilters
-    from memory.search import search as hybrid_search
+    from memory.finding.search import SearchFilters
+    from memory.finding.search import search as hybrid_search
 
     user = request.user
     f = parse_filters(request.GET, user, {"conversation", "role", "start", "end", "q"})

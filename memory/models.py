@@ -377,7 +377,7 @@ class Passage(models.Model):
         indexes = [
             # The graph holds half-precision copies of the vectors: half the pages to keep in
             # memory and to read per search (1M passages: 1.0 instead of 2.0 GB). Searches
-            # order by the same expression (memory.search.HALFVEC) and score in full precision.
+            # order by the same expression (memory.finding.search.HALFVEC) and score in full precision.
             HnswIndex(
                 OpClass(
                     Cast("embedding", HalfVectorField(dimensions=settings.EMBEDDING_DIMENSIONS)),
@@ -409,7 +409,7 @@ class Passage(models.Model):
 
 
 class Topic(models.Model):
-    """A node of the owner's topic tree (a temporally ordered tree; memory.hierarchy's levels
+    """A node of the owner's topic tree (a temporally ordered tree; memory.organizing.hierarchy's levels
     read it).
 
     Leaves hold messages through TopicMembership (BELONGS_TO); inner nodes summarise their
@@ -490,7 +490,7 @@ class PeriodSummary(models.Model):
 
 class Entity(models.Model):
     """A name, number with unit, identifier, date, URL, email or code identifier, found by
-    memory.entities' heuristics."""
+    memory.knowledge.entities' heuristics."""
 
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
     name = models.CharField(max_length=300)
@@ -534,7 +534,7 @@ class EntityEdge(models.Model):
 
     `weight` counts the visible messages that name both (a deleted or forgotten message takes
     its share away). `decay` (0..1) is how much of that still counts: graph upkeep lowers it for
-    pairs no message has named together for a while (memory.graph.decay_edges), and a new
+    pairs no message has named together for a while (memory.knowledge.graph.decay_edges), and a new
     message naming both lifts it back. What search and the graph walk read is weight * decay."""
 
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
@@ -640,7 +640,7 @@ class TaskLease(models.Model):
 
 class ConversationSummary(models.Model):
     """The rolling summary of a conversation beyond its recent window, kept by
-    background upkeep (memory.rolling_summary). `blocks` is the chain, oldest first: each block
+    background upkeep (memory.context.rolling_summary). `blocks` is the chain, oldest first: each block
     digests a stretch of the conversation's branch, {first_id, last_id, first_position,
     last_position, count, text, source}. An edit, delete or forget drops the blocks from the
     one covering it onwards in its own transaction, so no removed text is ever shown."""
@@ -657,7 +657,7 @@ class ConversationSummary(models.Model):
 
 class MemoryVersion(models.Model):
     """A counter per owner, bumped once by every transaction that stores, edits, deletes,
-    restores or forgets memory (memory.versions): cached search results and replies are only
+    restores or forgets memory (memory.storage.versions): cached search results and replies are only
     reused at the version they were made at."""
 
     owner = models.OneToOneField(
@@ -670,7 +670,7 @@ class MemoryVersion(models.Model):
 
 class SemanticCacheEntry(models.Model):
     """A memory search's results, or a reply, kept for near-identical queries of the same owner
-    and conversation at the same memory version (memory.semantic_cache)."""
+    and conversation at the same memory version (memory.finding.semantic_cache)."""
 
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
     conversation = models.ForeignKey(
@@ -718,7 +718,7 @@ class ImportJob(models.Model):
     """One import of chat history (ChatGPT's, Claude's, JSON Lines or a Recollect export), done
     in three steps so nobody waits for vectors: its messages are stored first (keyword search,
     the chat and the explorer have them at once), then background work embeds them, then the
-    topic tree is built (memory.import_jobs). The counts are its progress; a run that stops
+    topic tree is built (memory.transfer.import_jobs). The counts are its progress; a run that stops
     (a server restart) is resumed by the next, which claims the job once its runner is gone."""
 
     class Status(models.TextChoices):
@@ -816,7 +816,7 @@ class FactQuerySet(OwnedQuerySet):
 
 class Fact(models.Model):
     """Something lasting about someone (the user, a person they name, a speaker of an imported
-    history), drawn from one source message by memory.facts. A newer fact on the same subject and
+    history), drawn from one source message by memory.knowledge.facts. A newer fact on the same subject and
     attribute supersedes it: its valid_to closes and superseded_by links to the newer one; both
     stay. Forgetting the source message forgets the fact (CASCADE)."""
 

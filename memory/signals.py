@@ -1,4 +1,4 @@
-"""What the storage layer (memory.store) announces once a transaction commits. Background work
+"""What the storage layer (memory.storage.store) announces once a transaction commits. Background work
 (memory.tasks) listens: storage sits below the tasks that re-derive from it, so it names no task."""
 
 from __future__ import annotations

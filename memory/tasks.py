@@ -30,8 +30,13 @@ from django.utils import timezone
 from django_tasks import TaskResult, TaskResultStatus, task
 from django_tasks.signals import task_finished, task_started
 
-from memory import entities, facts, import_jobs, rolling_summary, signals, store, summaries, topics
+from memory import signals
+from memory.context import rolling_summary
+from memory.knowledge import entities, facts
 from memory.models import ImportJob, Message, TaskLease, UpkeepRun
+from memory.organizing import summaries, topics
+from memory.storage import store
+from memory.transfer import import_jobs
 
 logger = logging.getLogger(__name__)
 
@@ -78,7 +83,7 @@ def run_upkeep(owner, message_ids: Iterable[str]) -> dict[str, Any]:
     ] + quoting
     mentions = entities.index_messages(owner, live)
     if changed:
-        # Deleted messages left the graph when they were deleted (memory.store); this catches
+        # Deleted messages left the graph when they were deleted (memory.storage.store); this catches
         # any that did not (deleted before that was so), and prunes after forgotten ones.
         entities.remove_mentions(owner, [m.pk for m in messages if m.deleted or not m.is_source])
         if len(messages) < len(ids):  # some were forgotten: their mentions went with them
@@ -135,7 +140,7 @@ def update_conversation_summaries(owner, ids: list[str]) -> None:
 @task()
 def graph_upkeep(owner_id: int) -> dict[str, Any]:
     """Graph upkeep: merge entity aliases, decay edges not reinforced lately, prune orphans."""
-    from memory import graph
+    from memory.knowledge import graph
 
     owner = _owner(owner_id)
 
@@ -200,7 +205,7 @@ def queue_graph_upkeep(owner_id: int) -> bool:
 
 @task()
 def fact_upkeep(owner_id: int, message_ids: list[str]) -> dict[str, Any]:
-    """Facts of new, edited and re-flagged messages (memory.facts), after topic upkeep has
+    """Facts of new, edited and re-flagged messages (memory.knowledge.facts), after topic upkeep has
     flagged the replies that only quote memory."""
     owner = _owner(owner_id)
     return _record(owner_id, "fact_upkeep", lambda: facts.refresh_messages(owner, message_ids))
@@ -256,7 +261,7 @@ def embed_pending_task(owner_id: int | None = None) -> dict[str, Any]:
     return _record(owner_id, "embed_pending", lambda: {"embedded": store.embed_pending(owner)})
 
 
-# --- imports (memory.import_jobs) --------------------------------------------------------------
+# --- imports (memory.transfer.import_jobs) --------------------------------------------------------------
 
 # A background run of an import works this long, then queues its continuation: background work
 # queued meanwhile (a chat turn's topic upkeep) runs in between instead of waiting for the end.
@@ -291,7 +296,7 @@ def run_import_job(job: ImportJob, *, deadline: float | None = None, progress=No
 
 @task(priority=IMPORT_PRIORITY)
 def run_import(job_id: str) -> dict[str, Any]:
-    """One slice of an import job's background work (memory.import_jobs); queues the next."""
+    """One slice of an import job's background work (memory.transfer.import_jobs); queues the next."""
     job = import_jobs.claim(job_id)
     if job is None:  # finished, or a live run has it (resume_imports queues it if that run dies)
         return {"job": job_id, "claimed": False}

@@ -81,7 +81,7 @@ def find_cycle(graph: dict[str, dict[str, int]]) -> list[str] | None:
 
 def test_the_graph_sees_imports_inside_functions_and_relative_ones():
     graph = import_graph()
-    assert "memory.models" in graph["memory.store"]
+    assert "memory.models" in graph["memory.storage.store"]
     # memory.apps connects memory.tasks' receivers from inside ready().
     assert "memory.tasks" in graph["memory.apps"]
     assert find_cycle({"a": {"b": 1}, "b": {"c": 1}, "c": {"a": 1}, "d": {}}) == ["a", "b", "c", "a"]

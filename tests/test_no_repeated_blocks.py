@@ -134,4 +134,5 @@ def test_closing_brackets_and_tags_alone_are_not_a_block():
 def test_the_generated_stylesheet_is_left_out_and_nothing_else_of_the_tree():
     walked = set(source_texts(ROOT))
     assert "static/recollect/code.css" not in walked
-    assert {"memory/store.py", "templates/base.html", "static/chat/chat.js", "tests/conftest.py"} <= walked
+    expected = {"memory/storage/store.py", "templates/base.html", "static/chat/chat.js", "tests/conftest.py"}
+    assert expected <= walked

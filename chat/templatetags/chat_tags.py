@@ -8,7 +8,7 @@ from django.utils.dateformat import format as date_format
 from django.utils.timesince import timesince
 
 from chat import rendering
-from memory.tools import readable_json
+from memory.context.tools import readable_json
 
 register = template.Library()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django import template
 
 from explorer.counting import Tally
-from memory.tools import readable_json
+from memory.context.tools import readable_json
 
 register = template.Library()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django import template
 
-from memory import facts as memory_facts
+from memory.knowledge import facts as memory_facts
 from memory.models import Fact
 
 register = template.Library()

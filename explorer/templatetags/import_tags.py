@@ -6,7 +6,7 @@ from __future__ import annotations
 from django import template
 
 from explorer.imports import shown_jobs
-from memory.import_jobs import KINDS
+from memory.transfer.import_jobs import KINDS
 
 register = template.Library()
 

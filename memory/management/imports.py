@@ -1,5 +1,5 @@
 """What import_history and import_memory share: the import job a command runs, with its
-progress bars (memory.import_jobs)."""
+progress bars (memory.transfer.import_jobs)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from memory import import_jobs, tasks
+from memory import tasks
 from memory.models import ImportJob
 from memory.progress import Progress
+from memory.transfer import import_jobs
 
 
 def add_import_arguments(parser, file_help: str) -> None:

@@ -10,8 +10,8 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 
 from bench.management.commands.bench_import_store import decoded_cut_points
-from memory import embeddings
-from memory.embeddings import E5Embedder
+from memory import embedders as embeddings
+from memory.embedders import E5Embedder
 from memory.models import Message
 
 

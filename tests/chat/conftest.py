@@ -120,6 +120,6 @@ async def past_the_rate_limit(user, conversation, settings) -> tuple[WebsocketCo
 @pytest.fixture(scope="session", autouse=True)
 def warm_embedder():
     """Load the embedding model once, before any timed websocket exchange."""
-    from memory.embeddings import get_embedder
+    from memory.embedders import get_embedder
 
     get_embedder().embed(["warm up"])

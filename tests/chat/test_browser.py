@@ -385,8 +385,8 @@ def test_a_person_forgets_a_message_and_the_reply_that_restated_it(person, page,
 @pytest.fixture
 def long_conversation(person):
     """Forty messages, the fourth of them long (made before the browser's event loop runs)."""
-    from memory import store
     from memory.models import Conversation
+    from memory.storage import store
 
     owner = get_user_model().objects.get(username=person[0])
     conversation = Conversation.objects.create(owner=owner, title="A long one")

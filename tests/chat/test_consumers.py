@@ -357,7 +357,7 @@ async def test_frames_about_another_users_messages_answer_not_found(
 ):
     @database_sync_to_async
     def stranger_message():
-        from memory.store import store_message
+        from memory.storage.store import store_message
 
         return store_message(stranger, stranger_conversation, "user", "stranger's secret", embed=False)
 
@@ -389,7 +389,7 @@ async def test_the_rate_limit_answers_with_an_error(owner, conversation, scripte
 async def test_offline_recall_answers_from_memory_when_no_model_is_configured(owner, conversation, no_llm):
     @database_sync_to_async
     def remember():
-        from memory.store import store_message
+        from memory.storage.store import store_message
 
         return store_message(owner, conversation, "user", "My locker combination is 4417 at the gym")
 
@@ -483,7 +483,7 @@ async def test_editing_a_chunk_is_refused_with_a_clear_error(owner, conversation
 
     @database_sync_to_async
     def long_message():
-        from memory.store import store_message
+        from memory.storage.store import store_message
 
         message = store_message(owner, conversation, "user", "lorem ipsum dolor " * 200, embed=False)
         return message.chunks.order_by("chunk_index").first()
@@ -588,9 +588,9 @@ async def test_a_turns_messages_get_their_vectors_from_the_queued_upkeep(owner, 
 
 async def test_offline_recall_answers_are_shown_but_never_become_memory(owner, conversation, no_llm):
     """Recollect's own text (the offline answer and its search) feeds no search, topic or entity."""
+    from memory.finding.search import search
     from memory.models import EntityMention, Passage, TopicMembership
-    from memory.search import search
-    from memory.store import store_message
+    from memory.storage.store import store_message
     from memory.tasks import run_upkeep
 
     await database_sync_to_async(store_message)(
@@ -677,7 +677,7 @@ async def test_tool_calls_past_the_per_round_cap_are_answered_not_run(
 async def test_stop_is_honoured_between_tool_calls(owner, conversation, scripted_llm, monkeypatch):
     import time
 
-    from memory import tools
+    from memory.context import tools
 
     real = tools.execute_tool
 

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from chat import drafts, processes
 from chat.models import ReplyDraft
-from memory.store import store_message
+from memory.storage.store import store_message
 from tests.chat.test_consumers import connect, receive_until
 
 pytestmark = pytest.mark.django_db(transaction=True)

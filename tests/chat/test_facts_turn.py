@@ -9,7 +9,7 @@ import json
 import pytest
 from channels.db import database_sync_to_async
 
-from memory import facts
+from memory.knowledge import facts
 from tests.chat.conftest import connect, exchange
 from tests.memory.test_facts import tell
 

@@ -15,8 +15,8 @@ from django_tasks_db.models import DBTaskResult
 
 from chat import llm as chat_llm
 from memory import tasks
+from memory.context.tools import execute_tool
 from memory.models import Conversation, Message
-from memory.tools import execute_tool
 from tests.chat.conftest import connect, receive_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -163,7 +163,7 @@ async def test_the_socket_forgets_the_ticked_copies_with_it_and_refuses_a_bad_li
 ):
     @database_sync_to_async
     def stored():
-        from memory.store import store_message
+        from memory.storage.store import store_message
 
         secret = store_message(owner, conversation, "user", SECRET)
         recall = store_message(
@@ -192,7 +192,7 @@ async def test_the_socket_forgets_the_ticked_copies_with_it_and_refuses_a_bad_li
 async def test_a_stranger_gets_404_for_the_chat_forget_dialog(owner, stranger, conversation, client):
     @database_sync_to_async
     def ask():
-        from memory.store import store_message
+        from memory.storage.store import store_message
 
         secret = store_message(owner, conversation, "user", SECRET)
         client.force_login(stranger)
@@ -203,7 +203,7 @@ async def test_a_stranger_gets_404_for_the_chat_forget_dialog(owner, stranger, c
 
 def test_a_reply_draft_loses_the_words_of_a_message_forgotten_while_it_streams(owner, conversation):
     from chat.models import ReplyDraft
-    from memory.store import forget_message, store_message
+    from memory.storage.store import forget_message, store_message
 
     secret = store_message(owner, conversation, "user", SECRET)
     question = store_message(owner, conversation, "user", "where is the key?")
@@ -219,9 +219,9 @@ def test_a_reply_draft_loses_the_words_of_a_message_forgotten_while_it_streams(o
 def test_a_snapshot_saved_after_a_forget_keeps_none_of_what_its_plan_showed(owner, conversation, settings):
     from chat import turn
     from chat.replies import Reply
-    from memory import budget
+    from memory.context import budget
     from memory.models import ContextSnapshot
-    from memory.store import forget_message, store_message
+    from memory.storage.store import forget_message, store_message
 
     settings.INDEX_FULL_MAX = 100  # the whole memory is listed: the plan shows the secret
     secret = store_message(owner, conversation, "user", SECRET)

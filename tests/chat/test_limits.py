@@ -295,7 +295,7 @@ async def test_a_turn_running_on_another_server_counts_until_its_slot_lapses(
 async def test_tool_calls_past_the_turns_result_budget_are_answered_not_run(
     owner, conversation, scripted_llm, settings
 ):
-    from memory.store import store_message
+    from memory.storage.store import store_message
 
     settings.MAX_TOOL_RESULT_CHARS_PER_TURN = 10_000
     notes = await new_conversation(owner)

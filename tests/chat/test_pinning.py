@@ -6,8 +6,8 @@ import pytest
 from channels.db import database_sync_to_async
 from django.urls import reverse
 
-from memory import store
 from memory.models import ContextSnapshot, Conversation, Message
+from memory.storage import store
 from tests.chat.conftest import connect, receive_until
 
 HTMX = {"HX-Request": "true"}

@@ -8,7 +8,7 @@ from django.conf import settings
 from django.urls import reverse
 
 from chat.rendering import render_markdown, streaming_row_html, tool_label
-from memory import store
+from memory.storage import store
 from tests.chat.conftest import connect, receive_until
 
 
@@ -149,7 +149,7 @@ def test_chat_js_inserts_the_servers_fragments_instead_of_building_markup():
 
 
 def test_it_words_the_boxes_of_different_tools_differently():
-    from memory.tools import TOOLS
+    from memory.context.tools import TOOLS
 
     labels: dict[str, str] = {}
     for name, spec in TOOLS.items():

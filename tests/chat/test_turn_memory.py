@@ -9,9 +9,10 @@ import pytest
 from channels.db import database_sync_to_async
 from django_tasks_db.models import DBTaskResult
 
-from memory import semantic_cache, tasks
+from memory import tasks
+from memory.finding import semantic_cache
 from memory.models import Message, ToolCall
-from memory.store import delete_message, store_message
+from memory.storage.store import delete_message, store_message
 from tests.chat.conftest import connect, receive_until
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -12,8 +12,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from chat import branches
-from memory import store
 from memory.models import Conversation, Message, new_ulid
+from memory.storage import store
 
 
 @pytest.fixture
@@ -190,8 +190,8 @@ def test_a_message_cited_early_in_a_long_branch_opens_in_a_few_queries(client, o
 def test_deleting_a_conversation_takes_its_words_out_of_topics(
     client, owner, monkeypatch, django_capture_on_commit_callbacks
 ):
-    from memory import topics
     from memory.models import Topic
+    from memory.organizing import topics
     from tests.memory.conftest import add_turns
 
     queued = []

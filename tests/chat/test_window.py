@@ -30,7 +30,7 @@ def prose(chars: int, seed: int) -> str:
 
 @database_sync_to_async
 def store_note(owner, text: str) -> Message:
-    from memory.store import store_message
+    from memory.storage.store import store_message
 
     notes = Conversation.objects.create(owner=owner, title="notes")
     return store_message(owner, notes, "user", text, embed=False)
@@ -116,7 +116,7 @@ async def test_a_context_length_refusal_is_retried_once_with_half_the_zones(
     assert reply.content == "It fits now."
     window = snapshot.plan["window"]
     assert window["retried"] is True and window["shrunk"] is True
-    from memory.budget import allocate
+    from memory.context.budget import allocate
 
     full = allocate(8192)
     for zone in ("index", "recent", "current", "tool_results"):

@@ -10,7 +10,6 @@ from types import SimpleNamespace
 import pytest
 from django.utils import timezone
 
-from memory import store
 from memory.models import (
     ContextSnapshot,
     Entity,
@@ -21,6 +20,7 @@ from memory.models import (
     TopicMembership,
     UpkeepRun,
 )
+from memory.storage import store
 
 XSS = '<script>alert("xss")</script><img src=x onerror=alert(1)>'
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from memory import semantic_cache
+from memory.finding import semantic_cache
 
 pytestmark = pytest.mark.django_db
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from memory import entities, facts
+from memory.knowledge import entities, facts
 from memory.models import Entity, Fact
 from tests.memory.test_facts import SCRIPT, tell
 

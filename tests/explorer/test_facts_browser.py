@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from memory import facts
+from memory.knowledge import facts
 from memory.models import Fact
 from tests.explorer.test_browser import page, shot  # noqa: F401 - the page fixture
 from tests.memory.test_facts import tell

@@ -34,7 +34,7 @@ def test_an_uploaded_export_shows_its_progress_until_its_topics_are_built(page, 
 
     # The background work, in short slices: the messages are stored, a few passages embedded.
     monkeypatch.setattr(tasks, "IMPORT_SLICE_SECONDS", 0.5)
-    monkeypatch.setattr("memory.import_jobs.EMBED_BATCH", 4)
+    monkeypatch.setattr("memory.transfer.import_jobs.EMBED_BATCH", 4)
     for _ in range(20):  # storing takes the first slice or two
         tasks.run_import.call(job.pk)
         job.refresh_from_db()

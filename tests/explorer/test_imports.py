@@ -14,8 +14,8 @@ from django.test import Client
 from django.urls import reverse
 
 from bench.chatgpt_export import generate
-from memory import import_jobs
 from memory.models import ImportJob, Message
+from memory.transfer import import_jobs
 
 pytestmark = pytest.mark.django_db
 

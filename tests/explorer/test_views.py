@@ -9,8 +9,8 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from memory import store
 from memory.models import Message, PeriodSummary, ToolCall, TopicMembership
+from memory.storage import store
 from tests.explorer.conftest import XSS
 
 pytestmark = pytest.mark.django_db
@@ -82,7 +82,7 @@ def test_the_overview_is_about_the_person_and_leaves_the_engine_to_advanced(owne
 
 
 def test_the_overview_counts_and_summarizes_the_same_periods(owner_client, owner, conversation):
-    from memory.topics import update_period_summaries
+    from memory.organizing.topics import update_period_summaries
 
     now = timezone.now()
     for days in (0, 0, 1, 2, 3, 4, 5, 6, 40):
@@ -610,7 +610,7 @@ def test_a_large_body_from_someone_signed_out_is_refused_before_it_is_read(clien
 def test_the_forget_page_lists_the_messages_quoting_it_and_forgets_the_ticked_ones(
     owner_client, owner, conversation
 ):
-    from memory.store import store_message
+    from memory.storage.store import store_message
 
     secret = store_message(
         owner, conversation, "user", "The boathouse key hangs behind the blue door by the canoes."
@@ -637,7 +637,7 @@ def test_the_forget_page_lists_the_messages_quoting_it_and_forgets_the_ticked_on
 
 def test_forgetting_with_someone_elses_message_as_a_copy_answers_404(owner_client, owner, stranger, mem):
     from memory.models import Conversation
-    from memory.store import store_message
+    from memory.storage.store import store_message
 
     theirs = store_message(stranger, Conversation.objects.create(owner=stranger), "user", "stranger's words")
     url = reverse("explorer:forget", args=[mem.answer.pk])

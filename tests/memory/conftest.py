@@ -7,7 +7,7 @@ import datetime as dt
 import pytest
 from django.utils import timezone
 
-from memory.store import NewMessage, store_messages
+from memory.storage.store import NewMessage, store_messages
 
 
 @pytest.fixture

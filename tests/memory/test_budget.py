@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from memory import budget
-from memory.budget import Prompt, ToolResultText, allocate, context_window, head, tail
-from memory.index_builder import prepare_context
-from memory.store import store_message
+from memory.context import budget
+from memory.context.budget import Prompt, ToolResultText, allocate, context_window, head, tail
+from memory.context.index_builder import prepare_context
+from memory.storage.store import store_message
 from memory.tokens import count_tokens
 from tests.memory.conftest import add_turns
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from memory.compression import compress, sentence_spans
+from memory.context.compression import compress, sentence_spans
+from memory.context.tools import execute_tool
 from memory.models import Conversation
-from memory.store import store_message
-from memory.tools import execute_tool
+from memory.storage.store import store_message
 
 FILLER = (
     "The meeting went on about budgets and the quarterly plan for a long while. "

@@ -9,9 +9,10 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
+from memory.context.tools import execute_tool
+from memory.finding.search import SearchFilters, SearchResults, _keyword_candidates, search
 from memory.models import Passage
-from memory.search import SearchFilters, SearchResults, _keyword_candidates, search
-from memory.store import (
+from memory.storage.store import (
     NewMessage,
     delete_message,
     forget_message,
@@ -19,7 +20,6 @@ from memory.store import (
     store_messages,
     update_message,
 )
-from memory.tools import execute_tool
 
 pytestmark = pytest.mark.django_db
 

@@ -16,10 +16,10 @@ from django.core.management import call_command
 from django.test import override_settings
 
 from bench.chatgpt_export import generate
-from memory import store
-from memory.embeddings import E5Embedder, LocalEmbedder, _cut_points, get_embedder
+from memory.embedders import E5Embedder, LocalEmbedder, _cut_points, get_embedder
+from memory.finding.search import search
 from memory.models import Passage
-from memory.search import search
+from memory.storage import store
 from memory.tokens import encoding
 
 
@@ -200,7 +200,7 @@ def test_the_int8_minilm_gives_the_full_models_vectors_within_cosine_0_99():
 def test_the_local_backend_runs_without_torch():
     code = (
         "import django, sys; django.setup();"
-        "from memory.embeddings import get_embedder;"
+        "from memory.embedders import get_embedder;"
         "v = get_embedder().embed_one('hello');"
         "print(len(v), 'torch' in sys.modules, 'transformers' in sys.modules)"
     )
@@ -290,8 +290,8 @@ def test_embed_pending_can_be_limited_to_some_messages(owner, conversation):
 
 @pytest.mark.django_db
 def test_topic_upkeep_gives_a_turns_messages_their_vectors_before_placing_them(owner, conversation):
+    from memory.organizing.topics import message_vectors
     from memory.tasks import run_upkeep
-    from memory.topics import message_vectors
 
     question = store.store_message(owner, conversation, "user", "How deep is the fjord?", embed=False)
     answer = store.store_message(owner, conversation, "assistant", "About 1,300 m.", embed=False)

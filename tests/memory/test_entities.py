@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from memory.entities import extract
+from memory.knowledge.entities import extract
 
 
 def test_it_finds_names_numbers_identifiers_dates_urls_emails_and_code():
@@ -27,7 +27,7 @@ def test_a_capitalised_word_at_a_sentence_start_is_not_a_name():
 
 
 def test_ids_recollect_generates_never_become_entities():
-    from memory.entities import extract
+    from memory.knowledge.entities import extract
 
     # Real ids whose letter runs looked like acronyms ("VNQY", "JWVMXR").
     ids = ["01M841MD8VNQY50E1X50JWVMXR", "01HXKQ8ZCCDT4M1KDJPS0RWQ3A"]

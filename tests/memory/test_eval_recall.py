@@ -13,7 +13,7 @@ from django.core.management import call_command
 from django.db import connection
 
 from bench.management.commands.eval_recall import Dataset, load_datasets, miss_lines
-from memory.search import search
+from memory.finding.search import search
 from tests.memory.conftest import add_turns
 
 DATA = Path(__file__).parent / "data" / "eval-mini"

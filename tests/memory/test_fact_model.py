@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from memory import facts
+from memory.knowledge import facts
 from memory.models import Fact
 from tests.chat.conftest import llm_server_instance, scripted_llm  # noqa: F401 - fixtures
 from tests.memory.test_facts import tell

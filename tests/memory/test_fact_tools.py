@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from memory import facts
-from memory.tools import execute_tool
+from memory.context.tools import execute_tool
+from memory.knowledge import facts
 from tests.memory.test_facts import SCRIPT, tell
 
 pytestmark = pytest.mark.django_db

@@ -7,9 +7,10 @@ import datetime as dt
 
 import pytest
 
-from memory import facts, store
+from memory.knowledge import facts
 from memory.models import Fact
-from memory.store import NewMessage, store_messages
+from memory.storage import store
+from memory.storage.store import NewMessage, store_messages
 
 pytestmark = pytest.mark.django_db
 

@@ -7,13 +7,13 @@ import json
 import pytest
 from django.test import override_settings
 
-from memory import topics
-from memory.index_builder import prepare_context
+from memory.context.index_builder import prepare_context
+from memory.context.tools import execute_tool
+from memory.finding.search import search
 from memory.models import Topic
-from memory.search import search
-from memory.store import delete_message, forget_message
+from memory.organizing import topics
+from memory.storage.store import delete_message, forget_message
 from memory.tasks import run_upkeep
-from memory.tools import execute_tool
 from tests.memory.conftest import add_turns
 
 pytestmark = pytest.mark.django_db
@@ -99,10 +99,10 @@ def test_deleted_content_stays_out_after_a_full_rebuild(owner, conversation, his
 def test_forgetting_reaches_the_tool_results_snapshots_and_topics_that_quoted_it(
     owner, conversation, history
 ):
-    from memory.index_builder import save_snapshot
+    from memory.context.index_builder import save_snapshot
     from memory.models import ContextSnapshot, Passage, ToolCall
-    from memory.portability import export_markdown, export_memory
-    from memory.store import store_tool_call
+    from memory.storage.store import store_tool_call
+    from memory.transfer.portability import export_markdown, export_memory
 
     secret = history[2]
     question, reply = add_turns(owner, conversation, ["what was that code again?", "Here it is."])
@@ -140,7 +140,7 @@ LONG_SECRET = (
 
 
 def test_it_scrubs_a_copy_cut_mid_sentence_and_keeps_the_rest():
-    from memory.forgetting import FORGOTTEN, Overlap
+    from memory.lifecycle.forgetting import FORGOTTEN, Overlap
 
     overlap = Overlap([LONG_SECRET], {"01JSECRETID0000000000000000"})
     copy = "He said …vault code for Quokka Station is QXMARK-7731, and the spare… then left."
@@ -154,7 +154,7 @@ def test_it_scrubs_a_copy_cut_mid_sentence_and_keeps_the_rest():
 
 
 def test_it_scrubs_a_json_result_value_by_value_and_keeps_it_json():
-    from memory.forgetting import Overlap
+    from memory.lifecycle.forgetting import Overlap
 
     overlap = Overlap([LONG_SECRET])
     result = json.dumps(
@@ -171,7 +171,7 @@ def test_it_scrubs_a_json_result_value_by_value_and_keeps_it_json():
 
 
 def test_it_scrubs_a_short_end_of_a_quote_that_is_a_whole_field():
-    from memory.forgetting import FORGOTTEN, Overlap
+    from memory.lifecycle.forgetting import FORGOTTEN, Overlap
 
     overlap = Overlap([LONG_SECRET])
     assert overlap.scrub_value({"snippet": "QXMARK-7731, and", "role": "user"}) == {
@@ -181,7 +181,7 @@ def test_it_scrubs_a_short_end_of_a_quote_that_is_a_whole_field():
 
 def test_forgetting_scrubs_a_tool_result_that_quoted_part_of_a_sentence(owner, conversation, history):
     from memory.models import ToolCall
-    from memory.store import store_tool_call
+    from memory.storage.store import store_tool_call
 
     secret = add_turns(owner, conversation, [LONG_SECRET])[0]
     question, reply = add_turns(owner, conversation, ["the code?", "Found it."])
@@ -195,7 +195,7 @@ def test_forgetting_scrubs_a_tool_result_that_quoted_part_of_a_sentence(owner, c
 
 def test_forgetting_scrubs_what_an_earlier_version_left_behind(owner, conversation, history):
     from memory.models import ToolCall
-    from memory.store import store_tool_call, update_message
+    from memory.storage.store import store_tool_call, update_message
 
     secret = add_turns(owner, conversation, [LONG_SECRET])[0]
     _, reply = add_turns(owner, conversation, ["the code?", "Found it."])
@@ -207,7 +207,7 @@ def test_forgetting_scrubs_what_an_earlier_version_left_behind(owner, conversati
 
 def test_forgetting_the_first_message_retitles_its_conversation(owner):
     from memory.models import Conversation
-    from memory.store import store_message
+    from memory.storage.store import store_message
 
     conv = Conversation.objects.create(owner=owner, title=LONG_SECRET[:60])
     first = store_message(owner, conv, "user", LONG_SECRET)
@@ -221,7 +221,7 @@ def test_forgetting_the_first_message_retitles_its_conversation(owner):
 
 
 def test_forgetting_with_copies_forgets_the_replies_that_quote_it(owner, conversation, history):
-    from memory.forgetting import copies_of
+    from memory.lifecycle.forgetting import copies_of
     from memory.models import Message
 
     secret, recall, restated, other = add_turns(

@@ -8,11 +8,12 @@ import datetime as dt
 import pytest
 from django.utils import timezone
 
-from memory import graph, store
-from memory.entities import index_messages, normalize
+from memory.context.tools import execute_tool
+from memory.knowledge import graph
+from memory.knowledge.entities import index_messages, normalize
 from memory.models import Entity, EntityEdge, EntityMention, Message
+from memory.storage import store
 from memory.tasks import graph_upkeep
-from memory.tools import execute_tool
 from tests.memory.conftest import EVERYDAY_TEXTS, add_turns
 
 # Elena Rostova is tied to Project Vanguard by the first message; the fact about her (the last

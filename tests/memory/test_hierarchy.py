@@ -7,11 +7,11 @@ import datetime as dt
 import pytest
 from django.utils import timezone
 
-from memory.index_builder import prepare_context, save_snapshot
+from memory.context.index_builder import prepare_context, save_snapshot
+from memory.context.tools import execute_tool
 from memory.models import Conversation, Message, Topic, TopicMembership
-from memory.store import delete_message, restore_message, store_message, store_tool_call
+from memory.storage.store import delete_message, restore_message, store_message, store_tool_call
 from memory.tokens import count_tokens
-from memory.tools import execute_tool
 from tests.memory.conftest import add_turns
 
 pytestmark = pytest.mark.django_db

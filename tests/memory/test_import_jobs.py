@@ -1,4 +1,4 @@
-"""Imports nobody waits for (memory.import_jobs, memory.tasks.run_import): messages stored and
+"""Imports nobody waits for (memory.transfer.import_jobs, memory.tasks.run_import): messages stored and
 searchable first, then embedded in background work, then topics; a stopped run resumes and
 nothing is embedded twice."""
 
@@ -14,9 +14,10 @@ from django_tasks import TaskResultStatus
 from django_tasks_db.models import DBTaskResult
 
 from bench.chatgpt_export import PROBE, generate
-from memory import import_jobs, tasks
+from memory import tasks
+from memory.finding.search import search
 from memory.models import Conversation, ImportJob, Message, Passage, Topic, UpkeepRun
-from memory.search import search
+from memory.transfer import import_jobs
 
 
 @pytest.fixture(scope="module")
@@ -198,7 +199,7 @@ def test_an_upload_that_cannot_be_read_fails_its_job_with_the_reason(owner):
 
 @pytest.mark.django_db
 def test_a_command_stopped_while_storing_leaves_a_job_that_embeds_what_it_stored(owner, conversation):
-    from memory import store
+    from memory.storage import store
 
     store.store_message(owner, conversation, "user", "Stored before the command was stopped.", embed=False)
     job = import_jobs.create(owner, source="jsonl", filename="h.jsonl", messages_total=10)

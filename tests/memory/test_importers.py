@@ -1,4 +1,4 @@
-"""memory.importers: the readers of other apps' exports and of JSON Lines (import_history's)."""
+"""memory.transfer.importers: the readers of other apps' exports and of JSON Lines (import_history's)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from memory.importers import LineError, clean_imported, detect_text_kind, import_key, parse_line
-from memory.portability import InvalidExport
+from memory.transfer.importers import LineError, clean_imported, detect_text_kind, import_key, parse_line
+from memory.transfer.portability import InvalidExport
 
 LINE = {
     "conversation": " Trip ",
@@ -86,8 +86,8 @@ def lines(*items) -> list[str]:
 
 
 def test_json_lines_are_stored_as_one_thread_a_title_and_a_second_import_adds_nothing(owner):
-    from memory.importers import import_json_lines
     from memory.models import Message
+    from memory.transfer.importers import import_json_lines
 
     history = lines({"content": "first"}, {"content": "second", "role": "assistant"}) + ["\n", "{bad\n"]
     errors: list[str] = []
@@ -101,8 +101,8 @@ def test_json_lines_are_stored_as_one_thread_a_title_and_a_second_import_adds_no
 
 
 def test_json_lines_never_join_a_strangers_conversation_of_the_same_title(owner, stranger):
-    from memory.importers import import_json_lines
     from memory.models import Conversation, Message
+    from memory.transfer.importers import import_json_lines
 
     import_json_lines(stranger, lines({"content": "theirs"}), embed=False)
     report = import_json_lines(owner, lines({"content": "mine"}), embed=False)

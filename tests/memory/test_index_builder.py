@@ -6,9 +6,9 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from memory.index_builder import choose_strategy, prepare_context, save_snapshot
+from memory.context.index_builder import choose_strategy, prepare_context, save_snapshot
 from memory.models import ContextSnapshot, Conversation
-from memory.store import store_message
+from memory.storage.store import store_message
 from memory.tokens import count_tokens
 from tests.memory.conftest import add_turns
 
@@ -175,7 +175,7 @@ def test_index_strategy_overrides_the_choice_by_history_size(owner, conversation
 
 @pytest.mark.django_db
 def test_topics_smaller_than_index_min_cluster_size_are_not_shown_as_clusters(owner, conversation, settings):
-    from memory import topics
+    from memory.organizing import topics
 
     add_turns(owner, conversation, [
         "we planted tomatoes and basil in the garden",
@@ -197,7 +197,7 @@ def test_topics_smaller_than_index_min_cluster_size_are_not_shown_as_clusters(ow
 def test_topic_and_period_counts_the_model_reads_say_1_message(owner, conversation, settings, strategy):
     import re
 
-    from memory import topics
+    from memory.organizing import topics
 
     add_turns(owner, conversation, ["we planted tomatoes and basil in the garden"])
     topics.rebuild(owner)

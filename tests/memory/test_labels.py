@@ -9,8 +9,8 @@ import re
 import pytest
 from django.utils import timezone
 
-from memory import labels, topics
 from memory.models import Topic
+from memory.organizing import labels, topics
 from tests.memory.conftest import add_turns
 
 SPANISH = [

@@ -10,7 +10,8 @@ import json
 import pytest
 from django.utils import timezone
 
-from memory import entities, rolling_summary, topics
+from memory.context import rolling_summary
+from memory.knowledge import entities
 from memory.models import (
     ConversationSummary,
     EntityMention,
@@ -20,7 +21,8 @@ from memory.models import (
     quoted_share,
     repeats_memory,
 )
-from memory.store import NewMessage, store_messages, store_tool_call
+from memory.organizing import topics
+from memory.storage.store import NewMessage, store_messages, store_tool_call
 from memory.tasks import run_upkeep
 
 pytestmark = pytest.mark.django_db

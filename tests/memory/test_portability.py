@@ -13,9 +13,8 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from memory import models
-from memory.embeddings import get_embedder
-from memory.portability import InvalidExport, export_markdown, export_memory, import_memory
-from memory.store import (
+from memory.embedders import get_embedder
+from memory.storage.store import (
     NewMessage,
     delete_message,
     embed_pending,
@@ -23,6 +22,7 @@ from memory.store import (
     store_tool_call,
     update_message,
 )
+from memory.transfer.portability import InvalidExport, export_markdown, export_memory, import_memory
 
 T0 = dt.datetime(2025, 3, 1, 10, 0, tzinfo=dt.UTC)
 LONG = " ".join(f"Line {i} of the deployment log says node-{i} restarted cleanly." for i in range(40))

@@ -7,8 +7,8 @@ import threading
 import pytest
 from django.db import connection
 
-from memory import store
 from memory.models import Message
+from memory.storage import store
 
 
 @pytest.mark.django_db(transaction=True)

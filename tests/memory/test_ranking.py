@@ -8,9 +8,9 @@ from hypothesis import given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from memory import sessions
-from memory.index_builder import prepare_context
-from memory.search import (
+from memory.context.index_builder import prepare_context
+from memory.context.tools import select_tools
+from memory.finding.search import (
     SearchFilters,
     SearchResults,
     _keyword_candidates,
@@ -19,7 +19,7 @@ from memory.search import (
     query_period,
     search,
 )
-from memory.tools import select_tools
+from memory.storage import sessions
 from tests.memory.conftest import add_turns
 
 pytestmark = pytest.mark.django_db
@@ -193,7 +193,7 @@ def test_no_date_or_number_breaks_the_query_parser(text):
 def test_a_turn_gets_a_share_of_the_score_of_the_turn_two_replies_away(owner, conversation, monkeypatch):
     """A fact is often stated a turn after the one that names its subject: turns two replies
     apart share NEIGHBOR_SHARE of each other's score (both ways), and no further."""
-    from memory import search as search_module
+    from memory.finding import search as search_module
 
     texts = [
         "The company retreat will be at Whispering Pines lodge.",
@@ -221,9 +221,9 @@ def test_the_turn_two_replies_after_the_best_hit_joins_the_candidates(owner, con
     """Among many closer matches neither list returns "Whispering Pines is in Estes Park" for
     "Which town is the retreat lodge in?"; as the turn two replies after the best hit it joins
     the candidates, unless it was deleted, excluded or left out by the search's filters."""
-    from memory import search as search_module
-    from memory import store
+    from memory.finding import search as search_module
     from memory.models import Conversation
+    from memory.storage import store
 
     other = Conversation.objects.create(owner=owner, title="lodges")
     add_turns(owner, other, [f"The lodge number {i} is in the old town." for i in range(30)])

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from memory import rolling_summary
-from memory.index_builder import prepare_context
+from memory.context import rolling_summary
+from memory.context.index_builder import prepare_context
 from memory.models import ConversationSummary, Message
-from memory.store import delete_message, forget_message, store_message, update_message
+from memory.storage.store import delete_message, forget_message, store_message, update_message
 from tests.chat.conftest import llm_server_instance, scripted_llm  # noqa: F401 - fixtures
 from tests.memory.conftest import EVERYDAY_TEXTS, add_turns
 

@@ -11,10 +11,10 @@ from django.core.management import call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from memory.embeddings import get_embedder
-from memory.index_builder import prepare_context, save_snapshot
+from memory.context.index_builder import prepare_context, save_snapshot
+from memory.embedders import get_embedder
 from memory.models import Conversation, Message, Topic
-from memory.store import store_message
+from memory.storage.store import store_message
 from memory.tokens import count_tokens
 from tests.memory.conftest import EVERYDAY_TEXTS, add_turns
 
@@ -151,8 +151,8 @@ def test_bench_scale_prints_what_the_model_is_sent_against_the_whole_history(cap
 
 @pytest.mark.django_db
 def test_the_tools_recently_used_are_this_conversations_and_read_with_a_bound(owner, conversation):
-    from memory.index_builder import _recent_tool_names
-    from memory.store import store_tool_call
+    from memory.context.index_builder import _recent_tool_names
+    from memory.storage.store import store_tool_call
 
     other = Conversation.objects.create(owner=owner, title="elsewhere")
     here = store_message(owner, conversation, "assistant", "I looked it up", embed=False)

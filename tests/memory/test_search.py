@@ -3,8 +3,8 @@ from __future__ import annotations
 import pytest
 from django.db import connection
 
-from memory.index_builder import prepare_context
-from memory.search import search
+from memory.context.index_builder import prepare_context
+from memory.finding.search import search
 from tests.memory.conftest import add_turns
 
 pytestmark = pytest.mark.django_db
@@ -31,8 +31,8 @@ def test_a_timed_out_vector_search_falls_back_and_says_so(owner, conversation, s
 
 
 def test_filters_by_role_and_conversation(owner, conversation, settings):
+    from memory.finding.search import SearchFilters
     from memory.models import Conversation
-    from memory.search import SearchFilters
 
     other = Conversation.objects.create(owner=owner)
     add_turns(owner, conversation, ["pelicans fly in lines", "pelicans indeed"])
@@ -51,7 +51,7 @@ def test_outside_a_transaction_the_vector_search_runs_beside_the_keyword_search(
     keyword list; the ranking is the same as reading them one after the other."""
     import threading
 
-    from memory import search as search_module
+    from memory.finding import search as search_module
     from tests.memory.conftest import EVERYDAY_TEXTS
 
     add_turns(owner, conversation, EVERYDAY_TEXTS)

@@ -1,12 +1,12 @@
-"""memory.search.similar_messages: the explorer's "most similar", through search()'s vector search."""
+"""memory.finding.search.similar_messages: the explorer's "most similar", through search()'s vector search."""
 
 from __future__ import annotations
 
 import pytest
 
-from memory import store
+from memory.finding.search import similar_messages
 from memory.models import Message
-from memory.search import similar_messages
+from memory.storage import store
 from tests.memory.conftest import EVERYDAY_TEXTS
 
 

@@ -7,9 +7,15 @@ import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from memory import search as search_module
+from memory.finding import search as search_module
+from memory.finding.search import (
+    SearchFilters,
+    SearchResults,
+    _keyword_candidates,
+    _vector_candidates,
+    search,
+)
 from memory.models import Conversation
-from memory.search import SearchFilters, SearchResults, _keyword_candidates, _vector_candidates, search
 from tests.memory.conftest import EVERYDAY_TEXTS, add_turns
 
 pytestmark = pytest.mark.django_db

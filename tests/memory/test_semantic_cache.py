@@ -6,10 +6,11 @@ from __future__ import annotations
 import pytest
 from django.db import transaction
 
-from memory import semantic_cache, versions
+from memory.context.tools import execute_tool
+from memory.finding import semantic_cache
 from memory.models import Conversation, SemanticCacheEntry
-from memory.store import delete_message, forget_message, store_message, update_message
-from memory.tools import execute_tool
+from memory.storage import versions
+from memory.storage.store import delete_message, forget_message, store_message, update_message
 from tests.memory.conftest import EVERYDAY_TEXTS, add_turns
 
 # Versions count transactions: each write here must commit on its own, as in the app.
@@ -106,7 +107,7 @@ def test_a_transaction_that_wrote_memory_bypasses_the_cache(owner, conversation)
 
 
 def test_deleting_a_conversation_empties_the_cache_of_its_words(owner, conversation):
-    from memory.store import delete_conversation
+    from memory.storage.store import delete_conversation
 
     elsewhere = Conversation.objects.create(owner=owner)
     add_turns(owner, elsewhere, EVERYDAY_TEXTS)
@@ -157,7 +158,7 @@ def test_the_word_rule_sets_aside_case_punctuation_stop_words_and_endings_but_no
 
 
 def test_the_similarity_threshold_is_the_embedders_own_unless_set(settings):
-    from memory.embeddings import E5Embedder, LocalEmbedder, get_embedder
+    from memory.embedders import E5Embedder, LocalEmbedder, get_embedder
 
     assert E5Embedder.cache_similarity != LocalEmbedder.cache_similarity
     settings.SEMANTIC_CACHE_SIMILARITY = None

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from memory import store
-from memory.embeddings import get_embedder
+from memory.embedders import get_embedder
 from memory.errors import ChunkEditError, DeletedMessageError, InvalidContent, NotFound
+from memory.finding.search import search
 from memory.models import Message, Passage, ToolCall
-from memory.search import search
+from memory.storage import store
 from memory.tokens import count_tokens
 
 

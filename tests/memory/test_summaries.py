@@ -7,9 +7,10 @@ import pytest
 from django_tasks import TaskResultStatus
 from django_tasks_db.models import DBTaskResult
 
-from memory import summaries, tasks, topics
+from memory import tasks
 from memory.models import Topic, UpkeepRun
-from memory.store import delete_message
+from memory.organizing import summaries, topics
+from memory.storage.store import delete_message
 from tests.chat.conftest import llm_server_instance, scripted_llm  # noqa: F401 - fixtures
 from tests.memory.conftest import add_turns
 

@@ -14,8 +14,9 @@ from django_tasks import TaskResultStatus
 from django_tasks_db.management.commands.db_worker import Worker
 from django_tasks_db.models import DBTaskResult
 
-from memory import store, tasks
+from memory import tasks
 from memory.models import TaskLease, UpkeepRun
+from memory.storage import store
 
 # Workers, heartbeats and sweeps each use their own connection: they must see committed rows.
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -10,9 +10,9 @@ import random
 import pytest
 from django.core.management import call_command
 
+from memory.context.tools import MAX_RESULT_CHARS, execute_tool, tool_schemas
 from memory.models import Message, ToolCall
-from memory.store import delete_message, forget_message, store_message, store_tool_call
-from memory.tools import MAX_RESULT_CHARS, execute_tool, tool_schemas
+from memory.storage.store import delete_message, forget_message, store_message, store_tool_call
 
 pytestmark = pytest.mark.django_db
 

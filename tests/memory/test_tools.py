@@ -4,11 +4,11 @@ import json
 
 import pytest
 
-from memory import topics
-from memory.entities import index_messages
+from memory.context.tools import TOOLS, execute_tool, select_tools, tool_schemas
+from memory.knowledge.entities import index_messages
 from memory.models import Topic
-from memory.store import store_message, store_tool_call
-from memory.tools import TOOLS, execute_tool, select_tools, tool_schemas
+from memory.organizing import topics
+from memory.storage.store import store_message, store_tool_call
 from tests.memory.conftest import add_turns
 
 pytestmark = pytest.mark.django_db
@@ -269,7 +269,7 @@ def test_it_searches_for_the_start_of_a_query_over_2000_characters(owner, own_me
 
 
 def test_it_shows_escaped_tool_text_as_the_characters_it_stands_for():
-    from memory.tools import readable_json
+    from memory.context.tools import readable_json
 
     assert readable_json('{"query": "\\u00bfC\\u00f3mo est\\u00e1s?"}') == '{"query": "¿Cómo estás?"}'
     assert readable_json('{"q": "a \\ud83d\\ude00 and cut \\u00e9t') == '{"q": "a 😀 and cut ét'  # cut short

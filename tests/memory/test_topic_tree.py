@@ -1,4 +1,4 @@
-"""memory.topic_tree: walks of one owner's topic tree, for the explorer's topic pages."""
+"""memory.organizing.topic_tree: walks of one owner's topic tree, for the explorer's topic pages."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from types import SimpleNamespace
 import pytest
 from django.utils import timezone
 
-from memory import store, topic_tree
 from memory.models import Topic, TopicMembership
+from memory.organizing import topic_tree
+from memory.storage import store
 
 
 @pytest.fixture

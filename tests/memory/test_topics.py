@@ -6,9 +6,9 @@ import re
 import pytest
 from django.utils import timezone
 
-from memory import topics
 from memory.models import PeriodSummary, Topic, TopicMembership
-from memory.store import delete_message, update_message
+from memory.organizing import topics
+from memory.storage.store import delete_message, update_message
 from memory.tasks import run_upkeep
 from tests.memory.conftest import add_turns
 
@@ -224,7 +224,7 @@ ID_LIKE = re.compile(r"(?=\w*\d)(?=\w*[^\W\d_])\w{5,}")  # a word of both digits
 
 
 def test_ids_and_system_words_never_name_a_topic_or_an_entity(owner, conversation):
-    from memory import entities
+    from memory.knowledge import entities
     from memory.models import Entity, EntityMention, Message
 
     start = timezone.now() - dt.timedelta(days=2)

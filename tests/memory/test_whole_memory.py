@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from memory import hierarchy, index_builder
-from memory.index_builder import ContextPlan, _read_ahead, prepare_context
+from memory.context import index_builder
+from memory.context.index_builder import ContextPlan, _read_ahead, prepare_context
 from memory.models import Conversation
-from memory.store import store_message
+from memory.organizing import hierarchy
+from memory.storage.store import store_message
 from tests.memory.conftest import add_turns
 
 TOPICS = ["the boat trip", "sourdough starters", "the tax return", "a broken bike chain", "tomato seedlings"]

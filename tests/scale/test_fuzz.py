@@ -17,9 +17,9 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from memory import store
+from memory.context.tools import TOOLS, execute_tool
 from memory.models import Message
-from memory.tools import TOOLS, execute_tool
+from memory.storage import store
 from tests.chat.conftest import connect
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -12,9 +12,9 @@ from channels.testing import WebsocketCommunicator
 from django.test import Client
 
 from config.asgi import application
-from memory import store
+from memory.context.tools import TOOLS, execute_tool
 from memory.models import ContextSnapshot, ToolCall, Topic
-from memory.tools import TOOLS, execute_tool
+from memory.storage import store
 from tests.chat.conftest import connect, receive_until, refusal_code
 
 pytestmark = pytest.mark.django_db(transaction=True)

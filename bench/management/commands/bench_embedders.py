@@ -5,7 +5,7 @@ MiniLM (bench/export_minilm_fp32.py writes one), MiniLM fp32, each in a process 
 load time and memory are its own): eval_recall's recall@10 on the eval conversations, the load
 time, the median query-embedding time, memory (RSS) once loaded and at its peak, and the
 haystack (seed 001's ~2M characters of prose, bench_haystack's noise) imported as a person's
-history is (memory.import_jobs: stored, then embedded) against the floor: the embedder alone on
+history is (memory.transfer.import_jobs: stored, then embedded) against the floor: the embedder alone on
 the same passages' texts (passages per second). Prints progress, then a Markdown table.
 """
 
@@ -27,12 +27,13 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
+from bench import corpus
 from bench.management.commands.eval_recall import DEFAULT_DATASET
 from bench.scratch import add_database_argument, use_database
-from memory import corpus, import_jobs
-from memory.embeddings import get_embedder
+from memory.embedders import get_embedder
 from memory.models import Passage
 from memory.progress import Progress
+from memory.transfer import import_jobs
 
 # The haystack is measured in this many parts, import and floor in turn.
 PARTS = 4

@@ -15,13 +15,15 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
+from bench import corpus
 from bench.scratch import add_database_argument, use_database
-from memory import corpus, entities, topics
-from memory.index_builder import prepare_context
+from memory.context.index_builder import prepare_context
+from memory.finding.search import search
+from memory.knowledge import entities
 from memory.models import Conversation
+from memory.organizing import topics
 from memory.progress import Progress
-from memory.search import search
-from memory.store import NewMessage, store_messages
+from memory.storage.store import NewMessage, store_messages
 
 # (session, [(fact turn, probe question)]) — the paper's five sessions, at these depths.
 SESSIONS = [

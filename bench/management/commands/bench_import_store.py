@@ -21,9 +21,10 @@ from django.core.management.base import BaseCommand
 
 from bench.chatgpt_export import generate
 from bench.scratch import add_database_argument, use_database
-from memory import embeddings, import_jobs
-from memory.embeddings import E5Embedder, get_embedder
+from memory import embedders as embeddings
+from memory.embedders import E5Embedder, get_embedder
 from memory.tokens import encoding
+from memory.transfer import import_jobs
 
 
 def decoded_cut_points(text: str) -> list[int]:

@@ -22,10 +22,10 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
 from bench.scratch import add_database_argument, use_database
+from memory.context.tools import MAX_RESULT_CHARS, execute_tool
 from memory.models import Conversation
 from memory.progress import Progress
-from memory.store import NewMessage, store_messages, store_tool_call
-from memory.tools import MAX_RESULT_CHARS, execute_tool
+from memory.storage.store import NewMessage, store_messages, store_tool_call
 
 DEFAULT_SIZES = "100,1000,6001,20000,50000,200000,2000000"
 QUICK_SIZES = "100,7000,30000"

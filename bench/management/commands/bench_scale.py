@@ -9,7 +9,7 @@ model's window, save the snapshot. The message's passage gets its vector afterwa
 background work does in the chat; that write (an HNSW insert) is timed and printed on its own.
 
 Each size also prints what the model is sent per turn, zone by zone, as the chat builds it
-(memory/budget.py: the same allocation and Prompt, with one search_and_retrieve round of tool
+(memory/context/budget.py: the same allocation and Prompt, with one search_and_retrieve round of tool
 results as a model would call it), against the tokens of the whole stored history.
 
 The bench runs in its own database (--database, created and migrated on first use), so it can
@@ -83,7 +83,7 @@ class Command(BaseCommand):
         except ValueError:
             raise CommandError("--sizes is a comma-separated list of integers") from None
         use_database(opts["database"], self.stdout)
-        from memory.embeddings import get_embedder
+        from memory.embedders import get_embedder
         from memory.models import Conversation
 
         User = get_user_model()
@@ -166,7 +166,7 @@ class Command(BaseCommand):
                     cursor.execute(how)
                     self.stderr.write(f"  {name}: {time.perf_counter() - t0:.1f}s")
         _vacuum()
-        from memory.topics import update_period_summaries
+        from memory.organizing.topics import update_period_summaries
 
         update_period_summaries(user)
         return time.perf_counter() - started
@@ -182,7 +182,7 @@ class Command(BaseCommand):
 
     def _insert(self, user, conversation, first: int, n: int, ratio: float) -> None:
         """n synthetic messages and one passage each, written by Postgres itself."""
-        from memory.embeddings import get_embedder
+        from memory.embedders import get_embedder
 
         dims = settings.EMBEDDING_DIMENSIONS
         model = get_embedder().name
@@ -242,11 +242,11 @@ class Command(BaseCommand):
     # --- measured turns -------------------------------------------------------------------------
 
     def _measure(self, user, size: int, fill_s: float, opts) -> dict:
-        from memory.budget import allocate
-        from memory.embeddings import get_embedder
-        from memory.index_builder import prepare_context, query_text, save_snapshot
+        from memory.context.budget import allocate
+        from memory.context.index_builder import prepare_context, query_text, save_snapshot
+        from memory.embedders import get_embedder
         from memory.models import Conversation
-        from memory.store import embed_pending, store_message
+        from memory.storage.store import embed_pending, store_message
 
         with connection.cursor() as cursor:
             cursor.execute(
@@ -366,8 +366,8 @@ def _sent_to_model(user, conversation, allocation, plan, message) -> dict[str, i
     turn's own Prompt, with the result of a real search_and_retrieve for the message."""
     import json
 
-    from memory.budget import Prompt, ToolResultText
-    from memory.tools import execute_tool
+    from memory.context.budget import Prompt, ToolResultText
+    from memory.context.tools import execute_tool
 
     prompt = Prompt.for_message(allocation, plan, message)
     arguments = {"query": message.content}

@@ -15,8 +15,8 @@ import numpy as np
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from memory.embeddings import E5Embedder, Embedder, LocalEmbedder, query_text
-from memory.semantic_cache import reply_terms, search_terms
+from memory.embedders import E5Embedder, Embedder, LocalEmbedder, query_text
+from memory.finding.semantic_cache import reply_terms, search_terms
 
 PAIRS = Path(__file__).resolve().parents[2] / "data" / "semantic_cache_pairs.jsonl"
 OLD_THRESHOLD = 0.95  # the cache's rule before: one cosine for every embedder, nothing else

@@ -14,10 +14,10 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
 from bench.scratch import add_database_argument, use_database
-from memory.embeddings import get_embedder
+from memory.embedders import get_embedder
 from memory.models import Conversation
 from memory.progress import Progress
-from memory.store import NewMessage, store_message, store_messages
+from memory.storage.store import NewMessage, store_message, store_messages
 
 HAYSTACK_CHARS = 2_050_000  # seed 001 §4.1: 820 blocks x 2,500 characters
 PAPER_SECONDS = 147.0

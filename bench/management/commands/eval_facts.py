@@ -5,7 +5,7 @@ A dataset folder holds `<id>.history.jsonl` (import_history's JSON Lines, with "
 annotator drew about each speaker, with the turns that state them); ../shared/eval/README.md
 describes the default one. Each history is imported as its own user into a scratch database
 (eval_recall's machinery) and its facts are drawn as background upkeep draws them
-(memory.facts.extract_messages). Scored, per speaker and overall:
+(memory.knowledge.facts.extract_messages). Scored, per speaker and overall:
 
 - turn-level precision, recall and F1 of the facts' source turns against the union of the
   evidence turns (a speaker's row counts the turns that speaker said);
@@ -30,8 +30,8 @@ from django.core.management.base import BaseCommand, CommandError
 
 from bench.management.commands import eval_recall
 from bench.management.commands.eval_recall import read_jsonl
-from memory import facts
-from memory.embeddings import get_embedder
+from memory.embedders import get_embedder
+from memory.knowledge import facts
 from memory.models import Fact, Passage
 
 SCRATCH_DB = "recollect_eval_facts"

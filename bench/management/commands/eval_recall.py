@@ -6,7 +6,7 @@ describes the default one. Each history is imported as its own user, as a person
 it (embedded on the way), into a scratch database made for the run and dropped after it, so no
 one's memory is touched. Then every query goes to four searches over the same turns:
 
-- hybrid: memory.search.search(), the search the memory tools use;
+- hybrid: memory.finding.search.search(), the search the memory tools use;
 - bm25: Okapi BM25 over each turn's text alone (bm25s), the dataset's reference point;
 - keyword, dense: the two candidate lists search() fuses, each on its own.
 
@@ -32,14 +32,20 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 from django.db.models import Q
 
-from memory import entities, graph
-from memory import search as search_module
-from memory import store as store_module
-from memory.embeddings import get_embedder
+from memory.embedders import get_embedder
+from memory.finding import search as search_module
+from memory.finding.search import (
+    SearchFilters,
+    SearchResults,
+    _keyword_candidates,
+    _vector_candidates,
+    search,
+)
+from memory.knowledge import entities, graph
 from memory.models import Entity, Message, Passage
 from memory.progress import Progress
-from memory.search import SearchFilters, SearchResults, _keyword_candidates, _vector_candidates, search
-from memory.store import embed_pending
+from memory.storage import store as store_module
+from memory.storage.store import embed_pending
 
 KS = (1, 5, 10, 25)
 DEFAULT_DATASET = settings.BASE_DIR.parent / "shared" / "eval" / "long-conversations"
@@ -63,7 +69,7 @@ TUNABLES: dict[str, tuple[Any, Callable[[str], Any]]] = {
     "NEIGHBOR_SEEDS": (search_module, int),
     "CONTEXT_PARENT_CHARS": (store_module, int),
     "CONTEXT_SPEAKER": (store_module, lambda v: v.lower() in ("1", "true", "yes")),
-    # The graph boost (memory.graph) reads settings.
+    # The graph boost (memory.knowledge.graph) reads settings.
     "GRAPH_SEARCH": (settings, lambda v: v.lower() in ("1", "true", "yes")),
     "GRAPH_SEARCH_WEIGHT": (settings, float),
     "GRAPH_SEARCH_HOPS": (settings, int),
@@ -317,10 +323,12 @@ class Command(BaseCommand):
                 out.write(line)
         embedder = get_embedder().name
         labels = {
-            "hybrid": "memory.search.search(), what the memory tools use",
+            "hybrid": "memory.finding.search.search(), what the memory tools use",
             "bm25": BM25_LABEL,
-            "keyword": "memory.search._keyword_candidates alone (Postgres full-text search, BM25-weighted)",
-            "dense": f"memory.search._vector_candidates alone ({embedder} passage vectors, cosine)",
+            "keyword": (
+                "memory.finding.search._keyword_candidates alone (Postgres full-text search, BM25-weighted)"
+            ),
+            "dense": f"memory.finding.search._vector_candidates alone ({embedder} passage vectors, cosine)",
         }
         recall = {method: summarise(rows) for method, rows in scores.items()}
         n_queries = sum(len(d.queries) for d in datasets)

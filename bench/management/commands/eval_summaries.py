@@ -33,8 +33,8 @@ from bench.management.commands.eval_recall import (
     read_jsonl,
     scratch_database,
 )
-from memory import labels, topics
 from memory.models import Message, Topic, TopicMembership
+from memory.organizing import labels, topics
 
 SCRATCH_DB = "recollect_eval_summaries"
 _WORD = re.compile(r"\w+")

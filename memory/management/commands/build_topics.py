@@ -8,8 +8,9 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from memory import entities, facts, topics
+from memory.knowledge import entities, facts
 from memory.models import Message, UpkeepRun
+from memory.organizing import topics
 from memory.progress import Progress
 
 
@@ -57,8 +58,8 @@ class Command(BaseCommand):
                 self._summaries(user)
 
     def _summaries(self, user) -> None:
-        from memory import summaries
         from memory.models import Topic
+        from memory.organizing import summaries
 
         if not summaries.is_configured():
             raise CommandError("--summaries needs a model: set OPENAI_API_KEY or OPENAI_BASE_URL")

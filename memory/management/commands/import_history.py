@@ -13,10 +13,10 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from memory import import_jobs
 from memory.management.imports import add_import_arguments, check_file, run_import
 from memory.management.users import load_user
-from memory.portability import InvalidExport
+from memory.transfer import import_jobs
+from memory.transfer.portability import InvalidExport
 
 
 def read_text(path: str) -> str:

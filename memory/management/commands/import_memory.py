@@ -8,11 +8,11 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from memory import import_jobs
-from memory.importers import detect_kind
 from memory.management.imports import add_import_arguments, check_file, run_import
 from memory.management.users import load_user
-from memory.portability import InvalidExport
+from memory.transfer import import_jobs
+from memory.transfer.importers import detect_kind
+from memory.transfer.portability import InvalidExport
 
 
 class Command(BaseCommand):

@@ -7,8 +7,8 @@ import sys
 
 from django.core.management.base import BaseCommand, CommandError
 
+from memory.finding.search import search
 from memory.management.users import existing_user
-from memory.search import search
 
 
 class Command(BaseCommand):

@@ -7,10 +7,10 @@ from django.core.management.base import BaseCommand
 from django.db import connection, transaction
 from django.db.models import Q
 
-from memory.embeddings import get_embedder
+from memory.embedders import get_embedder
 from memory.models import PASSAGE_HNSW, Passage, Topic, passage_hnsw_sql
 from memory.progress import Progress
-from memory.store import embed_pending
+from memory.storage.store import embed_pending
 
 
 def column_dimensions(table: str, column: str) -> int | None:

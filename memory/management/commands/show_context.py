@@ -6,7 +6,7 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-from memory.index_builder import prepare_context
+from memory.context.index_builder import prepare_context
 from memory.management.users import existing_user
 from memory.models import Conversation
 

@@ -249,7 +249,7 @@ class Prompt:
     """The messages of one turn, fitted to `allocation` (see the module docstring)."""
 
     allocation: Allocation
-    plan: Any  # memory.index_builder.ContextPlan
+    plan: Any  # memory.context.index_builder.ContextPlan
     message_id: str
     content: str
     content_tokens: int | None = None

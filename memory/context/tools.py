@@ -30,7 +30,7 @@ from django.db import DatabaseError, connection, transaction
 from django.db.models import Count, Exists, Max, Min, OuterRef, Q, Sum
 from django.utils import timezone
 
-from memory import compression, hierarchy, sessions
+from memory.context import compression
 from memory.errors import MemoryStoreError, NotFound
 from memory.models import (
     Conversation,
@@ -41,6 +41,8 @@ from memory.models import (
     ToolCall,
     Topic,
 )
+from memory.organizing import hierarchy
+from memory.storage import sessions
 from memory.tokens import count_tokens, snip
 
 logger = logging.getLogger(__name__)
@@ -247,7 +249,7 @@ def execute_tool(
 ) -> ToolResult:
     """Run one tool call for `owner`. Never raises: bad input comes back as ok=False.
     exclude_message_ids: messages no search of this call returns (the turn's own message)."""
-    from memory.search import excluding
+    from memory.finding.search import excluding
 
     started_at, started = timezone.now(), time.perf_counter()
     with excluding(exclude_message_ids):
@@ -844,8 +846,8 @@ def get_message_with_chunks(owner, *, id: str, offset: int = 0, limit: int = 3, 
 
 
 def _search(owner, query, limit, *, conversation=None, conversation_id=None, role=None, start=None, end=None):
-    from memory import semantic_cache
-    from memory.search import SearchFilters
+    from memory.finding import semantic_cache
+    from memory.finding.search import SearchFilters
 
     conv = _conversation(owner, conversation_id)
     filters = SearchFilters(
@@ -1360,7 +1362,7 @@ def get_conversation_stats(owner, *, conversation_id: str | None = None, convers
     keywords=("entity", "graph", "related", "who", "connected", "relationship"),
 )
 def memory_graph_query(owner, *, entity: str, depth: int = 1, limit: int = 10, conversation=None):
-    from memory.entities import normalize, singular_forms
+    from memory.knowledge.entities import normalize, singular_forms
 
     if depth < 1 or depth > 3:
         raise ToolError("depth must be between 1 and 3")
@@ -1628,7 +1630,7 @@ def _fact_dict(f) -> dict[str, Any]:
 )
 def get_facts(owner, *, subject: str, include_superseded: bool = False, limit: int = 20, offset: int = 0,
               conversation=None):
-    from memory import facts
+    from memory.knowledge import facts
     from memory.models import Fact
 
     name = " ".join(subject.split())

@@ -7,10 +7,10 @@ which message is meant), each hop by how often the two entities are named togeth
 entities are expanded, so the walk stays a few index reads whatever the size of the memory.
 
 Upkeep (background work, memory.tasks.graph_upkeep): spellings of one entity are merged (case
-and possessives already share a key, memory.entities.normalize; plurals join their singular),
+and possessives already share a key, memory.knowledge.entities.normalize; plurals join their singular),
 edges no message has reinforced for a while lose weight, and entities no visible message
 mentions any more are pruned. A deleted or forgotten message leaves the graph at once
-(memory.entities.remove_mentions), never through upkeep alone.
+(memory.knowledge.entities.remove_mentions), never through upkeep alone.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from memory.entities import extract, normalize, prune_orphans, refresh_counts, singular_forms
+from memory.knowledge.entities import extract, normalize, prune_orphans, refresh_counts, singular_forms
 from memory.models import Entity, EntityEdge, EntityMention
 
 # The share of a hop's score: a direct match, one hop, two hops.
@@ -132,7 +132,7 @@ def _strongest_edges(owner, entity_ids: list[int]) -> list[tuple[int, int, float
 def boost_scores(
     owner, query: str, scores: dict[tuple[str, str], float], info: dict, relevance: dict | None = None
 ) -> dict[str, float]:
-    """Graph-aware search, as one step of memory.search's candidate scoring: each
+    """Graph-aware search, as one step of memory.finding.search's candidate scoring: each
     candidate message (or chunk: its message's mentions count) gains GRAPH_SEARCH_WEIGHT
     times how strongly it mentions what the query names or what that is tied to (a noisy-or
     of the entities' relevance, so 0..1). `scores` is changed in place; returns the boost per

@@ -1,7 +1,7 @@
 """The memory version of an owner: a counter that every transaction writing memory
 (a stored message or tool call, an edit, a delete or restore, a forget, an import) bumps once.
 
-Cached search results and replies (memory.semantic_cache) carry the version they were made at
+Cached search results and replies (memory.finding.semantic_cache) carry the version they were made at
 and are reused only at that version, so what was deleted or edited away never comes back from a
 cache. The bump is an UPDATE of the owner's row inside the writing transaction: the row stays
 locked until that transaction commits, so versions follow commit order and a reader that sees

@@ -8,9 +8,9 @@ Nothing is rewritten when a message ages: a level is read off three boundary mes
 in one indexed walk of the newest keys, so the cost stays flat as memory grows.
 
 Here too: the levels section and the pinned section of the memory index (`write_levels`,
-`write_pinned`, called by memory.index_builder), and the tokens-saved measurement of
+`write_pinned`, called by memory.context.index_builder), and the tokens-saved measurement of
 get_conversation_stats. The tools that read the levels, expand_node and browse_hierarchy, are
-in memory.tools.
+in memory.context.tools.
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Left
 from django.utils import timezone
 
-from memory.labels import count_of
 from memory.models import Message, Topic
+from memory.organizing.labels import count_of
+from memory.organizing.topics import first_sentence
 from memory.tokens import count_tokens, snip
-from memory.topics import first_sentence
 
 
 class Level(IntEnum):

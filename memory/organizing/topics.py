@@ -29,8 +29,8 @@ from django.db.models import Count, F
 from django.utils import timezone
 from pgvector.django import CosineDistance
 
-from memory import labels, summaries
 from memory.models import Message, PeriodSummary, Topic, TopicMembership
+from memory.organizing import labels, summaries
 
 logger = logging.getLogger(__name__)
 
@@ -39,13 +39,13 @@ LEAF_MAX = 120  # messages per leaf; a longer run is cut so a leaf stays readabl
 # story, even about the same thing (the tree groups such leaves under one parent), so a leaf's
 # summary can say when it happened. Shorter gaps end a run only when the subject changes.
 BREAK = dt.timedelta(hours=3)
-# The cosine thresholds of the embedder in use (memory.embeddings.Embedder.topic_*): a new
+# The cosine thresholds of the embedder in use (memory.embedders.Embedder.topic_*): a new
 # message joins a leaf this close to it (join); inside a session, a message this far from the
 # run starts a new leaf (cut); across an idle gap, a run continues only if this close (merge).
 
 
 def _thresholds() -> tuple[float, float, float]:
-    from memory.embeddings import get_embedder
+    from memory.embedders import get_embedder
 
     e = get_embedder()
     join = settings.INDEX_CLUSTERING_THRESHOLD
@@ -226,7 +226,7 @@ def _spread(items: Sequence, k: int) -> list:
 def _phrase_vectors(phrases: Iterable[str]) -> dict[str, np.ndarray]:
     """The embedder's vectors of label candidates, in one call; none when it cannot embed (the
     labels then rest on statistics alone)."""
-    from memory.embeddings import get_embedder
+    from memory.embedders import get_embedder
 
     phrases = list(dict.fromkeys(phrases))
     if not phrases:

@@ -10,7 +10,7 @@ without a model, and written by SUMMARY_MODEL when one is configured (extractive
 provider fails).
 
 An edit, delete, restore or forget drops the blocks from the one covering that message onwards
-in the same transaction (`invalidate`, called by memory.store), so removed words never reach a
+in the same transaction (`invalidate`, called by memory.storage.store), so removed words never reach a
 prompt through the summary; the next upkeep writes them again.
 
 `for_plan` is what the index builder shows: the blocks that lie on the turn's branch before its
@@ -26,8 +26,10 @@ from typing import Any
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
-from memory import compression, summaries, threads
+from memory import threads
+from memory.context import compression
 from memory.models import ConversationSummary, Message
+from memory.organizing import summaries
 from memory.tokens import count_tokens
 
 logger = logging.getLogger(__name__)

@@ -32,8 +32,8 @@ from django.db.models import Case, Q, When
 from django.db.models.signals import pre_delete
 from django.dispatch import receiver
 
+from memory.finding.search import query_period
 from memory.models import Fact, FactQuerySet, Message, Role
-from memory.search import query_period
 from memory.tokens import count_tokens
 
 logger = logging.getLogger(__name__)
@@ -452,7 +452,7 @@ def _last_edit(message: Message) -> dt.datetime:
     return max(parsed, default=message.timestamp)
 
 
-@receiver(pre_delete, sender=Fact, dispatch_uid="memory.facts.reopen_superseded")
+@receiver(pre_delete, sender=Fact, dispatch_uid="memory.knowledge.facts.reopen_superseded")
 def _reopen_superseded(sender, instance: Fact, **kwargs) -> None:
     """A fact that goes (its message forgotten, or the person forgot it) gives the fact it had
     superseded its validity back: what it replaced holds again."""
@@ -520,7 +520,7 @@ def current_for_index(owner, text: str, limit: int = INDEX_MAX_FACTS) -> list[Fa
 
 
 def write_index(owner, writer, text: str, share: float = INDEX_SHARE) -> list[str]:
-    """Write the FACTS section of a turn's memory index into `writer` (memory.index_builder's
+    """Write the FACTS section of a turn's memory index into `writer` (memory.context.index_builder's
     line writer), within `share` of its allowance; returns the source message ids it names."""
     facts = current_for_index(owner, text)
     if not facts:
@@ -601,14 +601,14 @@ def parse_model_facts(answer: str, messages: list[Message]) -> list[tuple[Messag
 
 
 def propose_with_model(owner, message_ids: Iterable[str], client=None) -> dict[str, int]:
-    """With a model configured (memory.summaries.is_configured), ask FACTS_MODEL for the facts of
+    """With a model configured (memory.organizing.summaries.is_configured), ask FACTS_MODEL for the facts of
     these messages, MODEL_BATCH at a time; each proposed fact is stored with its source message
     (origin "model") and supersedes as a rule's would. The model's statements replace the rules'
     statement facts of the messages it read (not the pinned or corrected ones). A provider
     failure leaves the rules' facts as they are."""
     from django.conf import settings
 
-    from memory import summaries
+    from memory.organizing import summaries
 
     if not summaries.is_configured():
         return {"proposed": 0}

@@ -1,6 +1,6 @@
 """Chat history from elsewhere, read into Recollect's memory: ChatGPT's and Claude's
 conversations.json, and JSON Lines (one message per line, the format `manage.py import_history`
-and `eval_recall`'s datasets use). Recollect's own export is memory.portability's.
+and `eval_recall`'s datasets use). Recollect's own export is memory.transfer.portability's.
 
 Each reader checks its whole input (or, for JSON Lines, each line) before anything is stored,
 and says where a bad value is.
@@ -22,8 +22,8 @@ from django.utils import timezone
 
 from memory.errors import MemoryStoreError
 from memory.models import Conversation, Message, Role
-from memory.portability import FORMAT, InvalidExport
-from memory.store import NUL_REPLACEMENT, NewMessage, clean_content, store_messages
+from memory.storage.store import NUL_REPLACEMENT, NewMessage, clean_content, store_messages
+from memory.transfer.portability import FORMAT, InvalidExport
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 A memory search of a conversation whose query vector is within SEMANTIC_CACHE_SIMILARITY
 (cosine, default 0.95) of an earlier one with the same parameters, at the same memory version
-of the same owner (memory.versions), gets the earlier results instead of searching again. The
+of the same owner (memory.storage.versions), gets the earlier results instead of searching again. The
 version is read before the search runs, so a result is never filed under a version older than
 what it saw; every store, edit, delete, restore or forget moves the version on, and an edit,
 delete or forget also drops the owner's entries, so deleted words never come back from here.
@@ -32,8 +32,8 @@ from django.db import connection
 from django.db.models import F
 from pgvector.django import CosineDistance
 
-from memory import versions
 from memory.models import CacheCounter, SemanticCacheEntry
+from memory.storage import versions
 
 logger = logging.getLogger(__name__)
 
@@ -121,14 +121,14 @@ def similarity_threshold() -> float:
     """SEMANTIC_CACHE_SIMILARITY, or the embedder's own (cosines mean different things per model)."""
     if settings.SEMANTIC_CACHE_SIMILARITY is not None:
         return settings.SEMANTIC_CACHE_SIMILARITY
-    from memory.embeddings import get_embedder
+    from memory.embedders import get_embedder
 
     return get_embedder().cache_similarity
 
 
 def query_vector(query: str):
     """The query's embedding (the embedder's cache usually has it), or None if it fails."""
-    from memory.embeddings import get_embedder, query_text
+    from memory.embedders import get_embedder, query_text
 
     try:
         text = query_text(query)
@@ -195,15 +195,15 @@ def _keep(owner_id: int, conversation_id: str | None, kind: str, key: str, versi
 
 
 def _hit_from(data: dict[str, Any]):
-    from memory.search import SearchHit
+    from memory.finding.search import SearchHit
 
     return SearchHit(**{**data, "timestamp": dt.datetime.fromisoformat(data["timestamp"])})
 
 
 def search(owner, query: str, *, limit: int, filters=None, conversation=None):
-    """memory.search.search, through the cache (see the module docstring)."""
-    from memory.search import SearchResults, hit_dicts
-    from memory.search import search as hybrid_search
+    """memory.finding.search.search, through the cache (see the module docstring)."""
+    from memory.finding.search import SearchResults, hit_dicts
+    from memory.finding.search import search as hybrid_search
 
     query = (query or "").strip()
     if not settings.SEMANTIC_CACHE or not query or owner is None or not getattr(owner, "pk", None):
@@ -212,7 +212,7 @@ def search(owner, query: str, *, limit: int, filters=None, conversation=None):
     vector = query_vector(query) if version is not None else None
     if vector is None:
         return hybrid_search(owner, query, limit=limit, filters=filters)
-    from memory.search import excluded_ids  # the calling turn's own message, left out of results
+    from memory.finding.search import excluded_ids  # the calling turn's own message, left out of results
 
     key = _key(
         {

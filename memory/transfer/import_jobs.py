@@ -28,10 +28,10 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from memory import importers, portability
-from memory.embeddings import get_embedder
+from memory.embedders import get_embedder
 from memory.models import ImportJob, Passage
 from memory.processes import PROCESS, is_dead
+from memory.transfer import importers, portability
 
 logger = logging.getLogger(__name__)
 

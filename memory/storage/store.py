@@ -19,9 +19,10 @@ from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from memory import forgetting, signals, versions
-from memory.embeddings import get_embedder, text_hash
+from memory import signals
+from memory.embedders import get_embedder, text_hash
 from memory.errors import ChunkEditError, DeletedMessageError, InvalidContent, NotFound
+from memory.lifecycle import forgetting
 from memory.models import (
     Conversation,
     Message,
@@ -32,6 +33,7 @@ from memory.models import (
     is_system_text,
     new_ulid,
 )
+from memory.storage import versions
 from memory.tokens import count_tokens, token_windows
 
 logger = logging.getLogger(__name__)
@@ -625,7 +627,7 @@ def _memory_changed(owner, message: Message) -> None:
     """An edit, delete, restore or forget of `message`, in its transaction: the memory version
     moves on (no cache answers from before it) and the conversation's rolling summary loses the
     blocks from the one covering it onwards (upkeep writes them again)."""
-    from memory import rolling_summary
+    from memory.context import rolling_summary
     versions.bump(owner.pk)
     # Cached results and replies may quote it: none is reused past this version, and none is
     # kept either (a forgotten message's words must not stay in any row).
@@ -645,7 +647,7 @@ def _set_deleted(owner, message_id: str, deleted: bool) -> Message:
         if deleted:
             # Out of the entity graph now, not at upkeep: no edge it made may lift another
             # message in search (restoring re-indexes it through upkeep).
-            from memory.entities import remove_mentions
+            from memory.knowledge.entities import remove_mentions
 
             remove_mentions(owner, [message.pk])
         # A deleted message's words leave its replies' context too (and come back on restore).
@@ -665,7 +667,7 @@ def restore_message(owner, message_id: str) -> Message:
 
 def forget_message(owner, message_id: str, *, copies: Sequence[str] = ()) -> list[str]:
     """Permanent: content, chunks, passages and tool calls are gone, and so is every copy of its
-    words in what was made from it (memory.forgetting: tool results, snapshots, summaries,
+    words in what was made from it (memory.lifecycle.forgetting: tool results, snapshots, summaries,
     topics, the conversation's title). Replies are re-linked to the forgotten message's parent
     so the thread stays connected.
 
@@ -692,9 +694,9 @@ def forget_message(owner, message_id: str, *, copies: Sequence[str] = ()) -> lis
 
 
 def _forget_locked(owner, messages: list[Message]) -> None:
-    from memory.entities import remove_mentions
+    from memory.knowledge.entities import remove_mentions
     from memory.models import TopicMembership
-    from memory.topics import refresh, topics_mentioning
+    from memory.organizing.topics import refresh, topics_mentioning
 
     ids = [m.pk for m in messages]
     by_id = {m.pk: m for m in messages}
@@ -831,7 +833,7 @@ def delete_conversation(owner, conversation_id: str) -> None:
     at once (their labels and summaries lose its words; empty ones go), and upkeep is queued for
     the rest (entities only it mentioned)."""
     from memory.models import Topic, TopicMembership
-    from memory.topics import refresh
+    from memory.organizing.topics import refresh
 
     with transaction.atomic():
         conversation = get_conversation(owner, conversation_id)
@@ -841,7 +843,7 @@ def delete_conversation(owner, conversation_id: str) -> None:
         )
         members = TopicMembership.objects.owned_by(owner).filter(message__conversation=conversation)
         topic_ids = set(members.values_list("topic_id", flat=True))
-        from memory.entities import remove_mentions
+        from memory.knowledge.entities import remove_mentions
 
         for start in range(0, len(ids), 500):  # their mentions, edges and the names only they held
             remove_mentions(owner, ids[start : start + 500])

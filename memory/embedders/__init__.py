@@ -54,14 +54,14 @@ class EmbeddingError(RuntimeError):
 class Embedder:
     name: str
     dimensions: int
-    # Cosine similarities at which topic upkeep (memory.topics) joins a message to a leaf, cuts a
+    # Cosine similarities at which topic upkeep (memory.organizing.topics) joins a message to a leaf, cuts a
     # run inside a session, and continues a run across an idle gap. They depend on the model:
     # MiniLM spreads unrelated texts down to ~0.25, e5 packs everything into 0.8-0.95.
     topic_join: float = 0.35
     topic_cut: float = 0.18
     topic_merge: float = 0.45
     # Cosine of two query vectors at which the semantic cache may take them for one query (it
-    # also needs the same content words: memory.semantic_cache). Measured with
+    # also needs the same content words: memory.finding.semantic_cache). Measured with
     # `manage.py bench_semantic_cache`: a little under the lowest cosine of the paraphrases
     # whose words are the same. A remote model's is not measured: kept high.
     cache_similarity: float = 0.95

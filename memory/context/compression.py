@@ -162,7 +162,7 @@ def embedder_similarity(query_vector) -> Callable[[Sequence[str]], Sequence[floa
     def similarity(sentences: Sequence[str]) -> Sequence[float]:
         import numpy as np
 
-        from memory.embeddings import get_embedder
+        from memory.embedders import get_embedder
 
         vectors = np.asarray(get_embedder().embed(list(sentences)), dtype=float)
         q = np.asarray(query_vector, dtype=float)

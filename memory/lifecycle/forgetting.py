@@ -26,7 +26,7 @@ from django.db import connection
 from django.db.models import Q, TextField
 from django.db.models.functions import Cast
 
-from memory.compression import STOP_WORDS
+from memory.context.compression import STOP_WORDS
 
 FORGOTTEN = "[forgotten]"
 RUN = 5  # words: a run this long shared with a forgotten text is a copy of it
@@ -197,7 +197,7 @@ class Copies:
     after: Callable[[Any, list], None] | None = None
 
 
-# Tool calls (result, arguments) are added by memory.store, which rebuilds their passages.
+# Tool calls (result, arguments) are added by memory.storage.store, which rebuilds their passages.
 COPIES: list[Copies] = [
     Copies(
         "memory.ContextSnapshot",

@@ -17,7 +17,7 @@
 
 Pinned messages open the memory index and the levels section (older memory as
 SUMMARY lines, META topic groups and ARCHIVE topics) closes it; both are written by
-memory.hierarchy.
+memory.organizing.hierarchy.
 
 Nothing here calls an LLM or walks the whole history in Python: every read is an indexed SQL
 query bounded by a LIMIT, so the cost of a turn stays flat as memory grows.
@@ -36,13 +36,16 @@ from django.db import connection
 from django.utils import timezone
 from pgvector.django import CosineDistance
 
-from memory import entities, facts, hierarchy, rolling_summary, sessions
-from memory.embeddings import query_text
-from memory.labels import count_of
+from memory.context import rolling_summary
+from memory.context.tools import select_tools
+from memory.embedders import query_text
+from memory.finding.search import SearchFilters, SearchHit, in_worker, search
+from memory.knowledge import entities, facts
 from memory.models import ContextSnapshot, Message, PeriodSummary, Topic
-from memory.search import SearchFilters, SearchHit, in_worker, search
+from memory.organizing import hierarchy
+from memory.organizing.labels import count_of
+from memory.storage import sessions
 from memory.tokens import count_tokens
-from memory.tools import select_tools
 
 # The zones, as shares of the budget. Memory gets whatever tools and history leave.
 ZONE_SHARES = {"system": 0.08, "tools": 0.20, "memory": 0.35, "history": 0.25, "reserve": 0.12}
@@ -294,7 +297,7 @@ def prepare_context(
     """Build the context plan for one turn (see the module docstring).
 
     zones: the budget of each zone, given by the chat from the model's window
-    (memory.budget.Allocation.index_zones); without it, max_index_tokens is split by ZONE_SHARES."""
+    (memory.context.budget.Allocation.index_zones); without it, max_index_tokens is split by ZONE_SHARES."""
     started = time.perf_counter()
     deadline = started + settings.INDEX_BUILD_TIMEOUT_MS / 1000
     query = (query or (user_message.content if user_message else "") or "").strip()
@@ -438,9 +441,9 @@ def prepare_context(
 
     writer = _Writer(memory_allowance)
     included: list[str] = []
-    # Pinned messages come first: the person marked them important (memory.hierarchy).
+    # Pinned messages come first: the person marked them important (memory.organizing.hierarchy).
     hierarchy.write_pinned(owner, plan, writer, included, recent_ids, ahead.pinned)
-    # Then what holds now about the people the message names (memory.facts).
+    # Then what holds now about the people the message names (memory.knowledge.facts).
     included += facts.write_index(owner, writer, query)
     # The levels section gets a share of what the strategy would otherwise fill.
     levels_room = hierarchy.levels_room(plan, writer)
@@ -929,7 +932,7 @@ def _simple(plan, writer, hits, left_out, included) -> None:
 
 
 def _query_vector(query: str):
-    from memory.embeddings import get_embedder
+    from memory.embedders import get_embedder
 
     try:
         return get_embedder().embed_query(query_text(query)) if query else None

@@ -28,8 +28,9 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
-from memory import compression, labels
+from memory.context import compression
 from memory.models import Message, Topic, TopicMembership
+from memory.organizing import labels
 
 logger = logging.getLogger(__name__)
 

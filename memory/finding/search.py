@@ -7,7 +7,7 @@ measured by `manage.py eval_recall` on real multi-session conversations
 (../shared/eval/long-conversations), with BM25, keyword-only and dense-only beside it:
 
 - a passage is searched and embedded with its context (the speaker, and the end of the turn it
-  replies to: memory.store.passage_context), so a short reply is found by its subject;
+  replies to: memory.storage.store.passage_context), so a short reply is found by its subject;
 - keyword scores are BM25 (term saturation, length normalisation), not ts_rank_cd;
 - the two ranked lists are fused by z-scores over their candidates, not by reciprocal rank: a
   list that is sure of its first hit says so;
@@ -42,8 +42,8 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.db.utils import OperationalError
 
-from memory import graph
-from memory.embeddings import get_embedder
+from memory.embedders import get_embedder
+from memory.knowledge import graph
 from memory.models import Message, Passage, ToolCall
 
 logger = logging.getLogger(__name__)
@@ -757,8 +757,8 @@ class QueryBoosts:
     without it)."""
 
     period: tuple[dt.datetime, dt.datetime] | None = None
-    text: str = ""  # for the graph boost (memory.graph), which weighs entities by rarity
-    graph: dict[int, float] | None = None  # memory.graph.related(owner, text), if looked up already
+    text: str = ""  # for the graph boost (memory.knowledge.graph), which weighs entities by rarity
+    graph: dict[int, float] | None = None  # memory.knowledge.graph.related(owner, text), if looked up already
 
     @classmethod
     def of(cls, query: str) -> QueryBoosts:
@@ -822,7 +822,7 @@ def _fuse(
         if boosts is not None:
             scores[key] += boosts.bonus(entry.get("timestamp"))
     if boosts is not None and boosts.text:
-        # Graph-aware search (memory.graph); GRAPH_SEARCH turns it off.
+        # Graph-aware search (memory.knowledge.graph); GRAPH_SEARCH turns it off.
         graph.boost_scores(owner, boosts.text, scores, info, relevance=boosts.graph)
     neighbours, chains = _neighbours_and_chains(owner, scores, expand)
     floor = VECTOR_WEIGHT * floor_vector + KEYWORD_WEIGHT * floor_keyword

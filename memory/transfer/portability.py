@@ -1,5 +1,5 @@
 """A user's whole memory out and back in: the Recollect export format and a Markdown
-transcript. Other apps' exports (ChatGPT, Claude) and JSON Lines are read by memory.importers.
+transcript. Other apps' exports (ChatGPT, Claude) and JSON Lines are read by memory.transfer.importers.
 
 The export holds what cannot be derived: conversations, messages (with their edit histories,
 parent tree, deleted flag, metadata and external ids), tool calls, the topic tree with its
@@ -25,10 +25,11 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from memory import models, versions
-from memory.embeddings import get_embedder
+from memory import models
+from memory.embedders import get_embedder
 from memory.errors import MemoryStoreError
-from memory.store import (
+from memory.storage import versions
+from memory.storage.store import (
     NUL_REPLACEMENT,
     clean_content,
     derive_rows,
@@ -847,7 +848,7 @@ def _set_centroids(owner, topics: list[models.Topic], memberships: list[models.T
     """Topic centroids are vectors of the target's model: mean of the members' vectors."""
     import numpy as np
 
-    from memory.topics import message_vectors, unit
+    from memory.organizing.topics import message_vectors, unit
 
     if not topics:
         return
