@@ -68,7 +68,7 @@ from chat.frames import TokenFrames
 from chat.models import ChatAllowance, LimitReached, ReplyDraft, RunningTurn
 from chat.rendering import message_html
 from memory.errors import MemoryStoreError, NotFound
-from memory.lifecycle import forgetting
+from memory.lifecycle import deleting, forgetting
 from memory.models import Conversation, Message
 from memory.storage import store
 
@@ -130,7 +130,8 @@ def _edit(user, conversation, message_id, content) -> tuple[str, str, str | None
 
 def _set_deleted(user, conversation, message_id, deleted: bool) -> tuple[str, str]:
     message = _message_in(user, conversation, message_id)
-    changed = store.delete_message(user, message.pk) if deleted else store.restore_message(user, message.pk)
+    change = deleting.delete_message if deleted else deleting.restore_message
+    changed = change(user, message.pk)
     return changed.pk, message_html(changed, user)
 
 
@@ -144,7 +145,7 @@ def _forget(user, conversation, message_id, copies) -> list[str]:
         raise FrameError("invalid", "copies must be a list of message ids")
     if len(copies) > forgetting.MAX_COPIES_LISTED:
         raise FrameError("invalid", f"at most {forgetting.MAX_COPIES_LISTED} copies at once")
-    return store.forget_message(user, message.pk, copies=copies)
+    return forgetting.forget_message(user, message.pk, copies=copies)
 
 
 def _title(conversation_id: str) -> str:

@@ -17,7 +17,7 @@ from django.views.decorators.vary import vary_on_headers
 
 from chat import branches, drafts
 from chat.models import ChatAllowance, LimitReached, ReplyDraft
-from memory.lifecycle import forgetting
+from memory.lifecycle import deleting, forgetting
 from memory.models import Conversation, Message
 from memory.storage import store
 
@@ -244,7 +244,7 @@ def rename_conversation(request: HttpRequest, conversation_id: str) -> HttpRespo
 @counted
 def delete_conversation(request: HttpRequest, conversation_id: str) -> HttpResponse:
     conv = _get_conversation_for_user(request, conversation_id)
-    store.delete_conversation(request.user, conv.pk)
+    deleting.delete_conversation(request.user, conv.pk)
     if request.htmx:
         return HttpResponse("")
     return redirect("chat:home")

@@ -41,7 +41,7 @@ from explorer.filters import (
 from memory.errors import MemoryStoreError, NotFound
 from memory.finding import semantic_cache
 from memory.finding.search import similar_messages
-from memory.lifecycle import forgetting
+from memory.lifecycle import deleting, forgetting
 from memory.models import (
     ContextSnapshot,
     Conversation,
@@ -969,9 +969,9 @@ def _change_state(request: HttpRequest, message_id: str, *, delete: bool) -> Htt
     error = ""
     try:
         if delete:
-            message = store.delete_message(request.user, message.pk)
+            message = deleting.delete_message(request.user, message.pk)
         else:
-            message = store.restore_message(request.user, message.pk)
+            message = deleting.restore_message(request.user, message.pk)
     except MemoryStoreError as exc:
         error = str(exc)
     if request.htmx:
@@ -1028,7 +1028,7 @@ def message_forget(request: HttpRequest, message_id: str) -> HttpResponse:
         if request.POST.get("confirm") == "forget":
             conversation_id = message.conversation_id
             try:
-                forgotten = store.forget_message(
+                forgotten = forgetting.forget_message(
                     request.user, message.pk, copies=request.POST.getlist("copies")
                 )
             except NotFound:

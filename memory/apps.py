@@ -10,4 +10,8 @@ class MemoryConfig(AppConfig):
     def ready(self) -> None:
         # Connects the receivers that queue upkeep and embedding and hold task leases, in every
         # process: a worker whose first task is not one of memory.tasks' has them too.
-        from memory import tasks  # noqa: F401
+        from memory import signals, tasks  # noqa: F401
+        from memory.context import rolling_summary
+
+        # Storage announces edits, deletes and forgets; the rolling summary follows them.
+        signals.memory_changed.connect(rolling_summary.invalidate_on_change, dispatch_uid="rolling_summary")

@@ -1,5 +1,6 @@
-"""What the storage layer (memory.storage.store) announces once a transaction commits. Background work
-(memory.tasks) listens: storage sits below the tasks that re-derive from it, so it names no task."""
+"""What the storage layer (memory.storage.store) announces. Storage sits below everything that
+derives from it (background work in memory.tasks, the rolling summary of memory.context), so it
+names none of them: they listen."""
 
 from __future__ import annotations
 
@@ -11,3 +12,8 @@ messages_changed = Signal()
 
 # Passages were stored without vectors: background work embeds them. Argument: owner_id.
 passages_unembedded = Signal()
+
+# A message was edited, deleted, restored or forgotten: sent inside that transaction, so what
+# listens changes with it or not at all (the conversation's rolling summary drops the blocks
+# from the one covering `position` onwards). Arguments: owner_id, conversation_id, position.
+memory_changed = Signal()

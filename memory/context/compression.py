@@ -16,24 +16,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-# A sentence ends at . ! ? (followed by a space or the end) or at a line break.
-_SENTENCE = re.compile(r"[^\n]+?(?:[.!?]+(?=\s|$)|(?=\n)|$)", re.S)
+from memory.text import STOP_WORDS, sentence_spans
+
 _WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9_'-]*")
 WEAK_MATCH = 0.5  # a sentence scoring below this share of the best one is left out
-LONG_SENTENCE = 400  # characters; longer "sentences" (lists, logs, code) are cut in pieces
-STOP_WORDS = frozenset(
-    [
-        "a", "an", "and", "are", "as", "at", "be", "but", "by", "did", "do", "does", "for", "from",
-        "had", "has", "have", "he", "her", "his", "how", "i", "if", "in", "is", "it", "its", "me",
-        "my", "no", "not", "of", "on", "or", "our", "she", "so", "that", "the", "their", "them",
-        "then", "there", "they", "this", "to", "was", "we", "were", "what", "when", "where",
-        "which", "who", "why", "will", "with", "would", "you", "your", "about", "remember",
-        "recall", "tell", "mention", "mentioned", "said", "say", "again", "earlier", "please",
-        "know",
-    ]
-)
-
-
 @dataclass
 class Excerpt:
     start: int
@@ -71,27 +57,6 @@ def _stem(word: str) -> str:
 
 def terms(text: str) -> set[str]:
     return {_stem(w) for w in _WORD.findall(text) if w.lower() not in STOP_WORDS}
-
-
-def sentence_spans(text: str) -> list[tuple[int, int]]:
-    """(start, end) of each sentence of `text`, whitespace trimmed; long ones in pieces."""
-    spans = []
-    for m in _SENTENCE.finditer(text):
-        start, end = m.start(), m.end()
-        while start < end and text[start].isspace():
-            start += 1
-        while end > start and text[end - 1].isspace():
-            end -= 1
-        while end - start > LONG_SENTENCE:
-            cut = text.rfind(" ", start + LONG_SENTENCE // 2, start + LONG_SENTENCE)
-            cut = cut if cut > start else start + LONG_SENTENCE
-            spans.append((start, cut))
-            start = cut
-            while start < end and text[start].isspace():
-                start += 1
-        if end > start:
-            spans.append((start, end))
-    return spans
 
 
 def compress(

@@ -10,7 +10,7 @@ without a model, and written by SUMMARY_MODEL when one is configured (extractive
 provider fails).
 
 An edit, delete, restore or forget drops the blocks from the one covering that message onwards
-in the same transaction (`invalidate`, called by memory.storage.store), so removed words never reach a
+in the same transaction (`invalidate`, on storage's memory_changed signal), so removed words never reach a
 prompt through the summary; the next upkeep writes them again.
 
 `for_plan` is what the index builder shows: the blocks that lie on the turn's branch before its
@@ -27,9 +27,9 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 
 from memory import threads
-from memory.context import compression
 from memory.models import ConversationSummary, Message
 from memory.organizing import summaries
+from memory.text import sentence_spans
 from memory.tokens import count_tokens
 
 logger = logging.getLogger(__name__)
@@ -60,6 +60,11 @@ def invalidate(conversation_id: str, position: int) -> None:
     # on and does not save what it read before this change.
     summary.blocks = [b for b in summary.blocks if b["last_position"] < position]
     summary.save(update_fields=["blocks", "updated_at"])
+
+
+def invalidate_on_change(sender, *, conversation_id: str, position: int, **kwargs) -> None:
+    """memory.signals.memory_changed's receiver (connected by memory.apps)."""
+    invalidate(conversation_id, position)
 
 
 # --- upkeep (background) -------------------------------------------------------------------------
@@ -106,7 +111,7 @@ def extractive_digest(messages: list[Message], tokens: int) -> str:
     """Each message's leading sentences, shortened evenly until the digest fits `tokens`."""
     lines = []
     for m in messages:
-        spans = compression.sentence_spans(m.content)
+        spans = sentence_spans(m.content)
         first = " ".join(m.content[s:e] for s, e in spans[:2]) if spans else m.content
         lines.append(f"{m.role}: {_clip(first, 300)}")
     return _fit(lines, tokens)

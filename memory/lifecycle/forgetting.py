@@ -11,6 +11,10 @@ is one line here or there, not a new scrub.
 Replies that quote or restate a forgotten message are messages of their own: `copies_of` lists
 them for the forget dialog, which offers to forget them with it (offline-recall replies and
 replies that paste tool results, ticked by default: they are only copies).
+
+`forget_message` is the whole cascade, in one direction: lock, find what it touched (topics,
+names only it gave), re-link its replies, delete it, scrub every copy, re-title, refresh its
+topics. Storage (memory.storage.store) only writes and reads; it calls nothing here.
 """
 
 from __future__ import annotations
@@ -22,11 +26,24 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.apps import apps
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import Q, TextField
 from django.db.models.functions import Cast
 
-from memory.context.compression import STOP_WORDS
+from memory.errors import ChunkEditError, NotFound
+from memory.knowledge.entities import remove_mentions
+from memory.models import (
+    Conversation,
+    Entity,
+    EntityMention,
+    Message,
+    Passage,
+    TopicMembership,
+    repeats_memory,
+)
+from memory.organizing.topics import refresh, topics_mentioning
+from memory.storage import store
+from memory.text import STOP_WORDS
 
 FORGOTTEN = "[forgotten]"
 RUN = 5  # words: a run this long shared with a forgotten text is a copy of it
@@ -197,7 +214,6 @@ class Copies:
     after: Callable[[Any, list], None] | None = None
 
 
-# Tool calls (result, arguments) are added by memory.storage.store, which rebuilds their passages.
 COPIES: list[Copies] = [
     Copies(
         "memory.ContextSnapshot",
@@ -210,6 +226,8 @@ COPIES: list[Copies] = [
     Copies("memory.SemanticCacheEntry", ("query", "payload")),
     Copies("memory.Fact", ("subject", "value", "statement", "corrected")),
     Copies("memory.ImportJob", ("report", "error")),
+    # A scrubbed tool call's passages are made again from what is left of it.
+    Copies("memory.ToolCall", ("result", "arguments"), store.rebuild_tool_call_passages),
 ]
 
 
@@ -278,8 +296,6 @@ def texts_of(message) -> list[str]:
 def overlap_of(messages: Sequence) -> Overlap:
     """What a copy of these messages shares with them: their texts (every version) and ids
     (their chunks' too)."""
-    from memory.models import Message
-
     ids = {m.pk for m in messages}
     ids.update(Message.objects.filter(chunk_parent_id__in=list(ids)).values_list("pk", flat=True))
     return Overlap([t for m in messages for t in texts_of(m)], ids)
@@ -309,8 +325,6 @@ def copies_of(owner, message) -> list[Copy]:
     and Recollect's own texts (which have no passages) are read whole: the dialog stays quick
     on a large memory."""
     from django.contrib.postgres.search import SearchQuery
-
-    from memory.models import Message, Passage, repeats_memory
 
     overlap = overlap_of([message])
     probes = overlap.probes(limit=None) or []
@@ -348,8 +362,6 @@ def read_by(owner, value: Any) -> dict[str, list[str]]:
     """The owner's messages whose ids `value` (a tool result, a plan: any JSON) names, with
     their texts: what a turn read, so that what it writes later can lose them if they are
     forgotten meanwhile (gone_since_read)."""
-    from memory.models import Message
-
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
     ids = list(dict.fromkeys(_ULID.findall(text)))[:MAX_READ_IDS]
     if not ids:
@@ -377,3 +389,96 @@ def gone_since_read(owner, seen: dict[str, list[str]]) -> Overlap:
         live = {row[0] for row in cursor.fetchall()}
     gone = [i for i in ids if i not in live]
     return Overlap([t for i in gone for t in seen[i]], set(gone))
+
+
+# --- forgetting: the cascade, in one place ------------------------------------------------------
+
+
+def forget_message(owner, message_id: str, *, copies: Sequence[str] = ()) -> list[str]:
+    """Permanent: content, chunks, passages and tool calls are gone, and so is every copy of its
+    words in what was made from it (COPIES: tool results, snapshots, summaries, topics,
+    facts, the conversation's title). Replies are re-linked to the forgotten message's parent
+    so the thread stays connected.
+
+    copies: ids of the owner's other messages that quote it (the forget dialog's ticked ones,
+    from copies_of), forgotten with it in the same transaction. Returns the ids
+    forgotten."""
+    with transaction.atomic():
+        ids = {str(message_id), *(str(c) for c in copies if c)}
+        if any("\x00" in i for i in ids):  # no id holds one (and Postgres refuses it)
+            raise NotFound("message", next(i for i in ids if "\x00" in i))
+        first = store.get_message(owner, message_id, include_deleted=True)
+        if first.is_chunk:
+            raise ChunkEditError(first.pk, first.chunk_parent_id)
+        # All locked at once, in id order, as a turn writing what it read locks them
+        # (gone_since_read): neither waits for the other in a cycle.
+        messages = list(
+            Message.objects.owned_by(owner).logical().filter(pk__in=ids).order_by("pk").select_for_update()
+        )
+        if len(messages) < len(ids):
+            missing = sorted(ids - {m.pk for m in messages})[0]
+            raise NotFound("message", missing)
+        _forget_locked(owner, messages)
+    return [m.pk for m in messages]
+
+
+def _forget_locked(owner, messages: list[Message]) -> None:
+    ids = [m.pk for m in messages]
+    by_id = {m.pk: m for m in messages}
+    # Its topics, found while its memberships still exist (they go with it).
+    topic_ids = topics_mentioning(owner, ids) | set(
+        TopicMembership.objects.filter(message_id__in=ids).values_list("topic_id", flat=True)
+    )
+    overlap = overlap_of(messages)
+    overlap.ids.update(_names_only_in(ids))
+    # Its mentions and its share of the graph's edges go; names only it mentioned go too.
+    remove_mentions(owner, ids)
+    replies = list(
+        Message.objects.filter(parent_id__in=ids, is_chunk=False).exclude(pk__in=ids)
+        .values_list("pk", flat=True)
+    )
+    for message in messages:
+        # The nearest ancestor that stays: a chain of forgotten messages is skipped whole.
+        parent_id = message.parent_id
+        while parent_id in by_id:
+            parent_id = by_id[parent_id].parent_id
+        Message.objects.filter(parent_id=message.pk).exclude(pk__in=ids).update(parent_id=parent_id)
+    conversations = {m.conversation_id for m in messages}
+    Message.objects.filter(pk__in=ids).delete()
+    for message in messages:
+        store.memory_changed(owner, message)
+    store.refresh_reply_context(owner, None, reply_ids=replies)
+    scrub(owner, overlap)
+    _retitle(owner, conversations, overlap)
+    if topic_ids:
+        refresh(owner, topic_ids)  # labels, keywords and summaries lose its words now
+    store.queue_upkeep_on_commit(owner.pk, ids)
+
+
+def _names_only_in(message_ids: Sequence[str]) -> set[str]:
+    """Names that only these messages gave memory (an index lists them as key entities)."""
+    own = EntityMention.objects.filter(message_id__in=list(message_ids)).values_list("entity_id", flat=True)
+    shared = EntityMention.objects.filter(entity_id__in=own).exclude(message_id__in=list(message_ids))
+    names = Entity.objects.filter(pk__in=own).exclude(pk__in=shared.values("entity_id"))
+    return {name for name in names.values_list("name", flat=True) if len(name) >= 3}
+
+
+def _retitle(owner, conversation_ids, overlap) -> None:
+    """A title that copies forgotten words (the one made from a forgotten first message) is made
+    again from the first message that stays, or left empty."""
+    for conversation in Conversation.objects.owned_by(owner).filter(pk__in=list(conversation_ids)):
+        title = conversation.title
+        if not title:
+            continue
+        made_from_it = any(store.auto_title(t).lower() == title.lower() for t in overlap.texts)
+        if not made_from_it and overlap.scrub_text(title) == title:
+            continue
+        first = (
+            Message.objects.filter(conversation=conversation, is_chunk=False, deleted=False, role="user")
+            .order_by("position").values_list("content", flat=True).first()
+        )
+        title = store.auto_title(first) if first else ""
+        if overlap.scrub_text(title) != title:
+            title = ""
+        conversation.title = title.replace(FORGOTTEN, "").strip()
+        conversation.save(update_fields=["title"])

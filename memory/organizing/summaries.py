@@ -28,9 +28,9 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
-from memory.context import compression
 from memory.models import Message, Topic, TopicMembership
 from memory.organizing import labels
+from memory.text import sentence_spans
 
 logger = logging.getLogger(__name__)
 
@@ -115,7 +115,7 @@ def extractive(said: Sequence[Said], weights: dict[str, float], *, language: str
     pool: list[_Sentence] = []
     for i, s in enumerate(said):
         z = (s.closeness - mean) / spread if s.closeness else 0.0
-        for j, (a, b) in enumerate(compression.sentence_spans(s.text[:4000])):
+        for j, (a, b) in enumerate(sentence_spans(s.text[:4000])):
             text = " ".join(s.text[a:b].split())
             tokens = labels.TOKEN.findall(text)
             content = {labels.word_key(t) for t in tokens if labels.content_word(t, stop)}

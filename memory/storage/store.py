@@ -1,4 +1,7 @@
-"""The storage API: store, chunk, embed, edit, delete, restore and forget.
+"""The storage API: store, chunk, embed, read and edit messages and tool calls.
+
+Deleting, restoring and forgetting, which reach what was made from a message (topics,
+entities, summaries, copies of its words), are memory.lifecycle's.
 
 Every function takes the owner and only ever touches that owner's rows; an id of someone
 else's row is reported exactly like an unknown id.
@@ -22,7 +25,6 @@ from django.utils import timezone
 from memory import signals
 from memory.embedders import get_embedder, text_hash
 from memory.errors import ChunkEditError, DeletedMessageError, InvalidContent, NotFound
-from memory.lifecycle import forgetting
 from memory.models import (
     Conversation,
     Message,
@@ -542,7 +544,7 @@ def get_tool_call(owner, call_id: str) -> ToolCall:
 # --- changing ----------------------------------------------------------------------------------
 
 
-def _lock_whole_message(owner, message_id: str) -> Message:
+def lock_whole_message(owner, message_id: str) -> Message:
     """The owner's message `message_id`, locked until the transaction ends, for a change that
     only a whole message takes (a chunk is changed through its message)."""
     try:
@@ -557,7 +559,7 @@ def _lock_whole_message(owner, message_id: str) -> Message:
 def update_message(owner, message_id: str, new_content: str) -> Message:
     """Edit a message in place: same id, history kept, re-chunked and re-embedded."""
     with transaction.atomic():
-        message = _lock_whole_message(owner, message_id)
+        message = lock_whole_message(owner, message_id)
         if message.deleted:
             raise DeletedMessageError(f"message {message.pk} is deleted; restore it before editing")
         content, notes = clean_content(new_content, allow_empty=False)
@@ -583,7 +585,7 @@ def update_message(owner, message_id: str, new_content: str) -> Message:
         message.save(
             update_fields=["content", "snippet", "token_count", "edited", "edit_history", "metadata"]
         )
-        _memory_changed(owner, message)
+        memory_changed(owner, message)
         # Old chunks (and with them their passages) go; the text is re-chunked either way, so
         # crossing the threshold in either direction is handled by the same path.
         message.chunks.all().delete()
@@ -623,121 +625,18 @@ def bounded_history(history: list[dict]) -> tuple[list[dict], int]:
     return kept, len(history) - len(kept)
 
 
-def _memory_changed(owner, message: Message) -> None:
+def memory_changed(owner, message: Message) -> None:
     """An edit, delete, restore or forget of `message`, in its transaction: the memory version
-    moves on (no cache answers from before it) and the conversation's rolling summary loses the
-    blocks from the one covering it onwards (upkeep writes them again)."""
-    from memory.context import rolling_summary
+    moves on (no cache answers from before it), cached results go, and the change is announced
+    (signals.memory_changed: the conversation's rolling summary drops the blocks from the one
+    covering it onwards)."""
     versions.bump(owner.pk)
     # Cached results and replies may quote it: none is reused past this version, and none is
     # kept either (a forgotten message's words must not stay in any row).
     SemanticCacheEntry.objects.filter(owner_id=owner.pk).delete()
-    rolling_summary.invalidate(message.conversation_id, message.position)
-
-
-def _set_deleted(owner, message_id: str, deleted: bool) -> Message:
-    with transaction.atomic():
-        message = _lock_whole_message(owner, message_id)
-        message.deleted = deleted
-        message.deleted_at = timezone.now() if deleted else None
-        message.save(update_fields=["deleted", "deleted_at"])
-        _memory_changed(owner, message)
-        message.chunks.update(deleted=deleted, deleted_at=message.deleted_at)
-        Passage.objects.filter(logical_message_id=message.pk).update(deleted=deleted)
-        if deleted:
-            # Out of the entity graph now, not at upkeep: no edge it made may lift another
-            # message in search (restoring re-indexes it through upkeep).
-            from memory.knowledge.entities import remove_mentions
-
-            remove_mentions(owner, [message.pk])
-        # A deleted message's words leave its replies' context too (and come back on restore).
-        refresh_reply_context(owner, message.pk)
-        queue_upkeep_on_commit(owner.pk, [message.pk])
-    return message
-
-
-def delete_message(owner, message_id: str) -> Message:
-    """Soft delete: kept for undo, never returned by search, index or tools."""
-    return _set_deleted(owner, message_id, True)
-
-
-def restore_message(owner, message_id: str) -> Message:
-    return _set_deleted(owner, message_id, False)
-
-
-def forget_message(owner, message_id: str, *, copies: Sequence[str] = ()) -> list[str]:
-    """Permanent: content, chunks, passages and tool calls are gone, and so is every copy of its
-    words in what was made from it (memory.lifecycle.forgetting: tool results, snapshots, summaries,
-    topics, the conversation's title). Replies are re-linked to the forgotten message's parent
-    so the thread stays connected.
-
-    copies: ids of the owner's other messages that quote it (the forget dialog's ticked ones,
-    from forgetting.copies_of), forgotten with it in the same transaction. Returns the ids
-    forgotten."""
-    with transaction.atomic():
-        ids = {str(message_id), *(str(c) for c in copies if c)}
-        if any("\x00" in i for i in ids):  # no id holds one (and Postgres refuses it)
-            raise NotFound("message", next(i for i in ids if "\x00" in i))
-        first = get_message(owner, message_id, include_deleted=True)
-        if first.is_chunk:
-            raise ChunkEditError(first.pk, first.chunk_parent_id)
-        # All locked at once, in id order, as a turn writing what it read locks them
-        # (forgetting.gone_since_read): neither waits for the other in a cycle.
-        messages = list(
-            Message.objects.owned_by(owner).logical().filter(pk__in=ids).order_by("pk").select_for_update()
-        )
-        if len(messages) < len(ids):
-            missing = sorted(ids - {m.pk for m in messages})[0]
-            raise NotFound("message", missing)
-        _forget_locked(owner, messages)
-    return [m.pk for m in messages]
-
-
-def _forget_locked(owner, messages: list[Message]) -> None:
-    from memory.knowledge.entities import remove_mentions
-    from memory.models import TopicMembership
-    from memory.organizing.topics import refresh, topics_mentioning
-
-    ids = [m.pk for m in messages]
-    by_id = {m.pk: m for m in messages}
-    # Its topics, found while its memberships still exist (they go with it).
-    topic_ids = topics_mentioning(owner, ids) | set(
-        TopicMembership.objects.filter(message_id__in=ids).values_list("topic_id", flat=True)
+    signals.memory_changed.send(
+        Message, owner_id=owner.pk, conversation_id=message.conversation_id, position=message.position
     )
-    overlap = forgetting.overlap_of(messages)
-    overlap.ids.update(_names_only_in(ids))
-    # Its mentions and its share of the graph's edges go; names only it mentioned go too.
-    remove_mentions(owner, ids)
-    replies = list(
-        Message.objects.filter(parent_id__in=ids, is_chunk=False).exclude(pk__in=ids)
-        .values_list("pk", flat=True)
-    )
-    for message in messages:
-        # The nearest ancestor that stays: a chain of forgotten messages is skipped whole.
-        parent_id = message.parent_id
-        while parent_id in by_id:
-            parent_id = by_id[parent_id].parent_id
-        Message.objects.filter(parent_id=message.pk).exclude(pk__in=ids).update(parent_id=parent_id)
-    conversations = {m.conversation_id for m in messages}
-    Message.objects.filter(pk__in=ids).delete()
-    for message in messages:
-        _memory_changed(owner, message)
-    refresh_reply_context(owner, None, reply_ids=replies)
-    forgetting.scrub(owner, overlap)
-    _retitle(owner, conversations, overlap)
-    if topic_ids:
-        refresh(owner, topic_ids)  # labels, keywords and summaries lose its words now
-    queue_upkeep_on_commit(owner.pk, ids)
-
-
-def _names_only_in(message_ids: Sequence[str]) -> set[str]:
-    """Names that only these messages gave memory (an index lists them as key entities)."""
-    from memory.models import Entity, EntityMention
-
-    own = EntityMention.objects.filter(message_id__in=list(message_ids)).values_list("entity_id", flat=True)
-    shared = EntityMention.objects.filter(entity_id__in=own).exclude(message_id__in=list(message_ids))
-    names = Entity.objects.filter(pk__in=own).exclude(pk__in=shared.values("entity_id"))
-    return {name for name in names.values_list("name", flat=True) if len(name) >= 3}
 
 
 TITLE_CHARS = 60
@@ -756,38 +655,12 @@ def auto_title(content: str) -> str:
     return cut.rstrip(" ,.;:-–—") + "…"
 
 
-def _retitle(owner, conversation_ids, overlap) -> None:
-    """A title that copies forgotten words (the one made from a forgotten first message) is made
-    again from the first message that stays, or left empty."""
-    for conversation in Conversation.objects.owned_by(owner).filter(pk__in=list(conversation_ids)):
-        title = conversation.title
-        if not title:
-            continue
-        made_from_it = any(
-            auto_title(t) == title or auto_title(t).lower() == title.lower() for t in overlap.texts
-        )
-        if not made_from_it and overlap.scrub_text(title) == title:
-            continue
-        first = (
-            Message.objects.filter(conversation=conversation, is_chunk=False, deleted=False, role="user")
-            .order_by("position").values_list("content", flat=True).first()
-        )
-        title = auto_title(first) if first else ""
-        if overlap.scrub_text(title) != title:
-            title = ""
-        conversation.title = title.replace(forgetting.FORGOTTEN, "").strip()
-        conversation.save(update_fields=["title"])
-
-
 def rebuild_tool_call_passages(owner, calls: Sequence[ToolCall]) -> None:
     """The passages of tool calls whose text changed (a forget scrubbed them), made again."""
     for call in ToolCall.objects.filter(pk__in=[c.pk for c in calls]).select_related("message"):
         Passage.objects.filter(tool_call_id=call.pk).delete()
         if not call.message.deleted:
             _save_passages(_tool_call_passages(call, call.message), embed=False)
-
-
-forgetting.holds_copies("memory.ToolCall", ("result", "arguments"), rebuild_tool_call_passages)
 
 
 def refresh_reply_context(owner, message_id: str | None, *, reply_ids: Sequence[str] = ()) -> int:
@@ -826,40 +699,6 @@ def refresh_reply_context(owner, message_id: str | None, *, reply_ids: Sequence[
         transaction.on_commit(lambda: queue_embedding(owner.pk))
     Passage.objects.bulk_update(changed, ["context", "embedding", "embedding_model"])
     return len(changed)
-
-
-def delete_conversation(owner, conversation_id: str) -> None:
-    """Delete a conversation with everything in it. Topics that held its messages are re-derived
-    at once (their labels and summaries lose its words; empty ones go), and upkeep is queued for
-    the rest (entities only it mentioned)."""
-    from memory.models import Topic, TopicMembership
-    from memory.organizing.topics import refresh
-
-    with transaction.atomic():
-        conversation = get_conversation(owner, conversation_id)
-        ids = list(
-            Message.objects.owned_by(owner).filter(conversation=conversation, is_chunk=False)
-            .values_list("pk", flat=True)
-        )
-        members = TopicMembership.objects.owned_by(owner).filter(message__conversation=conversation)
-        topic_ids = set(members.values_list("topic_id", flat=True))
-        from memory.knowledge.entities import remove_mentions
-
-        for start in range(0, len(ids), 500):  # their mentions, edges and the names only they held
-            remove_mentions(owner, ids[start : start + 500])
-        conversation.delete()
-        # Cached results of other conversations may quote it: reused no more, and kept no more.
-        versions.bump(owner.pk)
-        SemanticCacheEntry.objects.filter(owner_id=owner.pk).delete()
-        # A topic that only showed one of them as a sample is re-derived too.
-        topic_ids |= {
-            pk for pk, samples in Topic.objects.owned_by(owner).values_list("pk", "sample_message_ids")
-            if set(samples or ()) & set(ids)
-        }
-        if topic_ids:
-            refresh(owner, topic_ids)
-        for start in range(0, len(ids), 500):
-            queue_upkeep_on_commit(owner.pk, ids[start : start + 500])
 
 
 def iter_owner_messages(owner) -> Iterable[Message]:

@@ -203,7 +203,8 @@ async def test_a_stranger_gets_404_for_the_chat_forget_dialog(owner, stranger, c
 
 def test_a_reply_draft_loses_the_words_of_a_message_forgotten_while_it_streams(owner, conversation):
     from chat.models import ReplyDraft
-    from memory.storage.store import forget_message, store_message
+    from memory.lifecycle.forgetting import forget_message
+    from memory.storage.store import store_message
 
     secret = store_message(owner, conversation, "user", SECRET)
     question = store_message(owner, conversation, "user", "where is the key?")
@@ -220,8 +221,9 @@ def test_a_snapshot_saved_after_a_forget_keeps_none_of_what_its_plan_showed(owne
     from chat import turn
     from chat.replies import Reply
     from memory.context import budget
+    from memory.lifecycle.forgetting import forget_message
     from memory.models import ContextSnapshot
-    from memory.storage.store import forget_message, store_message
+    from memory.storage.store import store_message
 
     settings.INDEX_FULL_MAX = 100  # the whole memory is listed: the plan shows the secret
     secret = store_message(owner, conversation, "user", SECRET)

@@ -11,8 +11,9 @@ from django_tasks_db.models import DBTaskResult
 
 from memory import tasks
 from memory.finding import semantic_cache
+from memory.lifecycle.deleting import delete_message
 from memory.models import Message, ToolCall
-from memory.storage.store import delete_message, store_message
+from memory.storage.store import store_message
 from tests.chat.conftest import connect, receive_until
 
 pytestmark = pytest.mark.django_db(transaction=True)

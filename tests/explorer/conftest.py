@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 from django.utils import timezone
 
+from memory.lifecycle import deleting
 from memory.models import (
     ContextSnapshot,
     Entity,
@@ -47,7 +48,7 @@ def build_memory(owner, conversation) -> SimpleNamespace:
     branch = say("assistant", "Regenerated: rotate it with the ops runbook.", 2, question)
     long = say("user", " ".join(f"paragraph{i} tells a long story." for i in range(700)), 60)
     gone = say("user", "A message the user deleted about the deploy key.", 120)
-    store.delete_message(owner, gone.pk)
+    deleting.delete_message(owner, gone.pk)
     # An edit recorded the way store.update_message records it (without loading the embedder).
     Message.objects.filter(pk=answer.pk).update(
         edited=True,

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from memory.context.compression import compress, sentence_spans
+from memory.context.compression import compress
 from memory.context.tools import execute_tool
 from memory.models import Conversation
 from memory.storage.store import store_message
+from memory.text import sentence_spans
 
 FILLER = (
     "The meeting went on about budgets and the quarterly plan for a long while. "

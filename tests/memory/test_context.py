@@ -11,15 +11,10 @@ from django.utils import timezone
 
 from memory.context.tools import execute_tool
 from memory.finding.search import SearchFilters, SearchResults, _keyword_candidates, search
+from memory.lifecycle.deleting import delete_message, restore_message
+from memory.lifecycle.forgetting import forget_message
 from memory.models import Passage
-from memory.storage.store import (
-    NewMessage,
-    delete_message,
-    forget_message,
-    restore_message,
-    store_messages,
-    update_message,
-)
+from memory.storage.store import NewMessage, store_messages, update_message
 
 pytestmark = pytest.mark.django_db
 

@@ -8,6 +8,7 @@ import datetime as dt
 import pytest
 
 from memory.knowledge import facts
+from memory.lifecycle import deleting, forgetting
 from memory.models import Fact
 from memory.storage import store
 from memory.storage.store import NewMessage, store_messages
@@ -140,16 +141,16 @@ def test_text_that_repeats_memory_is_never_a_fact(owner, conversation):
 def test_forgetting_a_source_message_forgets_its_fact_and_what_it_replaced_holds_again(owner, conversation):
     messages = tell(owner, conversation, SCRIPT[:6])
     facts.extract_messages(owner)
-    store.forget_message(owner, messages[5].pk)  # "I moved to Berlin last month."
+    forgetting.forget_message(owner, messages[5].pk)  # "I moved to Berlin last month."
     assert chain(owner, "the user", "lives in") == [("London", day(0), None)]
 
 
 def test_a_deleted_message_hides_its_facts_until_restored(owner, conversation):
     messages = tell(owner, conversation, SCRIPT[:1])
     facts.extract_messages(owner)
-    store.delete_message(owner, messages[0].pk)
+    deleting.delete_message(owner, messages[0].pk)
     assert not Fact.objects.owned_by(owner).current().exists()
-    store.restore_message(owner, messages[0].pk)
+    deleting.restore_message(owner, messages[0].pk)
     assert Fact.objects.owned_by(owner).current().get().value == "London"
 
 

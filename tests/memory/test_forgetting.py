@@ -10,9 +10,10 @@ from django.test import override_settings
 from memory.context.index_builder import prepare_context
 from memory.context.tools import execute_tool
 from memory.finding.search import search
+from memory.lifecycle.deleting import delete_message
+from memory.lifecycle.forgetting import forget_message
 from memory.models import Topic
 from memory.organizing import topics
-from memory.storage.store import delete_message, forget_message
 from memory.tasks import run_upkeep
 from tests.memory.conftest import add_turns
 

@@ -11,6 +11,7 @@ from django.utils import timezone
 from memory.context.tools import execute_tool
 from memory.knowledge import graph
 from memory.knowledge.entities import index_messages, normalize
+from memory.lifecycle import deleting, forgetting
 from memory.models import Entity, EntityEdge, EntityMention, Message
 from memory.storage import store
 from memory.tasks import graph_upkeep
@@ -95,7 +96,7 @@ def test_deleting_a_message_takes_its_mentions_and_edges_out_of_the_graph(
     assert edge("Elena Rostova", "Project Vanguard").weight == 1
     assert edge("Elena Rostova", "Oslo").weight == 1
 
-    store.delete_message(owner, first.pk)
+    deleting.delete_message(owner, first.pk)
 
     assert not EntityMention.objects.filter(message_id=first.pk).exists()
     # The only message tying Elena to the project and to Oslo is gone, and so is the name only
@@ -115,9 +116,9 @@ def test_deleting_a_message_takes_its_mentions_and_edges_out_of_the_graph(
     )
     assert edge("Elena Rostova", "Madrid").weight == 2
     last = Message.objects.filter(content="Elena Rostova is back from Madrid").get()
-    store.forget_message(owner, last.pk)
+    forgetting.forget_message(owner, last.pk)
     assert edge("Elena Rostova", "Madrid").weight == 1
-    store.forget_message(owner, Message.objects.get(content="Elena Rostova flew to Madrid").pk)
+    forgetting.forget_message(owner, Message.objects.get(content="Elena Rostova flew to Madrid").pk)
     assert not Entity.objects.filter(normalized="madrid").exists()
     assert second.pk in set(EntityMention.objects.values_list("message_id", flat=True))
 

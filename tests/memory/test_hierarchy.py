@@ -9,8 +9,9 @@ from django.utils import timezone
 
 from memory.context.index_builder import prepare_context, save_snapshot
 from memory.context.tools import execute_tool
+from memory.lifecycle.deleting import delete_message, restore_message
 from memory.models import Conversation, Message, Topic, TopicMembership
-from memory.storage.store import delete_message, restore_message, store_message, store_tool_call
+from memory.storage.store import store_message, store_tool_call
 from memory.tokens import count_tokens
 from tests.memory.conftest import add_turns
 

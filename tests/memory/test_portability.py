@@ -14,14 +14,8 @@ from django.core.management.base import CommandError
 
 from memory import models
 from memory.embedders import get_embedder
-from memory.storage.store import (
-    NewMessage,
-    delete_message,
-    embed_pending,
-    store_messages,
-    store_tool_call,
-    update_message,
-)
+from memory.lifecycle.deleting import delete_message
+from memory.storage.store import NewMessage, embed_pending, store_messages, store_tool_call, update_message
 from memory.transfer.portability import InvalidExport, export_markdown, export_memory, import_memory
 
 T0 = dt.datetime(2025, 3, 1, 10, 0, tzinfo=dt.UTC)

@@ -19,6 +19,7 @@ from memory.finding.search import (
     query_period,
     search,
 )
+from memory.lifecycle import deleting
 from memory.storage import sessions
 from tests.memory.conftest import add_turns
 
@@ -223,7 +224,6 @@ def test_the_turn_two_replies_after_the_best_hit_joins_the_candidates(owner, con
     the candidates, unless it was deleted, excluded or left out by the search's filters."""
     from memory.finding import search as search_module
     from memory.models import Conversation
-    from memory.storage import store
 
     other = Conversation.objects.create(owner=owner, title="lodges")
     add_turns(owner, other, [f"The lodge number {i} is in the old town." for i in range(30)])
@@ -246,5 +246,5 @@ def test_the_turn_two_replies_after_the_best_hit_joins_the_candidates(owner, con
     assert fact.pk in found()
     assert fact.pk not in found(filters=SearchFilters(conversation_id=other.pk))
     assert fact.pk not in found(exclude_message_ids=[fact.pk])
-    store.delete_message(owner, fact.pk)
+    deleting.delete_message(owner, fact.pk)
     assert fact.pk not in found()

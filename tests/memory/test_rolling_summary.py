@@ -7,8 +7,10 @@ import pytest
 
 from memory.context import rolling_summary
 from memory.context.index_builder import prepare_context
+from memory.lifecycle.deleting import delete_message
+from memory.lifecycle.forgetting import forget_message
 from memory.models import ConversationSummary, Message
-from memory.storage.store import delete_message, forget_message, store_message, update_message
+from memory.storage.store import store_message, update_message
 from tests.chat.conftest import llm_server_instance, scripted_llm  # noqa: F401 - fixtures
 from tests.memory.conftest import EVERYDAY_TEXTS, add_turns
 

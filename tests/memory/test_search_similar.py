@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from memory.finding.search import similar_messages
+from memory.lifecycle import deleting
 from memory.models import Message
 from memory.storage import store
 from tests.memory.conftest import EVERYDAY_TEXTS
@@ -32,7 +33,7 @@ def test_it_finds_the_nearest_messages_but_never_the_message_itself(owner, notes
 def test_it_leaves_out_deleted_messages(owner, notes):
     roof = by_text(notes, "the invoice for the roof repair is overdue")
     shed = by_text(notes, "the garden shed roof leaks again")
-    store.delete_message(owner, shed.pk)
+    deleting.delete_message(owner, shed.pk)
     ids = [s["message"].pk for s in similar_messages(owner, roof, limit=7)]
     assert shed.pk not in ids and ids
 

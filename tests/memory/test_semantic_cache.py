@@ -8,9 +8,11 @@ from django.db import transaction
 
 from memory.context.tools import execute_tool
 from memory.finding import semantic_cache
+from memory.lifecycle.deleting import delete_message
+from memory.lifecycle.forgetting import forget_message
 from memory.models import Conversation, SemanticCacheEntry
 from memory.storage import versions
-from memory.storage.store import delete_message, forget_message, store_message, update_message
+from memory.storage.store import store_message, update_message
 from tests.memory.conftest import EVERYDAY_TEXTS, add_turns
 
 # Versions count transactions: each write here must commit on its own, as in the app.
@@ -107,7 +109,7 @@ def test_a_transaction_that_wrote_memory_bypasses_the_cache(owner, conversation)
 
 
 def test_deleting_a_conversation_empties_the_cache_of_its_words(owner, conversation):
-    from memory.storage.store import delete_conversation
+    from memory.lifecycle.deleting import delete_conversation
 
     elsewhere = Conversation.objects.create(owner=owner)
     add_turns(owner, elsewhere, EVERYDAY_TEXTS)

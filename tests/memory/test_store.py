@@ -7,6 +7,7 @@ import pytest
 from memory.embedders import get_embedder
 from memory.errors import ChunkEditError, DeletedMessageError, InvalidContent, NotFound
 from memory.finding.search import search
+from memory.lifecycle import deleting, forgetting
 from memory.models import Message, Passage, ToolCall
 from memory.storage import store
 from memory.tokens import count_tokens
@@ -147,19 +148,19 @@ def test_an_edit_of_an_empty_text_is_refused_and_loses_nothing(owner, conversati
 
 def test_a_deleted_message_is_never_found_and_restore_brings_it_back(owner, conversation):
     m = store.store_message(owner, conversation, "user", "The vault code is 7714.")
-    store.delete_message(owner, m.pk)
+    deleting.delete_message(owner, m.pk)
     assert search(owner, "vault code 7714").hits == []
     with pytest.raises(NotFound):
         store.get_message(owner, m.pk)
     with pytest.raises(DeletedMessageError):
         store.update_message(owner, m.pk, "changed")
-    store.restore_message(owner, m.pk)
+    deleting.restore_message(owner, m.pk)
     assert [h.id for h in search(owner, "vault code 7714").hits] == [m.pk]
 
 
 def test_deleting_a_chunked_message_hides_its_chunks_too(owner, conversation, small_chunks):
     m = store.store_message(owner, conversation, "user", words(300, "zebra"), embed=True)
-    store.delete_message(owner, m.pk)
+    deleting.delete_message(owner, m.pk)
     assert search(owner, "zebra250").hits == []
     assert not Message.objects.visible_to(owner).filter(chunk_parent=m).exists()
 
@@ -171,7 +172,7 @@ def test_forget_removes_content_chunks_passages_and_tool_calls(owner, conversati
     )
     reply = store.store_message(owner, conversation, "user", "thanks", parent_id=m.pk)
     store.store_tool_call(owner, m, "vector_search", {"query": "x"}, {"hits": []})
-    store.forget_message(owner, m.pk)
+    forgetting.forget_message(owner, m.pk)
     assert not Message.objects.filter(pk=m.pk).exists()
     assert not Message.objects.filter(chunk_parent_id=m.pk).exists()
     assert not Passage.objects.filter(logical_message_id=m.pk).exists()
@@ -232,9 +233,9 @@ def test_a_stranger_sees_none_of_it(owner, stranger, conversation, stranger_conv
         lambda: store.get_message(stranger, m.pk),
         lambda: store.get_message_with_chunks(stranger, m.pk),
         lambda: store.update_message(stranger, m.pk, "hijacked"),
-        lambda: store.delete_message(stranger, m.pk),
-        lambda: store.restore_message(stranger, m.pk),
-        lambda: store.forget_message(stranger, m.pk),
+        lambda: deleting.delete_message(stranger, m.pk),
+        lambda: deleting.restore_message(stranger, m.pk),
+        lambda: forgetting.forget_message(stranger, m.pk),
         lambda: store.store_message(stranger, conversation, "user", "sneaky"),
         lambda: store.store_message(
             stranger, stranger_conversation, "user", "reply", parent_id=m.pk

@@ -8,9 +8,9 @@ from django_tasks import TaskResultStatus
 from django_tasks_db.models import DBTaskResult
 
 from memory import tasks
+from memory.lifecycle.deleting import delete_message
 from memory.models import Topic, UpkeepRun
 from memory.organizing import summaries, topics
-from memory.storage.store import delete_message
 from tests.chat.conftest import llm_server_instance, scripted_llm  # noqa: F401 - fixtures
 from tests.memory.conftest import add_turns
 

@@ -11,8 +11,10 @@ import pytest
 from django.core.management import call_command
 
 from memory.context.tools import MAX_RESULT_CHARS, execute_tool, tool_schemas
+from memory.lifecycle.deleting import delete_message
+from memory.lifecycle.forgetting import forget_message
 from memory.models import Message, ToolCall
-from memory.storage.store import delete_message, forget_message, store_message, store_tool_call
+from memory.storage.store import store_message, store_tool_call
 
 pytestmark = pytest.mark.django_db
 

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import pytest
 from django.utils import timezone
 
+from memory.lifecycle import deleting
 from memory.models import Topic, TopicMembership
 from memory.organizing import topic_tree
 from memory.storage import store
@@ -23,7 +24,7 @@ def tree(owner, conversation):
     gone = store.store_message(
         owner, conversation, "user", "a deleted note", timestamp=t0 + dt.timedelta(hours=2), embed=False
     )
-    store.delete_message(owner, gone.pk)
+    deleting.delete_message(owner, gone.pk)
     root = Topic.objects.create(owner=owner, level=0, label="Databases", message_count=3)
     middle = Topic.objects.create(owner=owner, parent=root, level=1, label="Postgres", message_count=3)
     leaf = Topic.objects.create(

@@ -6,9 +6,10 @@ import re
 import pytest
 from django.utils import timezone
 
+from memory.lifecycle.deleting import delete_message
 from memory.models import PeriodSummary, Topic, TopicMembership
 from memory.organizing import topics
-from memory.storage.store import delete_message, update_message
+from memory.storage.store import update_message
 from memory.tasks import run_upkeep
 from tests.memory.conftest import add_turns
 

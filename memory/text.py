@@ -1,0 +1,42 @@
+"""Plain-text helpers shared by the engine's layers: the stop words that carry no subject, and
+sentence boundaries (for extractive summaries, compressed results and scrubbing)."""
+
+from __future__ import annotations
+
+import re
+
+# A sentence ends at . ! ? (followed by a space or the end) or at a line break.
+_SENTENCE = re.compile(r"[^\n]+?(?:[.!?]+(?=\s|$)|(?=\n)|$)", re.S)
+LONG_SENTENCE = 400  # characters; longer "sentences" (lists, logs, code) are cut in pieces
+STOP_WORDS = frozenset(
+    [
+        "a", "an", "and", "are", "as", "at", "be", "but", "by", "did", "do", "does", "for", "from",
+        "had", "has", "have", "he", "her", "his", "how", "i", "if", "in", "is", "it", "its", "me",
+        "my", "no", "not", "of", "on", "or", "our", "she", "so", "that", "the", "their", "them",
+        "then", "there", "they", "this", "to", "was", "we", "were", "what", "when", "where",
+        "which", "who", "why", "will", "with", "would", "you", "your", "about", "remember",
+        "recall", "tell", "mention", "mentioned", "said", "say", "again", "earlier", "please",
+        "know",
+    ]
+)
+
+
+def sentence_spans(text: str) -> list[tuple[int, int]]:
+    """(start, end) of each sentence of `text`, whitespace trimmed; long ones in pieces."""
+    spans = []
+    for m in _SENTENCE.finditer(text):
+        start, end = m.start(), m.end()
+        while start < end and text[start].isspace():
+            start += 1
+        while end > start and text[end - 1].isspace():
+            end -= 1
+        while end - start > LONG_SENTENCE:
+            cut = text.rfind(" ", start + LONG_SENTENCE // 2, start + LONG_SENTENCE)
+            cut = cut if cut > start else start + LONG_SENTENCE
+            spans.append((start, cut))
+            start = cut
+            while start < end and text[start].isspace():
+                start += 1
+        if end > start:
+            spans.append((start, end))
+    return spans
