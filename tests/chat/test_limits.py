@@ -159,10 +159,16 @@ async def test_tabs_racing_for_the_last_actions_of_the_minute_get_only_what_is_l
 
 
 async def test_a_tab_past_the_concurrent_cap_is_told_busy(owner, scripted_llm, settings):
-    """Three tabs start a turn at the same moment: two run (the default cap), one is refused."""
-    scripted_llm.script(SLOW, match="slow", repeat=True)
+    """Three tabs start a turn at the same moment: two run (the default cap), one is refused.
+
+    The replies wait at a gate until every tab has its answer: a turn that ran to its end
+    before the last tab's frame was read (a busy machine) would give its slot back, and the
+    test would be measuring the machine's speed, not the cap."""
+    held = {"text": " ".join(f"word{i}" for i in range(8)), "pause_after": 2, "gate": "cap"}
+    scripted_llm.script(held, match="all three at once", repeat=True)
     sockets = await tabs(owner, 3)
     answers = await start_turns_at_once(sockets, "slow, all three at once")
+    scripted_llm.post("/_gates", {"open": "cap"})
     refused = [a for a in answers if a["type"] == "error"]
     assert len(refused) == 1 and refused[0]["code"] == "busy" and refused[0]["frame"] == "send"
     assert "another tab" in refused[0]["message"]
