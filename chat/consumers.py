@@ -65,8 +65,10 @@ from django.db.models import Exists, OuterRef
 from chat import drafts, turn
 from chat.db import db, durable
 from chat.frames import TokenFrames
-from chat.models import ChatAllowance, LimitReached, ReplyDraft, RunningTurn
+from chat.models import ReplyDraft, RunningTurn
 from chat.rendering import message_html
+from config.limits import LimitReached
+from config.models import ActionAllowance
 from memory.errors import MemoryStoreError, NotFound
 from memory.lifecycle import deleting, forgetting
 from memory.models import Conversation, Message
@@ -124,7 +126,7 @@ def _edit(user, conversation, message_id, content) -> tuple[str, str, str | None
     after this message."""
     message = _message_in(user, conversation, message_id, include_deleted=True)
     updated = store.update_message(user, message.pk, content)
-    title = turn.retitle_after_edit(conversation.pk, updated, message.content)
+    title = conversation.retitle_after_edit(updated, message.content)
     return updated.pk, message_html(updated, user), title
 
 
@@ -355,7 +357,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
 
     async def _count_action(self) -> None:
         """Count a change to memory against the user's rate limit (raises LimitReached)."""
-        await db(durable(ChatAllowance.count_action, atomic=False))(self.user)
+        await db(durable(ActionAllowance.count_action, atomic=False))(self.user)
 
     # --- turns -----------------------------------------------------------------------------------
 
@@ -364,7 +366,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
             raise FrameError("busy", "A reply is still being written; stop it or wait for it to finish.")
         # Counted, and one of the user's turn slots taken, in one locked transaction: of two
         # tabs racing for the last slot, one gets it and the other is told "busy".
-        held = await db(durable(ChatAllowance.start_turn, atomic=False))(self.user)
+        held = await db(durable(RunningTurn.start, atomic=False))(self.user)
         client_id = frame.get("client_id") if isinstance(frame.get("client_id"), str) else None
         self.stop_event = asyncio.Event()
         _running_turns.setdefault(self.conversation.pk, set()).add(self.stop_event)

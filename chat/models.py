@@ -1,17 +1,18 @@
 """What the chat keeps besides memory: which branch of a conversation is on screen, the
-replies being written, and each user's allowance (rate limit and turns running at once)."""
+replies being written, and the turns running for each user (at most CHAT_MAX_CONCURRENT_TURNS;
+the rate limit they count against is config.models.ActionAllowance)."""
 
 from __future__ import annotations
 
 import datetime as dt
-import math
 
 from django.conf import settings
-from django.contrib.postgres.fields import ArrayField
 from django.db import connection, models, transaction
 from django.utils import timezone
 
 from chat.processes import PROCESS, is_dead
+from config.limits import LimitReached
+from config.models import ActionAllowance
 from memory.models import ContextSnapshot, Conversation, Message, new_ulid
 
 
@@ -61,129 +62,6 @@ class ReplyDraft(models.Model):
         return f"draft {self.id} ({len(self.text)} characters)"
 
 
-class LimitReached(Exception):
-    """An action a user's allowance refuses: `code` is "rate_limited" or "busy"."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
-class ChatAllowance(models.Model):
-    """What a user may still do: the actions counted against CHAT_RATE_LIMIT_PER_MINUTE (every
-    turn started, and every edit, delete, restore and forget) and, through RunningTurn, the turns
-    running now (at most CHAT_MAX_CONCURRENT_TURNS, across tabs and server processes).
-
-    The row is locked (SELECT ... FOR UPDATE) while an action is counted or a turn takes a slot,
-    so two tabs or two server processes racing for the last one are served one after the other:
-    one gets it, the other is refused.
-    """
-
-    user = models.OneToOneField(
-        settings.AUTH_USER_MODEL, primary_key=True, on_delete=models.CASCADE, related_name="+"
-    )
-    # When the counted actions of the last minute happened (older ones are dropped on the way).
-    recent_actions = ArrayField(models.DateTimeField(), default=list, blank=True)
-
-    def __str__(self) -> str:
-        return f"allowance of {self.user_id}"
-
-    @classmethod
-    def count_action(cls, user) -> None:
-        """Count one action that changes memory, or raise LimitReached("rate_limited")."""
-        with transaction.atomic():
-            allowance = cls._locked(user)
-            allowance._count(timezone.now())
-
-    @classmethod
-    def start_turn(cls, user) -> RunningTurn:
-        """Count a turn and take one of the user's turn slots (release it with
-        `RunningTurn.release`), or raise LimitReached ("busy" or "rate_limited").
-
-        Two statements on the path of every turn: the allowance locked with the user's slots
-        read in the same query, then the count saved and the slot taken in one."""
-        with transaction.atomic():
-            now = timezone.now()
-            recent, held = cls._locked_with_slots(user)
-            running, stale = [], []
-            for t in held:
-                (stale if t.is_stale(now) else running).append(t.pk)
-            if stale:
-                RunningTurn.objects.filter(pk__in=stale).delete()
-            cap = settings.CHAT_MAX_CONCURRENT_TURNS
-            if len(running) >= cap:
-                already = "A reply is" if cap == 1 else f"{cap} replies are"
-                raise LimitReached(
-                    "busy",
-                    f"{already} already being written for you (in this or another tab); "
-                    "wait for it to finish or stop it.",
-                )
-            recent = cls._with_action(recent, now)
-            slot = RunningTurn(user=user, process=PROCESS, started_at=now, renewed_at=now)
-            with connection.cursor() as cursor:
-                cursor.execute(
-                    f"WITH counted AS (UPDATE {cls._meta.db_table} SET recent_actions = %s "
-                    f"WHERE user_id = %s) INSERT INTO {RunningTurn._meta.db_table} "
-                    "(id, user_id, process, started_at, renewed_at) VALUES (%s, %s, %s, %s, %s)",
-                    [recent, user.pk, slot.pk, user.pk, slot.process, now, now],
-                )
-            _live_turns.add(slot.pk)
-            return slot
-
-    @classmethod
-    def _locked_with_slots(cls, user) -> tuple[list[dt.datetime], list[RunningTurn]]:
-        """The user's counted actions, their allowance locked until the transaction ends
-        (created on first use), and the turn slots they hold: one query."""
-        sql = (
-            f"SELECT a.recent_actions, t.id, t.process, t.renewed_at FROM {cls._meta.db_table} a "
-            f"LEFT JOIN {RunningTurn._meta.db_table} t ON t.user_id = a.user_id "
-            "WHERE a.user_id = %s FOR UPDATE OF a"
-        )
-        with connection.cursor() as cursor:
-            cursor.execute(sql, [user.pk])
-            rows = cursor.fetchall()
-            if not rows:
-                cls._locked(user)  # created, then locked
-                cursor.execute(sql, [user.pk])
-                rows = cursor.fetchall()
-        slots = [
-            RunningTurn(id=pk, user_id=user.pk, process=process, renewed_at=renewed_at)
-            for _, pk, process, renewed_at in rows
-            if pk is not None
-        ]
-        return list(rows[0][0] or []), slots
-
-    @classmethod
-    def _locked(cls, user) -> ChatAllowance:
-        """The user's allowance, locked until the transaction ends (created on first use)."""
-        allowance = cls.objects.select_for_update().filter(user=user).first()
-        if allowance is None:
-            # ON CONFLICT DO NOTHING: a racing first use waits for the other insert, then locks.
-            cls.objects.bulk_create([cls(user=user)], ignore_conflicts=True)
-            allowance = cls.objects.select_for_update().get(user=user)
-        return allowance
-
-    def _count(self, now) -> None:
-        self.recent_actions = self._with_action(self.recent_actions, now)
-        self.save(update_fields=["recent_actions"])
-
-    @staticmethod
-    def _with_action(actions, now) -> list[dt.datetime]:
-        """The last minute's actions with one more at `now`, or LimitReached("rate_limited")."""
-        limit = settings.CHAT_RATE_LIMIT_PER_MINUTE
-        window = dt.timedelta(minutes=1)
-        recent = sorted(t for t in actions if t > now - window)
-        if len(recent) >= limit:
-            wait = math.ceil((recent[-limit] + window - now).total_seconds())
-            raise LimitReached(
-                "rate_limited",
-                f"That is the limit of {limit} messages and changes a minute (sends, regenerations, "
-                f"edits, deletions); try again in {max(wait, 1)} s.",
-            )
-        return [*recent, now]
-
-
 _live_turns: set[str] = set()  # slots this process holds for turns it is running
 
 
@@ -206,6 +84,65 @@ class RunningTurn(models.Model):
 
     def __str__(self) -> str:
         return f"turn slot {self.id} of {self.user_id}"
+
+    @classmethod
+    def start(cls, user) -> RunningTurn:
+        """Count a turn against the user's ActionAllowance and take one of their turn slots
+        (release it with `release`), or raise LimitReached ("busy" or "rate_limited").
+
+        Three statements on the path of every turn: the allowance locked, the user's slots read,
+        then the count saved and the slot taken in one."""
+        with transaction.atomic():
+            now = timezone.now()
+            recent, held = cls._locked_with_slots(user)
+            running, stale = [], []
+            for t in held:
+                (stale if t.is_stale(now) else running).append(t.pk)
+            if stale:
+                cls.objects.filter(pk__in=stale).delete()
+            cap = settings.CHAT_MAX_CONCURRENT_TURNS
+            if len(running) >= cap:
+                already = "A reply is" if cap == 1 else f"{cap} replies are"
+                raise LimitReached(
+                    "busy",
+                    f"{already} already being written for you (in this or another tab); "
+                    "wait for it to finish or stop it.",
+                )
+            recent = ActionAllowance.with_action(recent, now)
+            slot = cls(user=user, process=PROCESS, started_at=now, renewed_at=now)
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    f"WITH counted AS (UPDATE {ActionAllowance._meta.db_table} SET recent_actions = %s "
+                    f"WHERE user_id = %s) INSERT INTO {cls._meta.db_table} "
+                    "(id, user_id, process, started_at, renewed_at) VALUES (%s, %s, %s, %s, %s)",
+                    [recent, user.pk, slot.pk, user.pk, slot.process, now, now],
+                )
+            _live_turns.add(slot.pk)
+            return slot
+
+    @classmethod
+    def _locked_with_slots(cls, user) -> tuple[list[dt.datetime], list[RunningTurn]]:
+        """The user's counted actions, their allowance locked until the transaction ends
+        (created on first use), then the turn slots they hold.
+
+        Two statements, not one joined SELECT ... FOR UPDATE: under READ COMMITTED a query that
+        waited for the lock re-reads the locked row but not the joined ones, so a tab that waited
+        for another's turn to take its slot would read the slots as they were before, miss that
+        one, and run past the cap. Read after the lock is held, the slots include every turn
+        that took one before."""
+        table = ActionAllowance._meta.db_table
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT recent_actions FROM {table} WHERE user_id = %s FOR UPDATE", [user.pk])
+            row = cursor.fetchone()
+            recent = list(row[0] or []) if row else ActionAllowance.locked(user).recent_actions
+            cursor.execute(
+                f"SELECT id, process, renewed_at FROM {cls._meta.db_table} WHERE user_id = %s", [user.pk]
+            )
+            slots = [
+                cls(id=pk, user_id=user.pk, process=process, renewed_at=renewed_at)
+                for pk, process, renewed_at in cursor.fetchall()
+            ]
+        return recent, slots
 
     def is_stale(self, now) -> bool:
         if self.renewed_at < now - dt.timedelta(seconds=settings.CHAT_TURN_HOLD_SECONDS):

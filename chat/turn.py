@@ -46,6 +46,7 @@ from memory.lifecycle import forgetting
 from memory.models import Conversation, Message
 from memory.organizing import summaries
 from memory.storage import store
+from memory.titles import auto_title
 
 logger = logging.getLogger(__name__)
 
@@ -313,28 +314,10 @@ def _store_user_message(
     branches.set_leaf(conversation, message)
     if not conversation.title:
         # An untitled conversation is named after its first message.
-        title = title_for(message.content)
+        title = auto_title(message.content)
         if Conversation.objects.filter(pk=conversation.pk, title="").update(title=title):
             conversation.title = title
     return message
-
-
-TITLE_CHARS = store.TITLE_CHARS
-title_for = store.auto_title
-
-
-def retitle_after_edit(conversation_id: str, message: Message, previous: str) -> str | None:
-    """A conversation named after its first message is renamed after that message's new text
-    (a title the person wrote stays). The new title, or None."""
-    if message.role != "user" or message.parent_id is not None:
-        return None
-    new = title_for(message.content)
-    # The name it was given: now, or before titles were cut at a word.
-    given = {title_for(previous), " ".join(previous[:200].split())[:TITLE_CHARS]} - {new}
-    if not given:
-        return None
-    renamed = Conversation.objects.filter(pk=conversation_id, title__in=given).update(title=new)
-    return new if renamed else None
 
 
 def _prepare_context(

@@ -16,7 +16,9 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django.views.decorators.vary import vary_on_headers
 
 from chat import branches, drafts
-from chat.models import ChatAllowance, LimitReached, ReplyDraft
+from chat.models import ReplyDraft
+from config.limits import LimitReached
+from config.models import ActionAllowance
 from memory.lifecycle import deleting, forgetting
 from memory.models import Conversation, Message
 from memory.storage import store
@@ -37,7 +39,7 @@ def counted(view):
     @functools.wraps(view)
     def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
         try:
-            ChatAllowance.count_action(request.user)
+            ActionAllowance.count_action(request.user)
         except LimitReached as exc:
             return HttpResponse(exc.message, status=429, content_type="text/plain; charset=utf-8")
         return view(request, *args, **kwargs)

@@ -24,6 +24,8 @@ from django.utils import timezone
 from pgvector.django import HalfVectorField, HnswIndex, VectorField
 from ulid import ULID
 
+from memory.titles import TITLE_CHARS, auto_title
+
 
 def new_ulid() -> str:
     return str(ULID())
@@ -103,6 +105,22 @@ class Conversation(models.Model):
 
     def __str__(self) -> str:
         return self.title or f"Conversation {self.id}"
+
+    def retitle_after_edit(self, message: Message, previous: str) -> str | None:
+        """Named after its first message (`message`, whose text was `previous` before an edit),
+        the conversation is renamed after the new text; a title the person wrote stays. The new
+        title, or None."""
+        if message.role != "user" or message.parent_id is not None:
+            return None
+        new = auto_title(message.content)
+        # The name it was given: now, or before titles were cut at a word.
+        given = {auto_title(previous), " ".join(previous[:200].split())[:TITLE_CHARS]} - {new}
+        if not given:
+            return None
+        if not Conversation.objects.filter(pk=self.pk, title__in=given).update(title=new):
+            return None
+        self.title = new
+        return new
 
 
 class MessageQuerySet(OwnedQuerySet):

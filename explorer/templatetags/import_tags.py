@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django import template
 
-from explorer.imports import shown_jobs
+from explorer.views.imports import shown_jobs
 from memory.transfer.import_jobs import KINDS
 
 register = template.Library()

@@ -44,6 +44,7 @@ from memory.models import (
 from memory.organizing.topics import refresh, topics_mentioning
 from memory.storage import store
 from memory.text import STOP_WORDS
+from memory.titles import auto_title
 
 FORGOTTEN = "[forgotten]"
 RUN = 5  # words: a run this long shared with a forgotten text is a copy of it
@@ -470,14 +471,14 @@ def _retitle(owner, conversation_ids, overlap) -> None:
         title = conversation.title
         if not title:
             continue
-        made_from_it = any(store.auto_title(t).lower() == title.lower() for t in overlap.texts)
+        made_from_it = any(auto_title(t).lower() == title.lower() for t in overlap.texts)
         if not made_from_it and overlap.scrub_text(title) == title:
             continue
         first = (
             Message.objects.filter(conversation=conversation, is_chunk=False, deleted=False, role="user")
             .order_by("position").values_list("content", flat=True).first()
         )
-        title = store.auto_title(first) if first else ""
+        title = auto_title(first) if first else ""
         if overlap.scrub_text(title) != title:
             title = ""
         conversation.title = title.replace(FORGOTTEN, "").strip()

@@ -639,22 +639,6 @@ def memory_changed(owner, message: Message) -> None:
     )
 
 
-TITLE_CHARS = 60
-
-
-def auto_title(content: str) -> str:
-    """The title an untitled conversation gets from its first message: its first words, cut at
-    a word and ended with an ellipsis when the message goes on."""
-    words = " ".join(content[: TITLE_CHARS * 8].split())
-    if len(words) <= TITLE_CHARS:
-        return words
-    cut = words[: TITLE_CHARS - 1]
-    space = cut.rfind(" ")
-    if space > TITLE_CHARS // 3:
-        cut = cut[:space]
-    return cut.rstrip(" ,.;:-–—") + "…"
-
-
 def rebuild_tool_call_passages(owner, calls: Sequence[ToolCall]) -> None:
     """The passages of tool calls whose text changed (a forget scrubbed them), made again."""
     for call in ToolCall.objects.filter(pk__in=[c.pk for c in calls]).select_related("message"):

@@ -245,7 +245,7 @@ def store_payload(job: ImportJob) -> dict[str, Any]:
         _set(job, report=summary, status=ImportJob.Status.EMBEDDING, passages_total=pending,
              passages_embedded=0, stored_at=timezone.now())
         return summary
-    # The upload's text, gzip-compressed (explorer.imports keeps no zip).
+    # The upload's text, gzip-compressed (explorer.views.imports keeps no zip).
     return store(job, parse(gzip.decompress(bytes(raw)).decode("utf-8", "surrogatepass")))
 
 

@@ -302,7 +302,8 @@ def test_a_person_pins_a_message_and_the_model_is_shown_it(person, page, live_da
 
 
 def test_a_pin_refused_past_the_rate_limit_says_why(person, page, live_daphne, browser_llm):
-    from chat.models import ChatAllowance, LimitReached
+    from config.limits import LimitReached
+    from config.models import ActionAllowance
 
     sign_in_and_open_chat(page, live_daphne, person)
     send(page, "The spare key is under the blue flowerpot")
@@ -311,7 +312,7 @@ def test_a_pin_refused_past_the_rate_limit_says_why(person, page, live_daphne, b
         owner = get_user_model().objects.get(username=person[0])
         with pytest.raises(LimitReached):
             for _ in range(1000):
-                ChatAllowance.count_action(owner)
+                ActionAllowance.count_action(owner)
 
     with ThreadPoolExecutor(1) as pool:
         pool.submit(use_up_the_minute).result()

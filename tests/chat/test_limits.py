@@ -120,14 +120,14 @@ async def test_edits_deletes_restores_and_forgets_count_against_the_limit(
 
 
 async def test_the_limit_frees_up_as_its_minute_passes(owner, conversation, scripted_llm, settings):
-    from chat.models import ChatAllowance
+    from config.models import ActionAllowance
 
     ws, refused = await past_the_rate_limit(owner, conversation, settings)
     assert refused["code"] == "rate_limited"
 
     @database_sync_to_async
     def a_minute_passes():
-        allowance = ChatAllowance.objects.get(user=owner)
+        allowance = ActionAllowance.objects.get(user=owner)
         allowance.recent_actions = [t - dt.timedelta(seconds=61) for t in allowance.recent_actions]
         allowance.save()
 
@@ -338,3 +338,60 @@ async def test_tool_calls_past_the_turns_result_budget_are_answered_not_run(
     errors, content = await stored()
     assert errors == [False, False, True, True] and content == "Here is what the log says."
     await ws.disconnect()
+
+
+def test_a_turn_that_waited_for_the_lock_counts_the_slot_taken_meanwhile(owner, settings):
+    """Two turns of one user race for the last slot: the second waits for the first's lock on
+    the allowance, and must then count the slot the first took (READ COMMITTED does not re-read
+    the rows a locking query joined, so reading the slots in that query missed it)."""
+    import threading
+    import time
+
+    from django.db import connection, connections, transaction
+
+    from chat.models import RunningTurn
+    from config.limits import LimitReached
+    from config.models import ActionAllowance
+
+    settings.CHAT_MAX_CONCURRENT_TURNS = 1
+    with transaction.atomic():
+        ActionAllowance.locked(owner)  # the row both will lock
+    took, commit, outcome = threading.Event(), threading.Event(), {}
+
+    def first():
+        try:
+            with transaction.atomic():
+                outcome["first"] = RunningTurn.start(owner)
+                took.set()
+                commit.wait(60)
+        finally:
+            connections.close_all()
+
+    def second():
+        try:
+            outcome["second"] = RunningTurn.start(owner)
+        except LimitReached as exc:
+            outcome["second"] = exc.code
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=first)]
+    threads[0].start()
+    assert took.wait(60)
+    threads.append(threading.Thread(target=second))
+    threads[1].start()
+    deadline = time.monotonic() + 60
+    with connection.cursor() as cursor:  # until the second turn waits for the first's lock
+        while True:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND datname = current_database()"
+            )
+            if cursor.fetchone()[0] or time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
+    commit.set()
+    for t in threads:
+        t.join(60)
+    assert outcome["second"] == "busy"
+    RunningTurn.release(outcome["first"].pk)

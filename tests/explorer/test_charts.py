@@ -3,7 +3,7 @@ from __future__ import annotations
 import math
 
 from explorer import charts
-from explorer.views import diff_segments
+from explorer.views.diff import diff_segments
 
 
 def test_bars_scale_to_the_tallest_and_keep_labels_as_data():

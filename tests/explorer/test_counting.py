@@ -42,7 +42,7 @@ def test_the_paginator_counts_only_past_the_page_asked_for(owner, mem):
 
 def test_a_long_list_says_more_than_and_offers_no_last_page(owner_client, mem, monkeypatch):
     monkeypatch.setattr(
-        "explorer.views.capped_page",
+        "explorer.views.common.capped_page",
         lambda items, number, per_page: CappedPaginator(items, 1, cap=1).get_page(1),
     )
     page = owner_client.get(reverse("explorer:timeline") + "?granularity=month&period=" + _month(mem)).content
