@@ -57,7 +57,7 @@ from memory.models import (
     UpkeepRun,
 )
 from memory.organizing import summaries, topic_tree
-from memory.organizing.topics import period_bounds
+from memory.organizing.periods import period_bounds
 from memory.storage import store
 
 PAGE_SIZE = 25
@@ -216,7 +216,7 @@ def next_turn_strategy(user) -> dict[str, Any]:
 
 def _temporal_overview(user, now: dt.datetime | None = None) -> list[dict[str, Any]]:
     """Today, earlier this week, earlier this month and older: the periods the background upkeep
-    summarizes (memory.organizing.topics.period_bounds), so a count and its summary speak of the same
+    summarizes (memory.organizing.periods.period_bounds), so a count and its summary speak of the same
     messages. A summary written before the latest messages came is left out, not contradicted."""
     bounds = period_bounds(now)
     live = Message.objects.visible_to(user).logical()

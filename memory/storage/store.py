@@ -696,7 +696,7 @@ def forget_message(owner, message_id: str, *, copies: Sequence[str] = ()) -> lis
 def _forget_locked(owner, messages: list[Message]) -> None:
     from memory.knowledge.entities import remove_mentions
     from memory.models import TopicMembership
-    from memory.organizing.topics import refresh, topics_mentioning
+    from memory.organizing.topic_updates import refresh, topics_mentioning
 
     ids = [m.pk for m in messages]
     by_id = {m.pk: m for m in messages}
@@ -833,7 +833,7 @@ def delete_conversation(owner, conversation_id: str) -> None:
     at once (their labels and summaries lose its words; empty ones go), and upkeep is queued for
     the rest (entities only it mentioned)."""
     from memory.models import Topic, TopicMembership
-    from memory.organizing.topics import refresh
+    from memory.organizing.topic_updates import refresh
 
     with transaction.atomic():
         conversation = get_conversation(owner, conversation_id)
