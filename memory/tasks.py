@@ -34,7 +34,7 @@ from memory import signals
 from memory.context import rolling_summary
 from memory.knowledge import entities, facts
 from memory.models import ImportJob, Message, TaskLease, UpkeepRun
-from memory.organizing import summaries, topics
+from memory.organizing import periods, summaries, topic_updates, topics
 from memory.storage import store
 from memory.transfer import import_jobs
 
@@ -88,7 +88,9 @@ def run_upkeep(owner, message_ids: Iterable[str]) -> dict[str, Any]:
         entities.remove_mentions(owner, [m.pk for m in messages if m.deleted or not m.is_source])
         if len(messages) < len(ids):  # some were forgotten: their mentions went with them
             entities.prune_orphans(owner)
-    refreshed = topics.refresh(owner, topics.topics_mentioning(owner, changed)) if changed else {}
+    refreshed = (
+        topic_updates.refresh(owner, topic_updates.topics_mentioning(owner, changed)) if changed else {}
+    )
     # A turn stores its messages without vectors (the model call stays off the turn's path);
     # they get them here, before joining topics by similarity (the embedding cache of the
     # server that ran the turn usually has them already).
@@ -98,8 +100,8 @@ def run_upkeep(owner, message_ids: Iterable[str]) -> dict[str, Any]:
     except Exception:  # noqa: BLE001 - topics then go by session; embed_pending_task retries
         logger.exception("could not embed new messages before topic upkeep")
         embedded = 0
-    assigned = topics.assign_messages(owner, [m.pk for m in live])
-    topics.update_period_summaries(owner)
+    assigned = topic_updates.assign_messages(owner, [m.pk for m in live])
+    periods.update_period_summaries(owner)
     return {
         "messages": len(ids),
         "embedded": embedded,

@@ -29,7 +29,7 @@ from memory.models import (
     Topic,
     UpkeepRun,
 )
-from memory.organizing.topics import period_bounds
+from memory.organizing.periods import period_bounds
 
 
 def _embedder_name() -> str:
@@ -63,7 +63,7 @@ def next_turn_strategy(user) -> dict[str, Any]:
 
 def temporal_overview(user, now: dt.datetime | None = None) -> list[dict[str, Any]]:
     """Today, earlier this week, earlier this month and older: the periods the background upkeep
-    summarizes (memory.organizing.topics.period_bounds), so a count and its summary speak of the same
+    summarizes (memory.organizing.periods.period_bounds), so a count and its summary speak of the same
     messages. A summary written before the latest messages came is left out, not contradicted."""
     bounds = period_bounds(now)
     live = Message.objects.visible_to(user).logical()

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from memory.knowledge.entities import remove_mentions
 from memory.models import Message, Passage, SemanticCacheEntry, Topic, TopicMembership
-from memory.organizing.topics import refresh
+from memory.organizing.topic_updates import refresh
 from memory.storage import store, versions
 
 

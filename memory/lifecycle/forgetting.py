@@ -41,7 +41,7 @@ from memory.models import (
     TopicMembership,
     repeats_memory,
 )
-from memory.organizing.topics import refresh, topics_mentioning
+from memory.organizing.topic_updates import refresh, topics_mentioning
 from memory.storage import store
 from memory.text import STOP_WORDS
 from memory.titles import auto_title

@@ -1,3 +1,3 @@
 """Moving memory in and out: importers (JSON Lines, ChatGPT, Claude), Recollect's own export and
-import (portability) and import jobs that store first and embed in the background.
+import (export, portability) and import jobs that store first and embed in the background.
 """

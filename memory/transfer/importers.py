@@ -23,7 +23,8 @@ from django.utils import timezone
 from memory.errors import MemoryStoreError
 from memory.models import Conversation, Message, Role
 from memory.storage.store import NUL_REPLACEMENT, NewMessage, clean_content, store_messages
-from memory.transfer.portability import FORMAT, InvalidExport
+from memory.transfer.export import FORMAT
+from memory.transfer.portability import InvalidExport
 
 
 @dataclass

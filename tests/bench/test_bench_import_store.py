@@ -10,8 +10,8 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 
 from bench.management.commands.bench_import_store import decoded_cut_points
-from memory import embedders as embeddings
-from memory.embedders import E5Embedder
+from memory.embedders import e5
+from memory.embedders.e5 import E5Embedder
 from memory.models import Message
 
 
@@ -27,4 +27,4 @@ def test_it_prints_a_median_rate_for_each_way_and_leaves_no_user_or_message_behi
     assert not Message.objects.exists()
     # The embedder's own counting is back after the run.
     assert E5Embedder.token_count is not E5Embedder._engine_count
-    assert embeddings._cut_points is not decoded_cut_points
+    assert e5._cut_points is not decoded_cut_points

@@ -82,7 +82,7 @@ def test_the_overview_is_about_the_person_and_leaves_the_engine_to_advanced(owne
 
 
 def test_the_overview_counts_and_summarizes_the_same_periods(owner_client, owner, conversation):
-    from memory.organizing.topics import update_period_summaries
+    from memory.organizing.periods import update_period_summaries
 
     now = timezone.now()
     for days in (0, 0, 1, 2, 3, 4, 5, 6, 40):

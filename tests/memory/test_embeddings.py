@@ -16,7 +16,9 @@ from django.core.management import call_command
 from django.test import override_settings
 
 from bench.chatgpt_export import generate
-from memory.embedders import E5Embedder, LocalEmbedder, _cut_points, get_embedder
+from memory.embedders import get_embedder
+from memory.embedders.e5 import E5Embedder, _cut_points
+from memory.embedders.minilm import LocalEmbedder
 from memory.finding.search import search
 from memory.models import Passage
 from memory.storage import store

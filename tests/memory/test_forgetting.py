@@ -103,7 +103,7 @@ def test_forgetting_reaches_the_tool_results_snapshots_and_topics_that_quoted_it
     from memory.context.index_builder import save_snapshot
     from memory.models import ContextSnapshot, Passage, ToolCall
     from memory.storage.store import store_tool_call
-    from memory.transfer.portability import export_markdown, export_memory
+    from memory.transfer.export import export_markdown, export_memory
 
     secret = history[2]
     question, reply = add_turns(owner, conversation, ["what was that code again?", "Here it is."])

@@ -12,7 +12,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from memory.models import Conversation, Message
-from memory.transfer.portability import export_memory
+from memory.transfer.export import export_memory
 
 T = 1_740_000_000.0  # 2025-02-19T21:20:00Z
 

@@ -175,7 +175,7 @@ def test_index_strategy_overrides_the_choice_by_history_size(owner, conversation
 
 @pytest.mark.django_db
 def test_topics_smaller_than_index_min_cluster_size_are_not_shown_as_clusters(owner, conversation, settings):
-    from memory.organizing import topics
+    from memory.organizing import topic_updates, topics
 
     add_turns(owner, conversation, [
         "we planted tomatoes and basil in the garden",
@@ -185,7 +185,7 @@ def test_topics_smaller_than_index_min_cluster_size_are_not_shown_as_clusters(ow
     ])
     topics.rebuild(owner)
     settings.INDEX_STRATEGY = "clusters"
-    biggest = max(t.message_count for t in topics.leaves_qs(owner))
+    biggest = max(t.message_count for t in topic_updates.leaves_qs(owner))
     settings.INDEX_MIN_CLUSTER_SIZE = biggest
     assert "Cluster:" in prepare_context(owner, conversation, "garden tomatoes").text
     settings.INDEX_MIN_CLUSTER_SIZE = biggest + 1
@@ -197,11 +197,11 @@ def test_topics_smaller_than_index_min_cluster_size_are_not_shown_as_clusters(ow
 def test_topic_and_period_counts_the_model_reads_say_1_message(owner, conversation, settings, strategy):
     import re
 
-    from memory.organizing import topics
+    from memory.organizing import periods, topics
 
     add_turns(owner, conversation, ["we planted tomatoes and basil in the garden"])
     topics.rebuild(owner)
-    topics.update_period_summaries(owner)
+    periods.update_period_summaries(owner)
     settings.INDEX_STRATEGY = strategy
     settings.INDEX_MIN_CLUSTER_SIZE = 1
     text = prepare_context(owner, conversation, "garden tomatoes").text

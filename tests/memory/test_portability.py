@@ -16,7 +16,8 @@ from memory import models
 from memory.embedders import get_embedder
 from memory.lifecycle.deleting import delete_message
 from memory.storage.store import NewMessage, embed_pending, store_messages, store_tool_call, update_message
-from memory.transfer.portability import InvalidExport, export_markdown, export_memory, import_memory
+from memory.transfer.export import export_markdown, export_memory
+from memory.transfer.portability import InvalidExport, import_memory
 
 T0 = dt.datetime(2025, 3, 1, 10, 0, tzinfo=dt.UTC)
 LONG = " ".join(f"Line {i} of the deployment log says node-{i} restarted cleanly." for i in range(40))

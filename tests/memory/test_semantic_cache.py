@@ -160,7 +160,9 @@ def test_the_word_rule_sets_aside_case_punctuation_stop_words_and_endings_but_no
 
 
 def test_the_similarity_threshold_is_the_embedders_own_unless_set(settings):
-    from memory.embedders import E5Embedder, LocalEmbedder, get_embedder
+    from memory.embedders import get_embedder
+    from memory.embedders.e5 import E5Embedder
+    from memory.embedders.minilm import LocalEmbedder
 
     assert E5Embedder.cache_similarity != LocalEmbedder.cache_similarity
     settings.SEMANTIC_CACHE_SIMILARITY = None

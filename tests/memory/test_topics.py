@@ -8,7 +8,8 @@ from django.utils import timezone
 
 from memory.lifecycle.deleting import delete_message
 from memory.models import PeriodSummary, Topic, TopicMembership
-from memory.organizing import topics
+from memory.organizing import topic_updates, topics
+from memory.organizing.periods import update_period_summaries
 from memory.storage.store import update_message
 from memory.tasks import run_upkeep
 from tests.memory.conftest import add_turns
@@ -114,7 +115,7 @@ def test_period_summaries_cover_today_week_month_and_older(owner, conversation):
     add_turns(
         owner, conversation, ["fresh memory about kites"], start=now - dt.timedelta(minutes=5)
     )
-    topics.update_period_summaries(owner)
+    update_period_summaries(owner)
     periods = {p.period: p for p in PeriodSummary.objects.owned_by(owner)}
     assert set(periods) == {"today", "this_week", "this_month", "older"}
     assert periods["older"].message_count == 1
@@ -135,7 +136,7 @@ def test_a_new_message_never_joins_an_old_leaf(owner, conversation):
     add_turns(owner, conversation, GARDEN, start=start)
     add_turns(owner, conversation, DATABASE, start=start + dt.timedelta(hours=5))
     topics.rebuild(owner)
-    before = {t.pk: t.period_end for t in topics.leaves_qs(owner)}
+    before = {t.pk: t.period_end for t in topic_updates.leaves_qs(owner)}
     later = add_turns(owner, conversation, [GARDEN[0]], start=start + dt.timedelta(days=1))
     run_upkeep(owner, [later[0].pk])
     leaf = TopicMembership.objects.owned_by(owner).get(message=later[0]).topic
@@ -143,7 +144,7 @@ def test_a_new_message_never_joins_an_old_leaf(owner, conversation):
     for pk, end in before.items():
         if pk != leaf.pk:
             assert Topic.objects.get(pk=pk).period_end == end, "an old leaf was stretched"
-    ordered = sorted(topics.leaves_qs(owner), key=lambda t: (t.level, t.parent_id or "", t.order))
+    ordered = sorted(topic_updates.leaves_qs(owner), key=lambda t: (t.level, t.parent_id or "", t.order))
     for parent in {t.parent_id for t in ordered}:
         siblings = [t for t in ordered if t.parent_id == parent]
         starts = [t.period_start for t in siblings]

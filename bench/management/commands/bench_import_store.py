@@ -21,21 +21,21 @@ from django.core.management.base import BaseCommand
 
 from bench.chatgpt_export import generate
 from bench.scratch import add_database_argument, use_database
-from memory import embedders as embeddings
-from memory.embedders import E5Embedder, get_embedder
+from memory.embedders import e5, get_embedder
+from memory.embedders.e5 import E5Embedder
 from memory.tokens import encoding
 from memory.transfer import import_jobs
 
 
 def decoded_cut_points(text: str) -> list[int]:
-    """embeddings._cut_points as it was: every token decoded for its offset."""
+    """e5._cut_points as it was: every token decoded for its offset."""
     enc = encoding()
     _, offsets = enc.decode_with_offsets(enc.encode(text, disallowed_special=()))
     return sorted({0, len(text), *offsets})
 
 
 MODES = {
-    "now": (E5Embedder.token_count, embeddings._cut_points),
+    "now": (E5Embedder.token_count, e5._cut_points),
     "before (whole-text counts, decoded cut points)": (E5Embedder._engine_count, decoded_cut_points),
 }
 
@@ -57,7 +57,7 @@ class Command(BaseCommand):
             for run in range(opts["runs"]):
                 for mode, (count, cut_points) in MODES.items():
                     E5Embedder.token_count = count
-                    embeddings._cut_points = cut_points
+                    e5._cut_points = cut_points
                     # A fresh embedder's word counts start empty, as in a new process.
                     get_embedder.cache_clear()
                     get_embedder().token_count("warm " * 40)
@@ -74,7 +74,7 @@ class Command(BaseCommand):
                     self.stdout.write(f"run {run + 1} {mode}: {parsed.messages} messages in {seconds:.1f} s, "
                                       f"{parsed.messages / seconds:.1f} messages/s")
         finally:
-            E5Embedder.token_count, embeddings._cut_points = MODES["now"]
+            E5Embedder.token_count, e5._cut_points = MODES["now"]
             get_embedder.cache_clear()
         for mode, values in rates.items():
             median = statistics.median(values)

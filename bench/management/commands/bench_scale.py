@@ -166,7 +166,7 @@ class Command(BaseCommand):
                     cursor.execute(how)
                     self.stderr.write(f"  {name}: {time.perf_counter() - t0:.1f}s")
         _vacuum()
-        from memory.organizing.topics import update_period_summaries
+        from memory.organizing.periods import update_period_summaries
 
         update_period_summaries(user)
         return time.perf_counter() - started

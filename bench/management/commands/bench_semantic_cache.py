@@ -15,7 +15,9 @@ import numpy as np
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from memory.embedders import E5Embedder, Embedder, LocalEmbedder, query_text
+from memory.embedders import Embedder, query_text
+from memory.embedders.e5 import E5Embedder
+from memory.embedders.minilm import LocalEmbedder
 from memory.finding.semantic_cache import reply_terms, search_terms
 
 PAIRS = Path(__file__).resolve().parents[2] / "data" / "semantic_cache_pairs.jsonl"

@@ -8,7 +8,7 @@ from pathlib import Path
 from django.core.management.base import BaseCommand
 
 from memory.management.users import existing_user
-from memory.transfer.portability import export_markdown, export_memory
+from memory.transfer.export import export_markdown, export_memory
 
 
 class Command(BaseCommand):

@@ -1,0 +1,301 @@
+"""The Embedder every backend builds on: the vector cache, prefetching, and the micro-batcher
+that runs a local model on one thread of its own.
+
+A local model is run by one thread of its own (a micro-batcher): callers on any thread queue
+their texts and wait; the model thread runs at once when idle, and otherwise takes everything
+that arrived during its last call (up to BATCH_EMBEDDING_SIZE texts) into the next one. A lone
+query waits for nothing, and a hundred chat turns embedding at once make a handful of batched
+calls instead of a hundred concurrent ones fighting over the cores.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import queue
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import Sequence
+from concurrent.futures import Future
+
+import numpy as np
+
+
+def text_hash(text: str) -> str:
+    return hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+class EmbeddingError(RuntimeError):
+    pass
+
+
+class Embedder:
+    name: str
+    dimensions: int
+    # Cosine similarities at which topic upkeep (memory.organizing.topics) joins a message to a leaf, cuts a
+    # run inside a session, and continues a run across an idle gap. They depend on the model:
+    # MiniLM spreads unrelated texts down to ~0.25, e5 packs everything into 0.8-0.95.
+    topic_join: float = 0.35
+    topic_cut: float = 0.18
+    topic_merge: float = 0.45
+    # Cosine of two query vectors at which the semantic cache may take them for one query (it
+    # also needs the same content words: memory.finding.semantic_cache). Measured with
+    # `manage.py bench_semantic_cache`: a little under the lowest cosine of the paraphrases
+    # whose words are the same. A remote model's is not measured: kept high.
+    cache_similarity: float = 0.95
+    load_seconds: float = 0.0
+    # Run the model on one thread of its own, batching concurrent callers' texts together.
+    micro_batch: bool = False
+    # Texts of background (bulk) requests per model call: a query arriving meanwhile waits for
+    # one such call at most.
+    bulk_per_call: int = 16
+
+    def __init__(self, batch_size: int, cache_size: int) -> None:
+        self.batch_size = batch_size
+        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._cache_size = cache_size
+        self._lock = threading.Lock()
+        self._batcher: _MicroBatcher | None = None
+        # Texts a prefetch is embedding right now (hash -> where its vector will be).
+        self._inflight: dict[str, _InFlight] = {}
+        self._batcher_lock = threading.Lock()
+        self._model = None
+        self._load_lock = threading.Lock()
+
+    @property
+    def model(self):
+        """The loaded model (a local embedder's): loaded on first use, once, timed."""
+        if self._model is None:
+            with self._load_lock:
+                if self._model is None:
+                    started = time.perf_counter()
+                    model = self._load()
+                    self.load_seconds = time.perf_counter() - started
+                    self._model = model
+        return self._model
+
+    def _load(self):
+        raise NotImplementedError
+
+    # -- to implement --------------------------------------------------------------------------
+    def _embed_batch(self, texts: list[str]) -> np.ndarray:
+        raise NotImplementedError
+
+    def passages(self, text: str) -> list[tuple[int, int]]:
+        raise NotImplementedError
+
+    # -- shared --------------------------------------------------------------------------------
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """One normalised float32 vector per text (shape: len(texts) x dimensions)."""
+        out = np.zeros((len(texts), self.dimensions), dtype=np.float32)
+        todo: dict[str, list[int]] = {}
+        for i, text in enumerate(texts):
+            key = text_hash(text)
+            cached = self._cache.get(key) if self._cache_size else None
+            if cached is None and key in self._inflight:
+                # Being embedded for a prefetch right now: wait for that rather than embed twice.
+                try:
+                    cached = self._inflight[key].vector()
+                except KeyError:  # it finished (and was cached) or failed meanwhile
+                    cached = self._cache.get(key)
+                except Exception:  # noqa: BLE001 - the prefetch failed: embed it here instead
+                    cached = None
+            if cached is not None:
+                out[i] = cached
+            else:
+                todo.setdefault(key, []).append(i)
+        if todo:
+            keys = list(todo)
+            unique_texts = [texts[todo[k][0]] for k in keys]
+            if self.micro_batch:
+                vectors = self._get_batcher().embed(unique_texts)
+            else:
+                vectors = np.concatenate(
+                    [
+                        self._embed_checked(unique_texts[start : start + self.batch_size])
+                        for start in range(0, len(unique_texts), self.batch_size)
+                    ]
+                )
+            for k, vec in zip(keys, vectors, strict=True):
+                for i in todo[k]:
+                    out[i] = vec
+                self._remember(k, vec)
+        return out
+
+    def _embed_checked(self, batch: list[str]) -> np.ndarray:
+        """One model call: normalised vectors, shape checked."""
+        vectors = self._embed_batch(batch)
+        if vectors.shape != (len(batch), self.dimensions):
+            raise EmbeddingError(
+                f"{self.name} returned vectors of shape {vectors.shape}, expected "
+                f"({len(batch)}, {self.dimensions}); check EMBEDDING_DIMENSIONS"
+            )
+        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+        return (vectors / np.where(norms == 0, 1, norms)).astype(np.float32, copy=False)
+
+    def _get_batcher(self) -> _MicroBatcher:
+        if self._batcher is None:
+            with self._batcher_lock:
+                if self._batcher is None:
+                    self._batcher = _MicroBatcher(self)
+        return self._batcher
+
+    def embed_one(self, text: str) -> np.ndarray:
+        return self.embed([text])[0]
+
+    def embed_query(self, text: str) -> np.ndarray:
+        """The vector to search stored passages with (a model trained with query and passage
+        prefixes gives a different one than `embed_one`)."""
+        return self.embed_one(text)
+
+    def prefetch_query(self, texts: Sequence[str]) -> Future | None:
+        """`prefetch` for texts that will be embedded with `embed_query`."""
+        return self.prefetch(texts)
+
+    def prefetch(self, texts: Sequence[str]) -> Future | None:
+        """Start embedding `texts` into the cache without waiting (None: nothing to do, or this
+        embedder does not batch). An async caller awaits `asyncio.wrap_future(...)` and holds
+        no thread meanwhile; a later `embed()` of the same texts is then a cache hit."""
+        if not self.micro_batch or not self._cache_size:
+            return None
+        todo = list(
+            dict.fromkeys(
+                t for t in texts if text_hash(t) not in self._cache and text_hash(t) not in self._inflight
+            )
+        )
+        if not todo:
+            return None
+        keys = [text_hash(t) for t in todo]
+        request = self._get_batcher().submit(todo)
+        for i, key in enumerate(keys):
+            self._inflight[key] = _InFlight(request, i)
+
+        def remember(future: Future) -> None:
+            if future.exception() is None:
+                for key, vec in zip(keys, future.result(), strict=True):
+                    self._remember(key, vec)
+            for key in keys:
+                self._inflight.pop(key, None)
+
+        request.add_done_callback(remember)
+        return request
+
+    def _remember(self, key: str, vec: np.ndarray) -> None:
+        if not self._cache_size:
+            return
+        with self._lock:
+            self._cache[key] = vec
+            self._cache.move_to_end(key)
+            while len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+
+
+class _MicroBatcher:
+    """One thread that runs every model call of an embedder, batching what callers queue.
+
+    Requests are served in arrival order, but a big request (background re-embedding) is cut
+    into pieces of `embedder.bulk_per_call` texts and small ones (a chat message, a query) that
+    arrive meanwhile go first, so an interactive turn never waits behind a whole bulk job.
+    """
+
+    SMALL = 8  # texts: requests up to this size count as interactive
+
+    def __init__(self, embedder: Embedder) -> None:
+        self.embedder = embedder
+        self.inbox: queue.SimpleQueue[_Request] = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._run, name="embedding-batcher", daemon=True)
+        self.thread.start()
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        if threading.current_thread() is self.thread:  # re-entrant use: just run it
+            return self.embedder._embed_checked(texts)
+        return self.submit(texts).result()
+
+    def submit(self, texts: list[str]) -> Future:
+        request = _Request(texts, self.embedder.dimensions)
+        self.inbox.put(request)
+        return request.future
+
+    def _run(self) -> None:
+        small: deque[_Request] = deque()
+        bulk: deque[_Request] = deque()
+
+        def take(request: _Request) -> None:
+            (small if len(request.texts) <= self.SMALL else bulk).append(request)
+
+        while True:
+            if not small and not bulk:
+                take(self.inbox.get())
+            while True:  # whatever else is already waiting
+                try:
+                    take(self.inbox.get_nowait())
+                except queue.Empty:
+                    break
+            # Build one batch: interactive requests first, then pieces of bulk ones.
+            batch: list[tuple[_Request, int, int]] = []  # request, from, to
+            room = self.embedder.batch_size
+            for pending in (small, bulk):
+                if pending is bulk:  # a query arriving meanwhile waits for one short call only
+                    room = min(room, self.embedder.bulk_per_call)
+                for request in pending:
+                    if room <= 0:
+                        break
+                    n = min(room, len(request.texts) - request.done)
+                    batch.append((request, request.done, request.done + n))
+                    room -= n
+            texts = [t for r, a, b in batch for t in r.texts[a:b]]
+            try:
+                vectors = self.embedder._embed_checked(texts)
+            except BaseException as exc:  # noqa: BLE001 - handed to every waiting caller
+                for request, _, _ in batch:
+                    for pending in (small, bulk):
+                        if request in pending:
+                            pending.remove(request)
+                    if not request.future.done():
+                        request.future.set_exception(exc)
+                continue
+            at = 0
+            for request, a, b in batch:
+                request.vectors[a:b] = vectors[at : at + (b - a)]
+                at += b - a
+                request.done = b
+                if b == len(request.texts):
+                    (small if request in small else bulk).remove(request)
+                    request.future.set_result(request.vectors)
+
+
+class _InFlight:
+    __slots__ = ("future", "index")
+
+    def __init__(self, future: Future, index: int) -> None:
+        self.future = future
+        self.index = index
+
+    def vector(self) -> np.ndarray:
+        return self.future.result()[self.index]
+
+
+class _Request:
+    __slots__ = ("texts", "done", "vectors", "future")
+
+    def __init__(self, texts: list[str], dimensions: int) -> None:
+        self.texts = texts
+        self.done = 0
+        self.vectors = np.zeros((len(texts), dimensions), dtype=np.float32)
+        self.future: Future = Future()
+
+
+def _slices(text: str, size: int) -> list[tuple[int, int]]:
+    """Consecutive spans of about `size` characters covering `text`, cut at a space where
+    there is one, so a 5 MB message is never tokenised in one piece."""
+    out = []
+    base = 0
+    while base < len(text):
+        end = min(len(text), base + size)
+        if end < len(text):
+            ws = text.rfind(" ", base + size // 2, end)
+            if ws > base:
+                end = ws
+        out.append((base, end))
+        base = end
+    return out

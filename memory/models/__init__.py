@@ -1,0 +1,80 @@
+"""The memory data model, in Postgres with pgvector.
+
+Every row carries its owner and every query goes through a QuerySet method that filters by
+owner (`Message.objects.owned_by(user)`), so memory is shardable by user and never leaks.
+
+The models live in modules by concern; every name is exported here, so `memory.models.X` is
+where callers (and the migrations) find it.
+"""
+
+from __future__ import annotations
+
+from memory.models.conversations import (
+    PASSAGE_HNSW,
+    QUOTED_SHARE,
+    QUOTES_MEMORY,
+    Conversation,
+    Message,
+    MessageQuerySet,
+    OwnedQuerySet,
+    Passage,
+    PassageQuerySet,
+    Role,
+    ToolCall,
+    ToolCallQuerySet,
+    is_system_text,
+    new_ulid,
+    passage_hnsw_sql,
+    quoted_share,
+    repeats_memory,
+)
+from memory.models.knowledge import Entity, EntityEdge, EntityMention, Fact, FactQuerySet
+from memory.models.topics import PeriodSummary, Topic, TopicMembership
+from memory.models.upkeep import (
+    CacheCounter,
+    ContextSnapshot,
+    ConversationSummary,
+    ImportJob,
+    ImportJobQuerySet,
+    MemoryVersion,
+    SemanticCacheEntry,
+    TaskLease,
+    UpkeepRun,
+)
+
+__all__ = [
+    "PASSAGE_HNSW",
+    "QUOTED_SHARE",
+    "QUOTES_MEMORY",
+    "CacheCounter",
+    "ContextSnapshot",
+    "Conversation",
+    "ConversationSummary",
+    "Entity",
+    "EntityEdge",
+    "EntityMention",
+    "Fact",
+    "FactQuerySet",
+    "ImportJob",
+    "ImportJobQuerySet",
+    "MemoryVersion",
+    "Message",
+    "MessageQuerySet",
+    "OwnedQuerySet",
+    "Passage",
+    "PassageQuerySet",
+    "PeriodSummary",
+    "Role",
+    "SemanticCacheEntry",
+    "TaskLease",
+    "ToolCall",
+    "ToolCallQuerySet",
+    "Topic",
+    "TopicMembership",
+    "UpkeepRun",
+    "is_system_text",
+    "new_ulid",
+    "passage_hnsw_sql",
+    "quoted_share",
+    "repeats_memory",
+]

@@ -1,0 +1,240 @@
+"""The records of background work and the caches: what a turn was shown, upkeep runs and task
+leases, the rolling conversation summary, the memory version, the semantic caches and imports."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+from pgvector.django import VectorField
+
+from memory.models.conversations import Conversation, Message, OwnedQuerySet, new_ulid
+
+
+class ContextSnapshot(models.Model):
+    """Exactly what the model was shown on one turn: the plan, its text and how it was built."""
+
+    id = models.CharField(primary_key=True, max_length=26, default=new_ulid, editable=False)
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    conversation = models.ForeignKey(
+        Conversation, on_delete=models.CASCADE, related_name="snapshots"
+    )
+    user_message = models.ForeignKey(
+        Message, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    # The assistant turn this plan was built for (set once that message is stored).
+    message = models.OneToOneField(
+        Message, null=True, blank=True, on_delete=models.CASCADE, related_name="context_snapshot"
+    )
+    query = models.TextField(blank=True, default="")
+    strategy = models.CharField(max_length=32)
+    reason = models.TextField(blank=True, default="")
+    text = models.TextField(blank=True, default="")
+    tokens_by_zone = models.JSONField(default=dict, blank=True)
+    budget = models.IntegerField(default=0)
+    included_ids = models.JSONField(default=list, blank=True)
+    hits = models.JSONField(default=list, blank=True)
+    fallbacks = models.JSONField(default=list, blank=True)
+    tools_offered = models.JSONField(default=list, blank=True)
+    plan = models.JSONField(default=dict, blank=True)
+    build_ms = models.FloatField(default=0.0)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = OwnedQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["owner", "conversation", "-created_at"], name="snapshot_owner_conv")]
+
+
+class UpkeepRun(models.Model):
+    """A record of background upkeep (topic upkeep, rebuilds, re-embedding, cleanup)."""
+
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    kind = models.CharField(max_length=64)
+    started_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    ok = models.BooleanField(default=True)
+    detail = models.JSONField(default=dict, blank=True)
+    # The queued task (DBTaskResult id) this run belongs to, so a task requeued after its worker
+    # died marks its own run as stopped and no other. Empty for runs made outside a worker.
+    task_id = models.UUIDField(null=True, blank=True, editable=False)
+
+    objects = OwnedQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-started_at"]
+        indexes = [
+            models.Index(fields=["owner", "kind", "-started_at"], name="upkeep_owner_kind"),
+            models.Index(fields=["task_id"], name="upkeep_task"),
+        ]
+
+
+class TaskLease(models.Model):
+    """Proof that a background task's worker is alive: while the task runs, its worker pushes
+    `expires_at` forward (memory.tasks). A RUNNING task whose lease has expired lost its worker
+    and is queued again; one with a fresh lease is left alone however long it runs."""
+
+    task = models.OneToOneField(
+        "django_tasks_database.DBTaskResult", primary_key=True, on_delete=models.CASCADE, related_name="+"
+    )
+    expires_at = models.DateTimeField()
+
+
+# --- the rolling conversation summary, the memory version, the caches -------------------------
+
+
+class ConversationSummary(models.Model):
+    """The rolling summary of a conversation beyond its recent window, kept by
+    background upkeep (memory.context.rolling_summary). `blocks` is the chain, oldest first: each block
+    digests a stretch of the conversation's branch, {first_id, last_id, first_position,
+    last_position, count, text, source}. An edit, delete or forget drops the blocks from the
+    one covering it onwards in its own transaction, so no removed text is ever shown."""
+
+    conversation = models.OneToOneField(
+        Conversation, primary_key=True, on_delete=models.CASCADE, related_name="rolling_summary"
+    )
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    blocks = models.JSONField(default=list, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = OwnedQuerySet.as_manager()
+
+
+class MemoryVersion(models.Model):
+    """A counter per owner, bumped once by every transaction that stores, edits, deletes,
+    restores or forgets memory (memory.storage.versions): cached search results and replies are only
+    reused at the version they were made at."""
+
+    owner = models.OneToOneField(
+        settings.AUTH_USER_MODEL, primary_key=True, on_delete=models.CASCADE, related_name="+"
+    )
+    version = models.BigIntegerField(default=0)
+    # The transaction that made the last bump: one transaction bumps once.
+    txid = models.BigIntegerField(default=0)
+
+
+class SemanticCacheEntry(models.Model):
+    """A memory search's results, or a reply, kept for near-identical queries of the same owner
+    and conversation at the same memory version (memory.finding.semantic_cache)."""
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    conversation = models.ForeignKey(
+        Conversation, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    kind = models.CharField(max_length=16)  # search | response
+    key = models.CharField(max_length=64)  # the search's parameters, hashed
+    version = models.BigIntegerField()
+    query = models.TextField()
+    vector = VectorField()
+    payload = models.JSONField(default=dict)
+    hits = models.IntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = OwnedQuerySet.as_manager()
+
+    class Meta:
+        indexes = [models.Index(fields=["owner", "kind", "version"], name="semcache_owner_kind_version")]
+
+
+class CacheCounter(models.Model):
+    """Hits and misses of one owner's semantic caches, for the explorer."""
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    kind = models.CharField(max_length=16)
+    hits = models.BigIntegerField(default=0)
+    misses = models.BigIntegerField(default=0)
+
+    objects = OwnedQuerySet.as_manager()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["owner", "kind"], name="cache_counter_unique")]
+
+
+class ImportJobQuerySet(OwnedQuerySet):
+    def active(self) -> ImportJobQuerySet:
+        return self.exclude(status__in=[ImportJob.Status.DONE, ImportJob.Status.FAILED])
+
+    def shown(self) -> ImportJobQuerySet:
+        """Without the uploaded file, for pages that list jobs."""
+        return self.defer("payload")
+
+
+class ImportJob(models.Model):
+    """One import of chat history (ChatGPT's, Claude's, JSON Lines or a Recollect export), done
+    in three steps so nobody waits for vectors: its messages are stored first (keyword search,
+    the chat and the explorer have them at once), then background work embeds them, then the
+    topic tree is built (memory.transfer.import_jobs). The counts are its progress; a run that stops
+    (a server restart) is resumed by the next, which claims the job once its runner is gone."""
+
+    class Status(models.TextChoices):
+        STORING = "storing", "storing messages"
+        EMBEDDING = "embedding", "embedding"
+        TOPICS = "topics", "building topics"
+        DONE = "done", "done"
+        FAILED = "failed", "failed"
+
+    id = models.CharField(primary_key=True, max_length=26, default=new_ulid, editable=False)
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    source = models.CharField(max_length=16, blank=True, default="")  # chatgpt, claude, jsonl, recollect
+    filename = models.CharField(max_length=255, blank=True, default="")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.STORING)
+    # The uploaded file until its messages are stored (a web upload; the CLI stores at once).
+    payload = models.BinaryField(null=True, blank=True)
+    messages_total = models.IntegerField(default=0)
+    messages_stored = models.IntegerField(default=0)
+    passages_total = models.IntegerField(default=0)
+    passages_embedded = models.IntegerField(default=0)
+    report = models.JSONField(default=dict, blank=True)  # added, skipped, bad, conversations, errors
+    error = models.TextField(blank=True, default="")
+    # Who runs it now ("host:pid:start", memory.processes) and when it last said so.
+    runner = models.CharField(max_length=200, blank=True, default="")
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    # Where the current run's rate is measured from (a resumed run starts its own).
+    rate_since = models.DateTimeField(null=True, blank=True)
+    rate_base = models.IntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+    stored_at = models.DateTimeField(null=True, blank=True)  # keyword-searchable from here
+    embedded_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ImportJobQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["owner", "-created_at"], name="importjob_owner_created")]
+
+    def __str__(self) -> str:
+        return f"import {self.pk} ({self.source}, {self.status})"
+
+    @property
+    def is_active(self) -> bool:
+        return self.status not in (self.Status.DONE, self.Status.FAILED)
+
+    @property
+    def done_count(self) -> tuple[int, int]:
+        """(done, total) of the current step: messages while storing, passages after."""
+        if self.status == self.Status.STORING:
+            return self.messages_stored, self.messages_total
+        return min(self.passages_embedded, self.passages_total), self.passages_total
+
+    @property
+    def percent(self) -> int:
+        done, total = self.done_count
+        if self.status in (self.Status.TOPICS, self.Status.DONE):
+            return 100
+        return int(100 * done / total) if total else 0
+
+    def eta_seconds(self, now=None) -> float | None:
+        """Seconds the current step still needs at the rate of the current run, or None until
+        there is a rate to go by."""
+        done, total = self.done_count
+        if self.status not in (self.Status.STORING, self.Status.EMBEDDING) or not self.rate_since:
+            return None
+        elapsed = ((now or timezone.now()) - self.rate_since).total_seconds()
+        progressed = done - self.rate_base
+        if progressed <= 0 or elapsed <= 0:
+            return None
+        return max(0.0, (total - done) * elapsed / progressed)
