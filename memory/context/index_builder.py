@@ -39,7 +39,8 @@ from pgvector.django import CosineDistance
 from memory.context import rolling_summary
 from memory.context.tools import select_tools
 from memory.embedders import query_text
-from memory.finding.search import SearchFilters, SearchHit, in_worker, search
+from memory.finding.candidates import in_worker
+from memory.finding.search import SearchFilters, SearchHit, search
 from memory.knowledge import entities, facts
 from memory.models import ContextSnapshot, Message, PeriodSummary, Topic
 from memory.organizing import hierarchy
