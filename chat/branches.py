@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from django.db.models import Prefetch
 
 from chat.models import BranchSelection
-from memory import threads
 from memory.models import Conversation, Message, ToolCall
-from memory.threads import ancestor_ids  # chat.turn walks the active branch with it too
+from memory.storage import threads
+from memory.storage.threads import ancestor_ids  # chat.turn walks the active branch with it too
 
 
 def descend(conversation: Conversation, message: Message) -> Message:

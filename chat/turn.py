@@ -46,7 +46,7 @@ from memory.lifecycle import forgetting
 from memory.models import Conversation, Message
 from memory.organizing import summaries
 from memory.storage import store
-from memory.titles import auto_title
+from memory.text import auto_title
 
 logger = logging.getLogger(__name__)
 

@@ -1,5 +1,7 @@
-"""Plain-text helpers shared by the engine's layers: the stop words that carry no subject, and
-sentence boundaries (for extractive summaries, compressed results and scrubbing)."""
+"""Plain-text helpers shared by the engine's layers: the stop words that carry no subject,
+sentence boundaries (for extractive summaries, compressed results and scrubbing), and a
+conversation's automatic title (an untitled conversation is named after its first message, and
+renamed when that message is edited or forgotten; the models use it, so it lives below them)."""
 
 from __future__ import annotations
 
@@ -40,3 +42,19 @@ def sentence_spans(text: str) -> list[tuple[int, int]]:
         if end > start:
             spans.append((start, end))
     return spans
+
+
+TITLE_CHARS = 60
+
+
+def auto_title(content: str) -> str:
+    """The title an untitled conversation gets from its first message: its first words, cut at
+    a word and ended with an ellipsis when the message goes on."""
+    words = " ".join(content[: TITLE_CHARS * 8].split())
+    if len(words) <= TITLE_CHARS:
+        return words
+    cut = words[: TITLE_CHARS - 1]
+    space = cut.rfind(" ")
+    if space > TITLE_CHARS // 3:
+        cut = cut[:space]
+    return cut.rstrip(" ,.;:-–—") + "…"

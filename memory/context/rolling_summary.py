@@ -26,9 +26,9 @@ from typing import Any
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
-from memory import threads
 from memory.models import ConversationSummary, Message
 from memory.organizing import summaries
+from memory.storage import threads
 from memory.text import sentence_spans
 from memory.tokens import count_tokens
 

@@ -43,8 +43,7 @@ from memory.models import (
 )
 from memory.organizing.topic_updates import refresh, topics_mentioning
 from memory.storage import store
-from memory.text import STOP_WORDS
-from memory.titles import auto_title
+from memory.text import STOP_WORDS, auto_title
 
 FORGOTTEN = "[forgotten]"
 RUN = 5  # words: a run this long shared with a forgotten text is a copy of it

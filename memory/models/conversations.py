@@ -21,7 +21,7 @@ from django.utils import timezone
 from pgvector.django import HalfVectorField, HnswIndex, VectorField
 from ulid import ULID
 
-from memory.titles import TITLE_CHARS, auto_title
+from memory.text import TITLE_CHARS, auto_title
 
 
 def new_ulid() -> str:
@@ -392,7 +392,7 @@ class Passage(models.Model):
         indexes = [
             # The graph holds half-precision copies of the vectors: half the pages to keep in
             # memory and to read per search (1M passages: 1.0 instead of 2.0 GB). Searches
-            # order by the same expression (memory.finding.search.HALFVEC) and score in full precision.
+            # order by the same expression (memory.finding.candidates.HALFVEC) and score in full precision.
             HnswIndex(
                 OpClass(
                     Cast("embedding", HalfVectorField(dimensions=settings.EMBEDDING_DIMENSIONS)),

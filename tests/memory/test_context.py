@@ -10,7 +10,8 @@ from django.db import connection
 from django.utils import timezone
 
 from memory.context.tools import execute_tool
-from memory.finding.search import SearchFilters, SearchResults, _keyword_candidates, search
+from memory.finding.candidates import _keyword_candidates
+from memory.finding.search import SearchFilters, SearchResults, search
 from memory.lifecycle.deleting import delete_message, restore_message
 from memory.lifecycle.forgetting import forget_message
 from memory.models import Passage

@@ -12,7 +12,7 @@ import pytest
 from django.core.management import call_command
 from django.db import connection
 
-from bench.management.commands.eval_recall import Dataset, load_datasets, miss_lines
+from bench.management.commands.eval_recall import TUNABLES, Dataset, load_datasets, miss_lines
 from memory.finding.search import search
 from tests.memory.conftest import add_turns
 
@@ -125,6 +125,13 @@ def test_a_miss_shows_the_query_and_the_expected_turns_text():
     assert "When does the boat go?" in lines[0] and "[temporal]" in lines[0]
     assert "d:1 (not in top 25): the ferry leaves at nine" in lines[1]
     assert "d:2: hello" in lines[2]
+
+
+def test_every_constant_set_can_try_is_held_by_the_module_it_sets():
+    """--set assigns the constant on its module: one that moved to another module would be set
+    where nothing reads it, and the run would quietly measure the default."""
+    for name, (module, _kind) in TUNABLES.items():
+        assert hasattr(module, name), name
 
 
 def test_limit_queries_takes_the_first_queries_of_each_conversation():

@@ -10,16 +10,10 @@ from hypothesis import strategies as st
 
 from memory.context.index_builder import prepare_context
 from memory.context.tools import select_tools
-from memory.finding.search import (
-    SearchFilters,
-    SearchResults,
-    _keyword_candidates,
-    _term_weights,
-    query_lexemes,
-    query_period,
-    search,
-)
+from memory.finding.candidates import _keyword_candidates, _term_weights, query_lexemes
+from memory.finding.search import SearchFilters, SearchResults, search
 from memory.lifecycle import deleting
+from memory.periods import query_period
 from memory.storage import sessions
 from tests.memory.conftest import add_turns
 
@@ -194,7 +188,7 @@ def test_no_date_or_number_breaks_the_query_parser(text):
 def test_a_turn_gets_a_share_of_the_score_of_the_turn_two_replies_away(owner, conversation, monkeypatch):
     """A fact is often stated a turn after the one that names its subject: turns two replies
     apart share NEIGHBOR_SHARE of each other's score (both ways), and no further."""
-    from memory.finding import search as search_module
+    from memory.finding import fusion
 
     texts = [
         "The company retreat will be at Whispering Pines lodge.",
@@ -204,10 +198,10 @@ def test_a_turn_gets_a_share_of_the_score_of_the_turn_two_replies_away(owner, co
         "The lodge in town has a sauna and a retreat room.",
     ]
     retreat, _, fact, _, far = add_turns(owner, conversation, texts, linked=True)
-    monkeypatch.setattr(search_module, "REPLY_SHARE", 0.0)
+    monkeypatch.setattr(fusion, "REPLY_SHARE", 0.0)
 
     def scores(share: float) -> dict[str, float]:
-        monkeypatch.setattr(search_module, "NEIGHBOR_SHARE", share)
+        monkeypatch.setattr(fusion, "NEIGHBOR_SHARE", share)
         return {h.message_id: h.score for h in search(owner, "Which town is the retreat lodge in?").hits}
 
     base, shared = scores(0.0), scores(0.5)
@@ -222,7 +216,7 @@ def test_the_turn_two_replies_after_the_best_hit_joins_the_candidates(owner, con
     """Among many closer matches neither list returns "Whispering Pines is in Estes Park" for
     "Which town is the retreat lodge in?"; as the turn two replies after the best hit it joins
     the candidates, unless it was deleted, excluded or left out by the search's filters."""
-    from memory.finding import search as search_module
+    from memory.finding import fusion
     from memory.models import Conversation
 
     other = Conversation.objects.create(owner=owner, title="lodges")
@@ -240,9 +234,9 @@ def test_the_turn_two_replies_after_the_best_hit_joins_the_candidates(owner, con
         # Ten candidates from each list: the fact is in neither; every candidate is a hit.
         return [h.message_id for h in search(owner, query, candidates=10, limit=100, **kwargs).hits]
 
-    monkeypatch.setattr(search_module, "NEIGHBOR_SEEDS", 0)
+    monkeypatch.setattr(fusion, "NEIGHBOR_SEEDS", 0)
     assert retreat.pk in found() and fact.pk not in found()
-    monkeypatch.setattr(search_module, "NEIGHBOR_SEEDS", 5)
+    monkeypatch.setattr(fusion, "NEIGHBOR_SEEDS", 5)
     assert fact.pk in found()
     assert fact.pk not in found(filters=SearchFilters(conversation_id=other.pk))
     assert fact.pk not in found(exclude_message_ids=[fact.pk])

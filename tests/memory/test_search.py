@@ -51,21 +51,22 @@ def test_outside_a_transaction_the_vector_search_runs_beside_the_keyword_search(
     keyword list; the ranking is the same as reading them one after the other."""
     import threading
 
+    from memory.finding import candidates
     from memory.finding import search as search_module
     from tests.memory.conftest import EVERYDAY_TEXTS
 
     add_turns(owner, conversation, EVERYDAY_TEXTS)
     threads = []
-    real = search_module._vector_candidates
+    real = candidates._vector_candidates
 
     def spy(*args, **kwargs):
         threads.append(threading.current_thread().name)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(search_module, "_vector_candidates", spy)
+    monkeypatch.setattr(candidates, "_vector_candidates", spy)
     assert not connection.in_atomic_block
     together = search_module.search(owner, "when does the train to Lisbon leave?")
-    monkeypatch.setattr(search_module, "PARALLEL_SEARCH", False)
+    monkeypatch.setattr(candidates, "PARALLEL_SEARCH", False)
     in_turn = search_module.search(owner, "when does the train to Lisbon leave?")
     assert threads[0].startswith("vector-search") and threads[1] == threading.current_thread().name
     assert [h.message_id for h in together.hits] == [h.message_id for h in in_turn.hits]

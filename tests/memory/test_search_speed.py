@@ -7,14 +7,9 @@ import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from memory.finding import search as search_module
-from memory.finding.search import (
-    SearchFilters,
-    SearchResults,
-    _keyword_candidates,
-    _vector_candidates,
-    search,
-)
+from memory.finding import candidates
+from memory.finding.candidates import _keyword_candidates, _vector_candidates
+from memory.finding.search import SearchFilters, SearchResults, search
 from memory.models import Conversation
 from tests.memory.conftest import EVERYDAY_TEXTS, add_turns
 
@@ -37,7 +32,7 @@ def vector_plan(captured) -> str:
 
 
 def test_a_memory_with_many_vectors_is_searched_through_the_hnsw_index(owner, conversation, monkeypatch):
-    monkeypatch.setattr(search_module, "EXACT_SEARCH_MAX", 3)
+    monkeypatch.setattr(candidates, "EXACT_SEARCH_MAX", 3)
     add_turns(owner, conversation, TEXTS)
     with CaptureQueriesContext(connection) as captured:
         rows = _vector_candidates(owner, "where do herons nest?", SearchFilters(), 50, SearchResults(""))
@@ -47,7 +42,7 @@ def test_a_memory_with_many_vectors_is_searched_through_the_hnsw_index(owner, co
 
 
 def test_a_narrow_filter_on_a_large_memory_is_scanned_exactly(owner, conversation, monkeypatch):
-    monkeypatch.setattr(search_module, "EXACT_SEARCH_MAX", 3)
+    monkeypatch.setattr(candidates, "EXACT_SEARCH_MAX", 3)
     add_turns(owner, conversation, TEXTS)
     other = Conversation.objects.create(owner=owner)
     add_turns(owner, other, ["a grey heron stood in the reeds", "the bakery sells rye bread"])
@@ -59,7 +54,7 @@ def test_a_narrow_filter_on_a_large_memory_is_scanned_exactly(owner, conversatio
 
 
 def test_a_wide_filter_on_a_large_memory_keeps_to_the_filter(owner, conversation, monkeypatch):
-    monkeypatch.setattr(search_module, "EXACT_SEARCH_MAX", 2)
+    monkeypatch.setattr(candidates, "EXACT_SEARCH_MAX", 2)
     add_turns(owner, conversation, TEXTS)
     with CaptureQueriesContext(connection) as captured:
         rows = _vector_candidates(owner, "heron", SearchFilters(role="user"), 50, SearchResults(""))
@@ -74,7 +69,7 @@ def keyword_texts(owner, query: str) -> list[str]:
 def test_a_passage_found_by_both_keyword_branches_is_one_candidate(owner, conversation, monkeypatch):
     # A sample of the two newest passages misses "heron": it counts as rare and is looked up in
     # the whole history, while "bread" is common and read from the newest matches.
-    monkeypatch.setattr(search_module, "DF_SAMPLE", 2)
+    monkeypatch.setattr(candidates, "DF_SAMPLE", 2)
     add_turns(owner, conversation, ["the heron stole my bread", "rye bread", "fresh bread"])
     texts = keyword_texts(owner, "heron bread")
     assert sorted(texts) == ["fresh bread", "rye bread", "the heron stole my bread"]
@@ -84,8 +79,8 @@ def test_a_passage_found_by_both_keyword_branches_is_one_candidate(owner, conver
 def test_a_rare_word_leaves_the_recent_window_to_the_common_ones(owner, conversation, monkeypatch):
     # The newest passage is the whole sample: "bread" is common, "heron" rare. The heron's
     # match is found anyway; it must not take one of the two places of the newest breads.
-    monkeypatch.setattr(search_module, "DF_SAMPLE", 1)
-    monkeypatch.setattr(search_module, "RECENT_WINDOW", 2)
+    monkeypatch.setattr(candidates, "DF_SAMPLE", 1)
+    monkeypatch.setattr(candidates, "RECENT_WINDOW", 2)
     add_turns(owner, conversation, ["old bread", "bread loaf", "a heron on the pier", "fresh bread"])
     assert sorted(keyword_texts(owner, "heron bread")) == ["a heron on the pier", "bread loaf", "fresh bread"]
 
@@ -93,14 +88,14 @@ def test_a_rare_word_leaves_the_recent_window_to_the_common_ones(owner, conversa
 def test_a_rare_word_with_more_matches_than_the_cap_keeps_its_newest(owner, conversation, monkeypatch):
     # A word absent from the newest passages may have been common once: past the cap, the
     # newest of its matches are the ones kept.
-    monkeypatch.setattr(search_module, "DF_SAMPLE", 1)
-    monkeypatch.setattr(search_module, "RARE_CAP", 2)
+    monkeypatch.setattr(candidates, "DF_SAMPLE", 1)
+    monkeypatch.setattr(candidates, "RARE_CAP", 2)
     add_turns(owner, conversation, ["heron one", "heron two", "heron three", "bread"])
     assert sorted(keyword_texts(owner, "heron")) == ["heron three", "heron two"]
 
 
 def test_keyword_search_never_reads_the_passages_sequentially(owner, conversation, monkeypatch):
-    monkeypatch.setattr(search_module, "DF_SAMPLE", 2)
+    monkeypatch.setattr(candidates, "DF_SAMPLE", 2)
     add_turns(owner, conversation, ["the heron stole my bread", "rye bread", "fresh bread", "bread"])
     with CaptureQueriesContext(connection) as captured:
         assert keyword_texts(owner, "heron bread")
@@ -119,6 +114,6 @@ def test_hits_carry_what_a_result_shows(owner, conversation):
 
 
 def test_search_never_returns_a_strangers_passages(owner, conversation, stranger, monkeypatch):
-    monkeypatch.setattr(search_module, "EXACT_SEARCH_MAX", 1)
+    monkeypatch.setattr(candidates, "EXACT_SEARCH_MAX", 1)
     add_turns(owner, conversation, TEXTS)
     assert search(stranger, "heron nests by the lake").hits == []

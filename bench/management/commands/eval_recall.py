@@ -33,14 +33,9 @@ from django.db import connection
 from django.db.models import Q
 
 from memory.embedders import get_embedder
-from memory.finding import search as search_module
-from memory.finding.search import (
-    SearchFilters,
-    SearchResults,
-    _keyword_candidates,
-    _vector_candidates,
-    search,
-)
+from memory.finding import candidates, fusion
+from memory.finding.candidates import _keyword_candidates, _vector_candidates
+from memory.finding.search import SearchFilters, SearchResults, search
 from memory.knowledge import entities, graph
 from memory.models import Entity, Message, Passage
 from memory.progress import Progress
@@ -55,18 +50,10 @@ SCRATCH_DB = "recollect_eval_scratch"
 # Ranking constants a run may try (--set); the context ones act when a history is imported.
 TUNABLES: dict[str, tuple[Any, Callable[[str], Any]]] = {
     **dict.fromkeys(
-        (
-            "KEYWORD_WEIGHT",
-            "VECTOR_WEIGHT",
-            "PERIOD_BOOST",
-            "REPLY_SHARE",
-            "NEIGHBOR_SHARE",
-            "BM25_K1",
-            "BM25_B",
-        ),
-        (search_module, float),
+        ("KEYWORD_WEIGHT", "VECTOR_WEIGHT", "PERIOD_BOOST", "REPLY_SHARE", "NEIGHBOR_SHARE"), (fusion, float)
     ),
-    "NEIGHBOR_SEEDS": (search_module, int),
+    "NEIGHBOR_SEEDS": (fusion, int),
+    **dict.fromkeys(("BM25_K1", "BM25_B"), (candidates, float)),
     "CONTEXT_PARENT_CHARS": (store_module, int),
     "CONTEXT_SPEAKER": (store_module, lambda v: v.lower() in ("1", "true", "yes")),
     # The graph boost (memory.knowledge.graph) reads settings.
@@ -245,7 +232,7 @@ def scratch_database(name: str, *, keep: bool) -> Iterator[None]:
     finally:
         # destroy_test_db drops whatever the connection points at: only ever the scratch one.
         # The search's worker threads hold connections to it too.
-        search_module.release_connections()
+        candidates.release_connections()
         if connection.settings_dict["NAME"] == name:
             connection.creation.destroy_test_db(old_name, verbosity=0, keepdb=keep)
         test_settings["NAME"] = old_test_name
@@ -326,9 +313,12 @@ class Command(BaseCommand):
             "hybrid": "memory.finding.search.search(), what the memory tools use",
             "bm25": BM25_LABEL,
             "keyword": (
-                "memory.finding.search._keyword_candidates alone (Postgres full-text search, BM25-weighted)"
+                "memory.finding.candidates._keyword_candidates alone "
+                "(Postgres full-text search, BM25-weighted)"
             ),
-            "dense": f"memory.finding.search._vector_candidates alone ({embedder} passage vectors, cosine)",
+            "dense": (
+                f"memory.finding.candidates._vector_candidates alone ({embedder} passage vectors, cosine)"
+            ),
         }
         recall = {method: summarise(rows) for method, rows in scores.items()}
         n_queries = sum(len(d.queries) for d in datasets)

@@ -1,0 +1,200 @@
+"""How hybrid search (memory.finding.search) ranks its candidates: each list's scores as
+z-scores over its own candidates, weighted and summed; the period a question names lifts what
+was said then; the graph boost (memory.knowledge.graph); and turns near the best ones join the
+candidates and share scores with them.
+
+The weights and shares are tuned on the dev split of `manage.py eval_recall` (its --set tries
+other values: they are read from this module when a search runs).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import connection
+
+from memory.knowledge import graph
+from memory.periods import query_period
+
+# Fusion weights of the two lists' z-scores, and boosts in z units (tuned on the dev split of
+# eval_recall; see that command).
+KEYWORD_WEIGHT = 1.0
+VECTOR_WEIGHT = 1.0
+PERIOD_BOOST = 1.0
+REPLY_SHARE = 0.2
+NEIGHBOR_SHARE = 0.4
+# How many of the best messages have their turns two replies away join the candidates (see
+# _neighbours_and_chains): the best one. More seeds cost recall on the dev split (5: -1 point).
+NEIGHBOR_SEEDS = 1
+
+
+@dataclass
+class QueryBoosts:
+    """What a query names beyond its words: a period.
+
+    Names, numbers and identifiers need no boost of their own: BM25 weighs each term by its
+    rarity in the owner's memory. A flat boost for every entity the question names lifted every
+    greeting of a participant ("Hey Melanie!") over the answer (eval_recall: 33% -> 49% recall@10
+    without it)."""
+
+    period: tuple[dt.datetime, dt.datetime] | None = None
+    text: str = ""  # for the graph boost (memory.knowledge.graph), which weighs entities by rarity
+    graph: dict[int, float] | None = None  # memory.knowledge.graph.related(owner, text), if looked up already
+
+    @classmethod
+    def of(cls, query: str) -> QueryBoosts:
+        return cls(period=query_period(query), text=query)
+
+    def bonus(self, timestamp: dt.datetime | None) -> float:
+        if self.period and timestamp is not None and self.period[0] <= timestamp < self.period[1]:
+            return PERIOD_BOOST
+        return 0.0
+
+
+def _standardised(values: dict[Any, float]) -> tuple[dict[Any, float], float]:
+    """z-scores of one list's scores over its candidates, and the z of its lowest score (what a
+    candidate this list did not return gets)."""
+    if not values:
+        return {}, 0.0
+    n = len(values)
+    mean = sum(values.values()) / n
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values.values()) / n) or 1.0
+    z = {key: (v - mean) / sd for key, v in values.items()}
+    return z, min(z.values())
+
+
+def fuse(
+    owner, vector_rows, keyword_rows, limit, boosts: QueryBoosts | None = None, expand=None
+) -> tuple[list[tuple[tuple[str, str], float]], dict[tuple[str, str], dict[str, Any]]]:
+    """Fuse per unit (message, chunk or tool call): each list's best score per unit, as z-scores
+    over that list's candidates, weighted and summed; then the period boost; then the turns two
+    replies away from the best ones join the candidates (`expand`: the search's filters and
+    excluded ids), and scores are shared between nearby turns.
+
+    Returns the best `limit` units, as ((kind, id), score) best first, and what the lists knew
+    of every unit (its logical message, passage text, ranks, similarity, timestamp)."""
+    info: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def unit_key(row) -> tuple[str, str]:
+        message_id, tool_call_id = row[0], row[1]
+        return ("tool_call", tool_call_id) if tool_call_id else ("message", message_id)
+
+    raw: dict[str, dict[tuple[str, str], float]] = {"vector": {}, "keyword": {}}
+    for source, rows in (("vector", vector_rows), ("keyword", keyword_rows)):
+        rank = 0
+        for row in rows:
+            key = unit_key(row)
+            if key in raw[source]:
+                continue
+            rank += 1
+            raw[source][key] = float(row[4])
+            entry = info.setdefault(key, {"logical": row[2], "text": row[3]})
+            entry[f"{source}_rank"] = rank
+            if source == "vector":
+                entry["similarity"] = float(row[4])
+            elif "vector_rank" not in entry:
+                entry["text"] = row[3]
+            if len(row) > 5:
+                entry["timestamp"] = row[5]
+    z_vector, floor_vector = _standardised(raw["vector"])
+    z_keyword, floor_keyword = _standardised(raw["keyword"])
+    scores: dict[tuple[str, str], float] = {}
+    for key, entry in info.items():
+        scores[key] = VECTOR_WEIGHT * z_vector.get(key, floor_vector) + KEYWORD_WEIGHT * z_keyword.get(
+            key, floor_keyword
+        )
+        if boosts is not None:
+            scores[key] += boosts.bonus(entry.get("timestamp"))
+    if boosts is not None and boosts.text:
+        # Graph-aware search (memory.knowledge.graph); GRAPH_SEARCH turns it off.
+        graph.boost_scores(owner, boosts.text, scores, info, relevance=boosts.graph)
+    neighbours, chains = _neighbours_and_chains(owner, scores, expand)
+    floor = VECTOR_WEIGHT * floor_vector + KEYWORD_WEIGHT * floor_keyword
+    for key, entry in neighbours.items():
+        info[key] = entry
+        scores[key] = floor + (boosts.bonus(entry.get("timestamp")) if boosts is not None else 0.0)
+    _share_neighbour_scores(scores, chains)
+    ranked = sorted(scores.items(), key=lambda kv: -kv[1])[:limit]
+    return ranked, info
+
+
+def _neighbours_and_chains(owner, scores, expand) -> tuple[dict, list[tuple]]:
+    """One round trip for what the scores share: the turns two replies before or after the
+    NEIGHBOR_SEEDS best messages that neither list returned (their first passage each, within
+    the filters; `expand` is the search's (filters, excluded ids), None for no neighbours), and
+    each candidate's parent and grandparent. A fact stated a turn after its subject can share no
+    word and little meaning with a question about that subject."""
+    messages = [key[1] for key in scores if key[0] == "message"]
+    seeds = [
+        key[1]
+        for key, score in sorted(scores.items(), key=lambda kv: -kv[1])
+        if key[0] == "message" and score > 0
+    ][:NEIGHBOR_SEEDS]
+    near_sql, near_params, exclude = "", [], set()
+    if expand is not None and seeds and NEIGHBOR_SHARE:
+        filters, exclude = expand
+        where, params = filters.sql()
+        near_sql = (
+            "WITH seeds AS (SELECT id, parent_id FROM memory_message WHERE owner_id = %s AND id = ANY(%s)), "
+            "near AS ("
+            " SELECT g.id FROM memory_message c JOIN memory_message g ON g.parent_id = c.id"
+            " WHERE c.parent_id IN (SELECT id FROM seeds) AND c.owner_id = %s AND g.owner_id = %s"
+            " UNION SELECT m.parent_id FROM memory_message m"
+            " WHERE m.id IN (SELECT parent_id FROM seeds) AND m.owner_id = %s AND m.parent_id IS NOT NULL), "
+            "nearp AS (SELECT DISTINCT ON (p.logical_message_id) "
+            "p.message_id, p.logical_message_id, p.text, p.timestamp "
+            "FROM memory_passage p WHERE p.owner_id = %s AND NOT p.deleted AND p.kind = 'message' "
+            "AND p.logical_message_id IN (SELECT id FROM near)" + where + " "
+            "ORDER BY p.logical_message_id, p.id LIMIT 100) "
+        )
+        near_params = [owner.pk, seeds, *[owner.pk] * 4, *params]
+    if not ((REPLY_SHARE or NEIGHBOR_SHARE) and (near_sql or len(messages) >= 2)):
+        return {}, []
+    chains_sql = (
+        "SELECT m.id, m.parent_id, p.parent_id FROM memory_message m "
+        "JOIN memory_message p ON p.id = m.parent_id "
+        "WHERE m.owner_id = %s AND p.owner_id = %s AND m.parent_id IS NOT NULL AND (m.id = ANY(%s)"
+        + (" OR m.id IN (SELECT message_id FROM nearp))" if near_sql else ")")
+    )
+    chains_params = [owner.pk, owner.pk, messages]
+    with connection.cursor() as cursor:
+        if near_sql:
+            cursor.execute(
+                f"{near_sql} SELECT * FROM nearp; {near_sql} {chains_sql}",
+                [*near_params, *near_params, *chains_params],
+            )
+            near_rows = cursor.fetchall()
+            cursor.nextset()
+        else:
+            cursor.execute(chains_sql, chains_params)
+            near_rows = []
+        chains = cursor.fetchall()
+    neighbours = {
+        ("message", message_id): {"logical": logical, "text": text, "timestamp": timestamp}
+        for message_id, logical, text, timestamp in near_rows
+        if ("message", message_id) not in scores and logical not in exclude
+    }
+    return neighbours, chains
+
+
+def _share_neighbour_scores(scores: dict[tuple[str, str], float], chains: list[tuple]) -> None:
+    """Scores flow between nearby turns when both are candidates (`chains`: each candidate's
+    id, parent and grandparent). A message gets REPLY_SHARE of the score of its reply (the reply
+    carries the message's end as context, and a question before a matching answer is often
+    where the subject was named); turns two replies apart get NEIGHBOR_SHARE of each other's
+    (a fact is often stated a turn after the one that named its subject: "The retreat is at
+    Whispering Pines." ... "Whispering Pines is in Estes Park.")."""
+    base = dict(scores)
+
+    def share(to: str, source: str, fraction: float) -> None:
+        if fraction and ("message", source) in base and ("message", to) in base:
+            scores[("message", to)] += fraction * base[("message", source)]
+
+    for reply, parent, grandparent in chains:
+        share(parent, reply, REPLY_SHARE)
+        if grandparent:
+            share(grandparent, reply, NEIGHBOR_SHARE)
+            share(reply, grandparent, NEIGHBOR_SHARE)
