@@ -17,7 +17,7 @@ from typing import Any
 from django.db import connection
 
 from memory.knowledge import graph
-from memory.periods import query_period
+from memory.dates import query_period
 
 # Fusion weights of the two lists' z-scores, and boosts in z units (tuned on the dev split of
 # eval_recall; see that command).

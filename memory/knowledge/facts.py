@@ -33,7 +33,7 @@ from django.db.models.signals import pre_delete
 from django.dispatch import receiver
 
 from memory.models import Fact, FactQuerySet, Message, Role
-from memory.periods import query_period
+from memory.dates import query_period
 from memory.tokens import count_tokens
 
 logger = logging.getLogger(__name__)

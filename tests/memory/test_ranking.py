@@ -13,7 +13,7 @@ from memory.context.tools import select_tools
 from memory.finding.candidates import _keyword_candidates, _term_weights, query_lexemes
 from memory.finding.search import SearchFilters, SearchResults, search
 from memory.lifecycle import deleting
-from memory.periods import query_period
+from memory.dates import query_period
 from memory.storage import sessions
 from tests.memory.conftest import add_turns
 
