@@ -16,8 +16,8 @@ from typing import Any
 
 from django.db import connection
 
-from memory.knowledge import graph
 from memory.dates import query_period
+from memory.knowledge import graph
 
 # Fusion weights of the two lists' z-scores, and boosts in z units (tuned on the dev split of
 # eval_recall; see that command).

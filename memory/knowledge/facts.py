@@ -32,8 +32,8 @@ from django.db.models import Case, Q, When
 from django.db.models.signals import pre_delete
 from django.dispatch import receiver
 
-from memory.models import Fact, FactQuerySet, Message, Role
 from memory.dates import query_period
+from memory.models import Fact, FactQuerySet, Message, Role
 from memory.tokens import count_tokens
 
 logger = logging.getLogger(__name__)

@@ -10,10 +10,10 @@ from hypothesis import strategies as st
 
 from memory.context.index_builder import prepare_context
 from memory.context.tools import select_tools
+from memory.dates import query_period
 from memory.finding.candidates import _keyword_candidates, _term_weights, query_lexemes
 from memory.finding.search import SearchFilters, SearchResults, search
 from memory.lifecycle import deleting
-from memory.dates import query_period
 from memory.storage import sessions
 from tests.memory.conftest import add_turns
 
