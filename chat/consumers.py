@@ -11,7 +11,9 @@ Client frames:
   edit        {message_id, content}              edit in place (history kept, re-embedded)
   delete      {message_id}                       soft delete (undo with restore)
   restore     {message_id}
-  forget      {message_id, copies?: [ids]}       permanent; copies: messages quoting it, forgotten too
+  forget      {message_id, copies?: [ids],       permanent; copies: messages echoing it, forgotten
+               keep?: [keys]}                    too; keep: echoes listed by its dialog that keep
+                                                 its rare words ("toolcall:<id>", "topic:<id>"...)
   regenerate  {message_id}                       answer a user message (or a reply's) again
   ping        {}                                 answered with pong
 
@@ -137,17 +139,20 @@ def _set_deleted(user, conversation, message_id, deleted: bool) -> tuple[str, st
     return changed.pk, message_html(changed, user)
 
 
-def _forget(user, conversation, message_id, copies) -> list[str]:
-    """Forget the message and the `copies` the dialog ticked (other messages quoting it, in any
-    of the user's conversations); the ids forgotten."""
+def _forget(user, conversation, message_id, copies, keep) -> list[str]:
+    """Forget the message and the `copies` the dialog ticked (other messages echoing it, in any
+    of the user's conversations), keeping its rare words in the echoes it left unticked
+    (`keep`); the ids forgotten."""
     message = _message_in(user, conversation, message_id)
-    if copies is None:
-        copies = []
+    copies = [] if copies is None else copies
+    keep = [] if keep is None else keep
     if not isinstance(copies, list) or not all(isinstance(c, str) for c in copies):
         raise FrameError("invalid", "copies must be a list of message ids")
-    if len(copies) > forgetting.MAX_COPIES_LISTED:
+    if not isinstance(keep, list) or not all(isinstance(k, str) and len(k) <= 60 for k in keep):
+        raise FrameError("invalid", "keep must be a list of the dialog's echo keys")
+    if len(copies) > forgetting.MAX_COPIES_LISTED or len(keep) > 10 * forgetting.MAX_COPIES_LISTED:
         raise FrameError("invalid", f"at most {forgetting.MAX_COPIES_LISTED} copies at once")
-    return forgetting.forget_message(user, message.pk, copies=copies)
+    return forgetting.forget_message(user, message.pk, copies=copies, keep=keep)
 
 
 def _title(conversation_id: str) -> str:
@@ -350,7 +355,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
     async def frame_forget(self, frame: dict) -> None:
         await self._count_action()
         forgotten = await db(_forget)(
-            self.user, self.conversation, frame.get("message_id"), frame.get("copies")
+            self.user, self.conversation, frame.get("message_id"), frame.get("copies"), frame.get("keep")
         )
         for message_id in forgotten:
             await self._broadcast({"type": "chat.message_forgotten", "message_id": message_id})

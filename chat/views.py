@@ -19,7 +19,7 @@ from chat import branches, drafts
 from chat.models import ReplyDraft
 from config.limits import LimitReached
 from config.models import ActionAllowance
-from memory.lifecycle import deleting, forgetting
+from memory.lifecycle import deleting, echoes
 from memory.models import Conversation, Message
 from memory.storage import store
 
@@ -205,8 +205,7 @@ def forget_dialog(request: HttpRequest, message_id: str) -> HttpResponse:
     """The chat's forget dialog: the messages that quote or restate this one, to forget with it
     (the socket's forget frame does the forgetting)."""
     msg = _get_message_for_user(request, message_id)
-    copies = forgetting.copies_of(request.user, msg)
-    return render(request, "chat/_forget.html", {"message": msg, "copies": copies})
+    return render(request, "chat/_forget.html", {"message": msg, "dialog": echoes.dialog(request.user, msg)})
 
 
 def _wants_pinned(request: HttpRequest) -> bool:

@@ -5,6 +5,7 @@ renamed when that message is edited or forgotten; the models use it, so it lives
 
 from __future__ import annotations
 
+import functools
 import re
 
 # A sentence ends at . ! ? (followed by a space or the end) or at a line break.
@@ -58,3 +59,35 @@ def auto_title(content: str) -> str:
     if space > TITLE_CHARS // 3:
         cut = cut[:space]
     return cut.rstrip(" ,.;:-–—") + "…"
+
+
+# --- how common a word is in English ------------------------------------------------------------
+
+# English words used at least this often (per million words of pyspellchecker's English list,
+# drawn from film subtitles) are kept; anything rarer reads as 0.
+_KEPT_PER_MILLION = 1.0
+_SUFFIXES = ("'s", "s", "es", "ed", "d", "ing", "ly")
+
+
+@functools.cache
+def _english_per_million() -> dict[str, float]:
+    from spellchecker import SpellChecker
+
+    counts = SpellChecker(language="en", distance=1).word_frequency
+    scale = 1e6 / max(1, counts.total_words)
+    return {w: n * scale for w, n in counts.dictionary.items() if n * scale >= _KEPT_PER_MILLION}
+
+
+def english_frequency(word: str) -> float:
+    """How often `word` (any case) is used in English, per million words; 0 for a word rarer
+    than once per million (names, codes, made-up words, rare terms). An inflected form counts
+    as common when its stem is ("reschedules" as "reschedule")."""
+    table = _english_per_million()
+    word = word.lower()
+    found = table.get(word, 0.0)
+    if found:
+        return found
+    for suffix in _SUFFIXES:
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            found = max(found, table.get(word[: -len(suffix)], 0.0))
+    return found

@@ -21,7 +21,7 @@ from explorer.views.common import MAX_ID, paginate, render_page
 from explorer.views.diff import diff_segments
 from memory.errors import MemoryStoreError, NotFound
 from memory.finding.search import similar_messages
-from memory.lifecycle import deleting, forgetting
+from memory.lifecycle import deleting, echoes, forgetting
 from memory.models import ContextSnapshot, Message
 from memory.storage import store
 
@@ -240,8 +240,9 @@ def message_pin(request: HttpRequest, message_id: str) -> HttpResponse:
 @counted
 def message_forget(request: HttpRequest, message_id: str) -> HttpResponse:
     """Forgetting is permanent, so it asks first and needs the confirmation box ticked. The
-    messages that quote or restate it are listed, to forget with it (those that only repeat
-    memory are ticked already)."""
+    messages that echo it are listed, to forget with it (replies that repeat its rare words or
+    copy it are ticked already), and so is what memory made that holds its rare words (ticked:
+    they lose them)."""
     message = _get_message_for_user(request.user, message_id)
     if message.is_chunk:
         return redirect("explorer:forget", message_id=message.chunk_parent_id)
@@ -250,8 +251,10 @@ def message_forget(request: HttpRequest, message_id: str) -> HttpResponse:
         if request.POST.get("confirm") == "forget":
             conversation_id = message.conversation_id
             try:
+                # The echoes it listed and a person unticked keep the rare words.
+                keep = set(request.POST.getlist("listed")) - set(request.POST.getlist("echoes"))
                 forgotten = forgetting.forget_message(
-                    request.user, message.pk, copies=request.POST.getlist("copies")
+                    request.user, message.pk, copies=request.POST.getlist("copies"), keep=keep
                 )
             except NotFound:
                 raise Http404("No such message.") from None
@@ -262,7 +265,7 @@ def message_forget(request: HttpRequest, message_id: str) -> HttpResponse:
                 flash.success(
                     request,
                     "Forgotten: the message, its chunks and its tool calls are gone for good"
-                    + (f", with {also} message{'s' if also != 1 else ''} quoting it." if also else "."),
+                    + (f", with {also} message{'s' if also != 1 else ''} echoing it." if also else "."),
                 )
                 return redirect(f"{reverse('explorer:timeline')}?conversation={conversation_id}")
         else:
@@ -276,7 +279,7 @@ def message_forget(request: HttpRequest, message_id: str) -> HttpResponse:
             "error": error,
             "tool_calls_count": message.tool_calls.filter(is_chunk=False).count(),
             "chunks_count": message.chunks.count(),
-            "copies": forgetting.copies_of(request.user, message),
+            "dialog": echoes.dialog(request.user, message),
         },
         status=400 if error else 200,
     )

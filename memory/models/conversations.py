@@ -420,3 +420,20 @@ class Passage(models.Model):
                 name="passage_owner_embedded_model",
             ),
         ]
+
+
+class Tombstone(models.Model):
+    """What is left of a forgotten message: keyed hashes (HMAC-SHA256 under SECRET_KEY, per
+    owner) of its ids and of its text, and when it was forgotten; no text, no id. An import that
+    meets the message again (a re-upload, a resumed import that still held it) leaves it out
+    (memory.lifecycle.tombstones)."""
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    digest = models.CharField(max_length=64)
+    forgotten_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["owner", "digest"], name="tombstone_owner_digest")]
+
+    def __str__(self) -> str:
+        return f"tombstone {self.pk} of {self.owner_id}"

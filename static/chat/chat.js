@@ -360,8 +360,6 @@
     area.focus();
   }
 
-  // The forget dialog (chat/_forget.html) lists the messages that quote this one: the ticked
-  // ones are forgotten with it.
   // A refused htmx action (a pin past the rate limit, a message gone meanwhile) says why
   // instead of doing nothing: htmx swaps nothing on an error answer.
   document.body.addEventListener("htmx:responseError", (e) => {
@@ -374,8 +372,12 @@
     const form = e.target.closest("form[data-forget]");
     if (!form) return;
     e.preventDefault();
+    // The forget dialog (chat/_forget.html) lists the messages that echo this one (the ticked
+    // ones are forgotten with it) and what memory made that holds its rare words (an unticked
+    // one keeps them).
     const copies = [...form.querySelectorAll("input[name=copies]:checked")].map((box) => box.value);
-    send({ type: "forget", message_id: form.dataset.forget, copies });
+    const keep = [...form.querySelectorAll("input[name=echoes]:not(:checked)")].map((box) => box.value);
+    send({ type: "forget", message_id: form.dataset.forget, copies, keep });
     form.closest(".forget-slot").replaceChildren();
   });
 

@@ -222,7 +222,7 @@ def test_forgetting_the_first_message_retitles_its_conversation(owner):
 
 
 def test_forgetting_with_copies_forgets_the_replies_that_quote_it(owner, conversation, history):
-    from memory.lifecycle.forgetting import copies_of
+    from memory.lifecycle.echoes import copies_of
     from memory.models import Message
 
     secret, recall, restated, other = add_turns(
@@ -236,7 +236,9 @@ def test_forgetting_with_copies_forgets_the_replies_that_quote_it(owner, convers
     )
     Message.objects.filter(pk=recall.pk).update(metadata={"mode": "offline_recall", "system_text": True})
     found = {c.message.pk: c for c in copies_of(owner, Message.objects.get(pk=secret.pk))}
-    assert set(found) == {recall.pk, restated.pk}
+    # The user's other message that names Quokka Station (a rare word here) is offered, unticked.
+    assert set(found) == {recall.pk, restated.pk, history[2].pk}
+    assert found[history[2].pk].words == ["quokka"] and not found[history[2].pk].ticked
     assert found[recall.pk].only_a_copy and not found[restated.pk].only_a_copy
     assert forget_message(owner, secret.pk, copies=[recall.pk]) == sorted([secret.pk, recall.pk])
     assert set(Message.objects.filter(pk__in=[secret.pk, recall.pk, restated.pk, other.pk])
