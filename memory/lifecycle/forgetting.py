@@ -33,7 +33,7 @@ from django.db.models import Q, TextField
 from django.db.models.functions import Cast
 
 from memory.errors import ChunkEditError, NotFound
-from memory.knowledge.entities import remove_mentions
+from memory.knowledge.entities import prune_orphans, remove_mentions
 from memory.lifecycle import tombstones
 from memory.lifecycle.overlap import FORGOTTEN, MAX_PROBES, RUN, Overlap, rare_words
 from memory.models import (
@@ -296,6 +296,18 @@ def _forget_echoes(owner, overlap: Overlap, keep: set[str]) -> None:
         ]
         if doomed:
             model.objects.filter(pk__in=doomed).delete()
+
+
+def forget_left_out(owner, texts: Sequence[str], conversation_ids: Iterable[str]) -> None:
+    """An import left out messages that had been forgotten (their tombstones): whatever it brought
+    that echoes them (a title, a topic, a tool result, a name, a fact) loses their words, as the
+    forget that made the tombstones did."""
+    overlap = Overlap(list(texts), set(), rare_words(owner, texts))
+    with transaction.atomic():
+        _forget_echoes(owner, overlap, set())
+        scrub(owner, overlap)
+        _retitle(owner, set(conversation_ids), overlap, set())
+        prune_orphans(owner)
 
 
 def _names_only_in(message_ids: Sequence[str]) -> set[str]:

@@ -208,28 +208,33 @@ def store(job: ImportJob, parsed: Parsed, progress: Callable[[int], None] | None
             progress=lambda stage, done, total: advance(done - stored) if stage == "messages" else None,
         )
         summary = {"added": report.messages, "skipped": 0, "bad": 0, "conversations": report.conversations,
-                   "summary": report.summary()}
+                   "summary": report.summary(), **report.left_out.as_report()}
         for warning in report.warnings:
             bad(f"warning: {warning}")
     elif parsed.kind in ("chatgpt", "claude"):
         report = importers.import_conversations(owner, parsed.data, embed="upkeep", progress=advance)
-        summary = {"added": report.added, "skipped": report.skipped, "bad": report.bad,
-                   "conversations": report.conversations}
+        summary = report.counts()
         for error in report.errors:
             bad(error)
     else:
         report = importers.import_json_lines(owner, io.StringIO(parsed.text), embed="upkeep",
                                              progress=advance, on_error=bad)
-        summary = {"added": report.added, "skipped": report.skipped, "bad": report.bad,
-                   "conversations": report.conversations}
+        summary = report.counts()
     summary["errors"] = errors[:50]
     summary["more_errors"] = max(0, len(errors) - 50)
+    summary["notes"] = report_notes(summary)
     pending = Passage.objects.owned_by(owner).filter(embedding__isnull=True).count()
     now = timezone.now()
     _set(job, messages_stored=parsed.messages, report=summary, payload=None, stored_at=now,
          status=ImportJob.Status.EMBEDDING, passages_total=pending, passages_embedded=0,
          rate_since=now, rate_base=0)
     return summary
+
+
+def report_notes(summary: dict[str, Any]) -> list[str]:
+    """What a person is told besides the counts: messages left out because they were forgotten,
+    messages whose characters were replaced."""
+    return [note for note in (summary.get("forgotten_note"), summary.get("replaced_note")) if note]
 
 
 def store_payload(job: ImportJob) -> dict[str, Any]:

@@ -21,8 +21,15 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from memory.errors import MemoryStoreError
+from memory.lifecycle import forgetting, tombstones
 from memory.models import Conversation, Message, Role
-from memory.storage.store import NUL_REPLACEMENT, NewMessage, clean_content, store_messages
+from memory.storage.store import (
+    NUL_REPLACEMENT,
+    SURROGATE_REPLACEMENT,
+    NewMessage,
+    clean_content,
+    store_messages,
+)
 from memory.transfer.export import FORMAT
 from memory.transfer.portability import InvalidExport
 
@@ -259,6 +266,29 @@ class HistoryReport:
     bad: int = 0
     conversations: int = 0
     errors: list[str] = field(default_factory=list)
+    replaced: int = 0  # messages stored with characters replaced (a NUL, half a UTF-16 pair, bad UTF-8)
+    left_out: tombstones.LeftOut = field(default_factory=tombstones.LeftOut)  # forgotten before
+
+    def counts(self) -> dict[str, Any]:
+        """What an import job's report keeps of it."""
+        return {"added": self.added, "skipped": self.skipped, "bad": self.bad,
+                "conversations": self.conversations, **self.left_out.as_report(),
+                **replaced_report(self.replaced)}
+
+
+def replaced_report(count: int) -> dict[str, Any]:
+    """An import report's count of messages with characters replaced, as the chat says it."""
+    if not count:
+        return {"replaced": 0, "replaced_note": ""}
+    had = "1 message had" if count == 1 else f"{count:,} messages had"
+    shown = f"shown as {SURROGATE_REPLACEMENT} or {NUL_REPLACEMENT}"
+    return {"replaced": count, "replaced_note": f"{had} characters replaced ({shown})"}
+
+
+def had_replacements(content: str, notes: dict[str, Any]) -> bool:
+    """Whether storing `content` replaced characters (clean_content's notes), or the file's
+    reading already had (U+FFFD where its bytes were not UTF-8)."""
+    return bool(notes) or SURROGATE_REPLACEMENT in content
 
 
 def import_conversations(owner, conversations: Sequence[ParsedConversation], *, embed: bool | None = True,
@@ -267,6 +297,7 @@ def import_conversations(owner, conversations: Sequence[ParsedConversation], *, 
     skipped, and new replies to it join its conversation (so a later export adds only what
     is new)."""
     report = HistoryReport()
+    left_in: list[str] = []  # conversations that had a forgotten message left out
     for conv in conversations:
         ext_ids = [m.external_id[:200] for m in conv.messages]
         existing = {}
@@ -277,19 +308,36 @@ def import_conversations(owner, conversations: Sequence[ParsedConversation], *, 
                 .values_list("external_id", "pk", "conversation_id")
             })
         stored: dict[str, str] = {e: pk for e, (pk, _) in existing.items()}
-        items: list[NewMessage] = []
+        cleaned: list[tuple[ParsedMessage, str, str | MemoryStoreError, dict[str, Any]]] = []
         for m in conv.messages:
-            ext = m.external_id[:200]
+            try:
+                content, notes = clean_content(m.content)
+            except MemoryStoreError as exc:
+                content, notes = exc, {}
+            cleaned.append((m, m.external_id[:200], content, notes))
+        asked = [
+            (i, tombstones.Known((ext,), m.role, content)) for i, (m, ext, content, _) in enumerate(cleaned)
+            if ext not in stored and isinstance(content, str)
+        ]
+        found = tombstones.forgotten(owner, [known for _, known in asked])
+        forgotten = {asked[n][0]: when for n, when in found.items()}
+        items: list[NewMessage] = []
+        left_out = False
+        for i, (m, ext, content, notes) in enumerate(cleaned):
             if ext in stored:
                 report.skipped += 1
                 continue
-            try:
-                content = clean_imported(m.content)
-            except MemoryStoreError as exc:
+            if isinstance(content, MemoryStoreError):
                 report.bad += 1
-                report.errors.append(f"{conv.title!r} message {ext}: {exc}")
+                report.errors.append(f"{conv.title!r} message {ext}: {content}")
                 stored[ext] = stored.get(m.parent) if m.parent else None  # replies skip past it
                 continue
+            if i in forgotten:  # forgotten since: its replies hang from what it replied to
+                report.left_out.add(forgotten[i], content)
+                left_out = True
+                stored[ext] = stored.get(m.parent) if m.parent else None
+                continue
+            report.replaced += had_replacements(content, notes)
             item = NewMessage(role=m.role, content=content, timestamp=m.timestamp,
                               parent_id=stored.get(m.parent) if m.parent else None,
                               metadata=m.metadata, external_id=ext)
@@ -309,7 +357,11 @@ def import_conversations(owner, conversations: Sequence[ParsedConversation], *, 
                 report.conversations += 1
             store_messages(owner, target, items, embed=embed)
             keep_dates(target.pk)
+        if left_out:
+            left_in.append(target.pk)
         report.added += len(items)
+    if report.left_out.count:  # the file's titles may quote what was forgotten
+        forgetting.forget_left_out(owner, report.left_out.texts or [], left_in)
     return report
 
 
@@ -445,6 +497,8 @@ def import_json_lines(
             pending = []
     if pending:
         job.flush(pending)
+    if report.left_out.count:  # what else the file holds may quote what was forgotten
+        forgetting.forget_left_out(owner, report.left_out.texts or [], [])
     return report
 
 
@@ -484,13 +538,21 @@ class _JsonLines:
             Message.objects.owned_by(self.owner).filter(external_id__in=keys, is_chunk=False)
             .values_list("external_id", flat=True)
         )
+        forgotten = tombstones.forgotten(self.owner, [
+            tombstones.Known((import_key(item),), item["role"], clean_imported(item["content"]))
+            for _, item in pending
+        ])
         by_conv: OrderedDict[str, list[tuple[int, NewMessage]]] = OrderedDict()
-        for lineno, item in pending:
+        for n, (lineno, item) in enumerate(pending):
             key = import_key(item)
             if key in existing or key in self.seen:
                 self.report.skipped += 1
                 continue
             self.seen.add(key)
+            if n in forgotten:  # the thread goes on from the message before it
+                self.report.left_out.add(forgotten[n], clean_imported(item["content"]))
+                continue
+            self.report.replaced += had_replacements(*clean_content(item["content"]))
             title = item["conversation"]
             self._conversation(title)
             metadata = {"imported": True}

@@ -25,6 +25,7 @@ from django.utils import timezone
 from memory import models
 from memory.embedders import get_embedder
 from memory.errors import MemoryStoreError
+from memory.lifecycle import forgetting, tombstones
 from memory.storage import versions
 from memory.storage.store import (
     NUL_REPLACEMENT,
@@ -306,6 +307,7 @@ class ImportReport:
     source_model: str = ""
     target_model: str = ""
     warnings: list[str] = field(default_factory=list)
+    left_out: tombstones.LeftOut = field(default_factory=tombstones.LeftOut)  # forgotten since
 
     @property
     def model_changed(self) -> bool:
@@ -323,6 +325,8 @@ class ImportReport:
             text += f" (the export was embedded with {self.source_model})"
         if self.rechunked:
             text += f"; {self.rechunked} texts were chunked differently under this instance's settings"
+        if self.left_out.count:
+            text += f"; {self.left_out.sentence()}"
         return text
 
 
@@ -387,6 +391,7 @@ def import_memory(
     owned = _owned(models.Conversation, owner, [c["id"] for c in convs])
     fresh = [c for c in convs if c["id"] not in owned]
     report.skipped_conversations = len(convs) - len(fresh)
+    fresh, left_ids = _leave_out_forgotten(owner, fresh, report)
     # Messages of skipped conversations are already the owner's, under their ids then.
     kept = _owned(models.Message, owner, [m["id"] for c in convs if c["id"] in owned for m in c["messages"]])
     conv_ids, n1 = _id_map(models.Conversation, owner, [c["id"] for c in fresh])
@@ -506,10 +511,41 @@ def import_memory(
         if passages and embed is False:
             owner_id = owner.pk
             transaction.on_commit(lambda: queue_embedding(owner_id))
-        topic_map = _import_topics(owner, doc["topics"], message_map, report)
+        topic_map = _import_topics(owner, doc["topics"], message_map, report, left_ids)
         _import_periods(owner, doc["period_summaries"], topic_map)
         _import_entities(owner, doc["entities"], doc["entity_edges"], message_map, report)
+        if left_ids:  # what the file made of them (topics, names, tool results) loses their words
+            forgetting.forget_left_out(owner, report.left_out.texts or [], [c.pk for c in conversations])
     return report
+
+
+def _leave_out_forgotten(owner, convs: list[dict], report: ImportReport) -> tuple[list[dict], set[str]]:
+    """`convs` without the messages the owner forgot since the file was written (their
+    tombstones; a reply to one hangs from what that one replied to), and those messages' ids. A
+    conversation left with none of its messages is left out too."""
+    messages = [m for c in convs for m in c["messages"]]
+    forgotten = tombstones.forgotten(owner, [
+        tombstones.Known((m["id"], m["external_id"] or ""), m["role"], m["content"]) for m in messages
+    ])
+    if not forgotten:
+        return convs, set()
+    gone = {messages[n]["id"] for n in forgotten}
+    for n, when in forgotten.items():
+        report.left_out.add(when, messages[n]["content"])
+    parent_of = {m["id"]: m["parent_id"] for m in messages}
+    kept_convs = []
+    for c in convs:
+        kept = []
+        for m in c["messages"]:
+            if m["id"] in gone:
+                continue
+            parent = m["parent_id"]
+            while parent in gone:
+                parent = parent_of.get(parent)
+            kept.append({**m, "parent_id": parent})
+        if kept or not c["messages"]:
+            kept_convs.append({**c, "messages": kept})
+    return kept_convs, gone
 
 
 def _create_keeping_dates(model, rows: list) -> None:
@@ -534,7 +570,7 @@ def _embed(passages: list[models.Passage], progress: ProgressFn) -> None:
 
 
 def _import_topics(
-    owner, topics: list[dict], message_map: dict[str, str], report: ImportReport
+    owner, topics: list[dict], message_map: dict[str, str], report: ImportReport, left_ids: set[str]
 ) -> dict[str, str]:
     owned = _owned(models.Topic, owner, [t["id"] for t in topics])
     fresh = [t for t in topics if t["id"] not in owned]
@@ -557,6 +593,8 @@ def _import_topics(
         rows.append(row)
         for member in t["members"]:
             if member["message_id"] not in message_map:
+                if member["message_id"] in left_ids:
+                    continue  # forgotten: said in the report already
                 report.warnings.append(
                     f"topic {t['label']!r}: message {member['message_id']} is not in the file"
                 )

@@ -62,3 +62,6 @@ class Command(BaseCommand):
                 f"{report['bad']} bad messages; {report['conversations']} new conversations from "
                 f"{parsed.kind} ({len(parsed.data)} in the file; {hidden} hidden or empty entries left out)"
             )
+        if parsed.kind != "recollect":  # its summary says it
+            for note in report.get("notes", []):
+                self.stdout.write(note)
