@@ -6,7 +6,10 @@ renamed when that message is edited or forgotten; the models use it, so it lives
 from __future__ import annotations
 
 import functools
+import gzip
+import json
 import re
+from pathlib import Path
 
 # A sentence ends at . ! ? (followed by a space or the end) or at a line break.
 _SENTENCE = re.compile(r"[^\n]+?(?:[.!?]+(?=\s|$)|(?=\n)|$)", re.S)
@@ -65,8 +68,11 @@ def auto_title(content: str) -> str:
 
 # English words used at least this often (per million words of pyspellchecker's English list,
 # drawn from film subtitles) are kept; anything rarer reads as 0.
-_KEPT_PER_MILLION = 1.0
+_KEPT_PER_MILLION = 0.2
 _SUFFIXES = ("'s", "s", "es", "ed", "d", "ing", "ly")
+# The word pieces MiniLM reads (Wikipedia and books), shipped in memory/data: its whole words
+# are everyday words of written English that film subtitles rarely say (database, recipe).
+_VOCABULARY = Path(__file__).parent / "data" / "all-MiniLM-L6-v2.tokenizer.json.gz"
 
 
 @functools.cache
@@ -78,16 +84,30 @@ def _english_per_million() -> dict[str, float]:
     return {w: n * scale for w, n in counts.dictionary.items() if n * scale >= _KEPT_PER_MILLION}
 
 
+@functools.cache
+def _written_words() -> frozenset[str]:
+    with gzip.open(_VOCABULARY, "rt", encoding="utf-8") as f:
+        vocab = json.load(f)["model"]["vocab"]
+    return frozenset(w for w in vocab if w.isalpha() and len(w) >= 3)
+
+
+def _forms(word: str) -> list[str]:
+    """`word` and the stems an inflection may hide ("reschedules": "reschedule")."""
+    forms = [word]
+    forms += [word[: -len(s)] for s in _SUFFIXES if word.endswith(s) and len(word) - len(s) >= 3]
+    return forms
+
+
 def english_frequency(word: str) -> float:
-    """How often `word` (any case) is used in English, per million words; 0 for a word rarer
-    than once per million (names, codes, made-up words, rare terms). An inflected form counts
-    as common when its stem is ("reschedules" as "reschedule")."""
+    """How often `word` (any case) is said in English, per million words; 0 for a word rarer
+    than _KEPT_PER_MILLION (names, codes, made-up words, rare terms). An inflected form counts
+    as its stem does."""
     table = _english_per_million()
-    word = word.lower()
-    found = table.get(word, 0.0)
-    if found:
-        return found
-    for suffix in _SUFFIXES:
-        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
-            found = max(found, table.get(word[: -len(suffix)], 0.0))
-    return found
+    return max(table.get(form, 0.0) for form in _forms(word.lower()))
+
+
+def everyday_word(word: str, per_million: float) -> bool:
+    """Whether `word` is an ordinary English word: said at least `per_million` times per
+    million words, or a whole word of written English's common vocabulary."""
+    forms = _forms(word.lower())
+    return english_frequency(word) >= per_million or any(f in _written_words() for f in forms)

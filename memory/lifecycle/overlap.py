@@ -19,13 +19,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memory.models import Passage
-from memory.text import STOP_WORDS, english_frequency
+from memory.text import STOP_WORDS, english_frequency, everyday_word
 
 FORGOTTEN = "[forgotten]"
 RUN = 5  # words: a shared run at least this long may be a copy
 LONG_RUN = 8  # words: a run of common words this long is a copy when it is most of its line
 UNCOMMON_PER_MILLION = 20.0  # a run holding two words rarer than this in English is a copy
-RARE_PER_MILLION = 1.0  # a word rarer than this in English may be a rare word
+RARE_PER_MILLION = 0.2  # a word rarer than this in English (and not in its written vocabulary) may be rare
 NAME_PER_MILLION = 20.0  # ... and a capitalised one (a name) rarer than this
 RARE_AT_MOST = 5  # other messages of the owner that may hold a word still rare in their memory
 MAX_RARE_CANDIDATES = 40  # unusual words of the forgotten texts looked up in the owner's memory
@@ -60,9 +60,10 @@ def _starts_sentence(text: str, at: int) -> bool:
 
 def unusual_words(texts: Iterable[str]) -> dict[str, float]:
     """The words of `texts` that could tell them apart from everything else, with how often
-    English uses them: numbers and codes (3 digits or more), words rarer than RARE_PER_MILLION
-    (made-up words, rare names and terms), and names (capitalised inside a sentence) rarer than
-    NAME_PER_MILLION. Stop words and words shorter than 3 letters never are."""
+    English uses them: numbers and codes (3 digits or more), words that are no everyday English
+    (rarer than RARE_PER_MILLION and not in its written vocabulary: made-up words, rare names
+    and terms), and names (capitalised inside a sentence) rarer than NAME_PER_MILLION. Stop
+    words and words shorter than 3 letters never are."""
     found: dict[str, float] = {}
     for text in texts:
         for m in _TOKEN.finditer(text or ""):
@@ -78,7 +79,7 @@ def unusual_words(texts: Iterable[str]) -> dict[str, float]:
             if _digits(word) or "_" in word:
                 continue
             freq = english_frequency(word)
-            if freq < RARE_PER_MILLION or (
+            if not everyday_word(word, RARE_PER_MILLION) or (
                 raw[0].isupper() and freq < NAME_PER_MILLION and not _starts_sentence(text, m.start())
             ):
                 found[word] = freq
