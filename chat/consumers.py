@@ -7,7 +7,8 @@ conversation of someone else is refused exactly like one that does not exist (cl
 Client frames:
   send        {content, parent_id?, client_id?}  a message; parent_id absent: after the active
                                                  branch; null: a new root; an id: a branch
-  stop        {}                                 stop the reply being written (any tab)
+  stop        {}                                 stop the reply being written (any tab); with
+                                                 none being written: error "idle"
   edit        {message_id, content}              edit in place (history kept, re-embedded)
   delete      {message_id}                       soft delete (undo with restore)
   restore     {message_id}
@@ -31,7 +32,7 @@ Server events (sent to every socket on the conversation):
   conversation_updated {title}  an untitled conversation was named after its first message
                    (or that message was edited)
   error            {code, message, frame}  codes: bad_frame, unknown_type, invalid, not_found,
-                   busy, rate_limited, server_error. The connection stays open.
+                   busy, idle, rate_limited, server_error. The connection stays open.
 
 Limits, per user and held in the database (so across tabs and server processes): every send,
 regenerate, edit, delete, restore and forget counts against CHAT_RATE_LIMIT_PER_MINUTE
@@ -68,6 +69,7 @@ from chat import drafts, turn
 from chat.db import db, durable
 from chat.frames import TokenFrames
 from chat.models import ReplyDraft, RunningTurn
+from chat.processes import PROCESS
 from chat.rendering import message_html
 from config.limits import LimitReached
 from config.models import ActionAllowance
@@ -94,9 +96,19 @@ class FrameError(Exception):
 
 
 def _check_id(name: str, value: str) -> None:
-    # Postgres cannot compare text holding NUL; no id holds one.
-    if "\x00" in value:
+    # Postgres cannot compare text holding NUL; no id holds one, nor is longer than a ULID (and
+    # a long one is not echoed back).
+    if "\x00" in value or len(value) > ID_CHARS:
         raise FrameError("invalid", f"{name} is not a message id")
+
+
+ID_CHARS = Message._meta.get_field("id").max_length
+
+
+def _turn_elsewhere(user) -> bool:
+    """Whether another server process runs one of the user's turns (which a stop reaches through
+    the conversation's group)."""
+    return RunningTurn.objects.filter(user=user).exclude(process=PROCESS).exists()
 
 
 def _get_conversation(user, conversation_id: str) -> Conversation | None:
@@ -318,6 +330,8 @@ class ChatConsumer(AsyncWebsocketConsumer):
         await self._start_turn(frame, reply_to=target)
 
     async def frame_stop(self, frame: dict) -> None:
+        if not _running_turns.get(self.conversation.pk) and not await db(_turn_elsewhere)(self.user):
+            raise FrameError("idle", "No reply is being written: there is nothing to stop.")
         # Any tab may stop the conversation's running reply.
         await self.channel_layer.group_send(self.group, {"type": "chat.stop", "origin": self.channel_name})
         self.stop_event.set()

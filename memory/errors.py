@@ -11,7 +11,9 @@ class NotFound(MemoryStoreError):
     """Unknown id, or an id that belongs to someone else (never told apart)."""
 
     def __init__(self, kind: str, ident: object) -> None:
-        super().__init__(f"{kind} {ident!s:.60} not found")
+        shown = str(ident)
+        shown = shown if len(shown) <= 60 else shown[:59] + "…"  # never a whole long input back
+        super().__init__(f"{kind} {shown} not found")
         self.kind = kind
         self.ident = ident
 

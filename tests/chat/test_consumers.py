@@ -748,6 +748,33 @@ async def test_a_type_that_is_not_text_or_an_id_holding_nul_answers_invalid(owne
     await ws.disconnect()
 
 
+async def test_stop_while_no_reply_is_written_answers_idle_and_keeps_the_socket(owner, conversation, no_llm):
+    ws = await connect(owner, conversation.pk)
+    await ws.send_json_to({"type": "stop"})
+    answer = await ws.receive_json_from(timeout=30)
+    assert (answer["type"], answer["code"], answer["frame"]) == ("error", "idle", "stop")
+    assert answer["message"] == "No reply is being written: there is nothing to stop."
+    await exchange(ws, "still here?")
+    await ws.send_json_to({"type": "stop"})  # the reply is done: idle again
+    assert (await ws.receive_json_from(timeout=30))["code"] == "idle"
+    await ws.disconnect()
+
+
+async def test_a_long_parent_id_is_refused_without_being_echoed_back(owner, conversation, no_llm):
+    ws = await connect(owner, conversation.pk)
+    for parent_id in ["A" * 10_000, "Z" * 27]:
+        await ws.send_json_to({"type": "send", "content": "hello", "parent_id": parent_id})
+        answer = await ws.receive_json_from(timeout=30)
+        assert (answer["type"], answer["code"]) == ("error", "invalid")
+        assert answer["message"] == "parent_id is not a message id" and len(json.dumps(answer)) < 200
+    # An unknown id of the right length is told as not found, and shown whole (26 characters).
+    await ws.send_json_to({"type": "send", "content": "hello", "parent_id": "0" * 26})
+    answer = await ws.receive_json_from(timeout=30)
+    assert (answer["code"], answer["message"]) == ("not_found", f"message {'0' * 26} not found")
+    assert not await messages_of(conversation)
+    await ws.disconnect()
+
+
 async def test_a_long_first_message_names_the_conversation_up_to_a_word_with_an_ellipsis(owner, scripted_llm):
     conversation = await database_sync_to_async(Conversation.objects.create)(owner=owner)
     tab = await connect(owner, conversation.pk)

@@ -127,3 +127,34 @@ def test_showing_the_progress_resumes_an_import_whose_runner_died(owner_client, 
     ImportJob.objects.filter(pk=job.pk).update(runner=f"dead@{host}:999999999:1", heartbeat_at=job.created_at)
     owner_client.get(reverse("explorer:import_progress"))
     assert DBTaskResult.objects.filter(args_kwargs__args=[job.pk]).count() == 1
+
+
+def test_characters_replaced_on_import_are_counted_and_a_nul_in_a_name_costs_only_its_line(
+    owner_client, owner
+):
+    """A lone surrogate, a NUL and bytes that are not UTF-8 in a message's text keep the message
+    with the character replaced, and the report counts them; a NUL in a conversation's name is
+    that line's fault alone."""
+    from tests.memory.test_import_jobs import run_queued_imports
+
+    def line(conversation: str, content: str, minute: int) -> bytes:
+        return json.dumps({"conversation": conversation, "role": "user", "content": content,
+                           "timestamp": f"2025-01-01T10:0{minute}:00"}).encode()
+
+    raw = b"\n".join([
+        line("Trip\u0000notes", "the first line names its thread with a NUL", 0),
+        line("Trip", "half a pair \ud800 here", 1),
+        line("Trip", "a NUL \u0000 here", 2),
+        line("Trip", "not UTF-8: XX", 3).replace(b"XX", b"\xff\xfe"),
+        line("Trip", "nothing odd here", 4),
+    ])
+    assert upload(owner_client, "history.jsonl", raw).status_code == 302
+    job = ImportJob.objects.get(owner=owner)
+    run_queued_imports(job)
+    job.refresh_from_db()
+    assert (job.report["added"], job.report["bad"], job.report["replaced"]) == (4, 1, 3)
+    assert job.report["errors"] == ['line 1: "conversation" holds a NUL character (\\u0000)']
+    page = owner_client.get(reverse("explorer:import")).content.decode()
+    assert "3 messages had characters replaced (shown as \ufffd or \u2400)." in page
+    contents = set(Message.objects.filter(owner=owner).values_list("content", flat=True))
+    assert {"half a pair \ufffd here", "a NUL \u2400 here", "not UTF-8: \ufffd\ufffd"} <= contents

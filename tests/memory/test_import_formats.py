@@ -226,6 +226,7 @@ def test_a_nul_or_lone_surrogate_in_an_export_costs_at_most_its_message(tmp_path
     mapping["a2b"]["message"]["metadata"] = {"model_slug": "gpt\x00"}
     out, _ = run("import_history", write(tmp_path / "c.json", data), "--user", "sam")
     assert "imported 6 messages" in out and "0 bad messages" in out
+    assert "1 message had characters replaced (shown as \ufffd or \u2400)" in out  # counted, as the chat does
     sam = get_user_model().objects.get(username="sam")
     assert by_external(sam)["a1"].content == "Redis \ufffd listens"  # kept, the character replaced
     assert Conversation.objects.owned_by(sam).get().title == "Po\u2400rts\ufffd"
