@@ -35,6 +35,7 @@ from memory.models import (
     Topic,
     repeats_memory,
 )
+from memory.text import auto_title
 
 ECHOES_LISTED = 50  # of each kind
 TICK_SHARE = 0.5  # a reply at least this much copied is ticked even without a rare word
@@ -105,8 +106,9 @@ def copies_of(owner, message, overlap: Overlap | None = None) -> list[Copy]:
         spans = overlap.spans(other.content)
         if not spans:
             continue
+        words = [overlap.as_written(w) for w in overlap.rare_in(other.content)]
         found.append(Copy(other, overlap.copied_share(other.content), repeats_memory(other.metadata),
-                          overlap.rare_in(other.content), excerpt(other.content, spans)))
+                          words, excerpt(other.content, spans)))
     found.sort(key=lambda c: (not c.ticked, not c.only_a_copy, -c.share, c.message.timestamp))
     return found[:MAX_COPIES_LISTED]
 
@@ -122,7 +124,7 @@ def _echo(
     text = next((t for t in texts if overlap.rare_in(t)), "")
     if not text:
         return None
-    words = list(dict.fromkeys(w for t in texts for w in overlap.rare_in(t)))
+    words = list(dict.fromkeys(overlap.as_written(w) for t in texts for w in overlap.rare_in(t)))
     return Echo(key, kind, label, words, excerpt(text, overlap.spans(text), width=140), target)
 
 
@@ -149,9 +151,12 @@ def echoes_of(owner, message, overlap: Overlap | None = None) -> list[Echo]:
     for call in calls[:ECHOES_LISTED]:
         echoes.append(_echo(overlap, f"toolcall:{call.pk}", "Tool call", call.tool_name,
                             [call.arguments, call.result], call.pk))
+    # A title made from it is made again anyway (forgetting._retitle).
+    made_from_it = {auto_title(t).lower() for t in overlap.texts}
     titles = _holding(overlap, Conversation, owner, ("title",)).order_by("-updated_at")
     for conv in titles[:ECHOES_LISTED]:
-        echoes.append(_echo(overlap, f"title:{conv.pk}", "Conversation title", "", [conv.title], conv.pk))
+        if conv.title.lower() not in made_from_it:
+            echoes.append(_echo(overlap, f"title:{conv.pk}", "Conversation title", "", [conv.title], conv.pk))
     topics = _holding(overlap, Topic, owner, ("label", "keywords", "summary")).order_by("level", "order")
     for topic in topics[:ECHOES_LISTED]:
         echoes.append(_echo(overlap, f"topic:{topic.pk}", "Topic", topic.label,
@@ -186,4 +191,4 @@ class Dialog:
 def dialog(owner, message) -> Dialog:
     overlap = overlap_of([message], owner)
     return Dialog(copies_of(owner, message, overlap), echoes_of(owner, message, overlap),
-                  sorted(overlap.rare))
+                  sorted((overlap.as_written(w) for w in overlap.rare), key=str.lower))

@@ -328,6 +328,14 @@ class Overlap:
                 seen.setdefault(w)
         return list(seen)
 
+    def as_written(self, word: str) -> str:
+        """A rare word as the forgotten texts first write it ("Vexmorrant", not "vexmorrant")."""
+        for text in self.texts:
+            for w, start, end in tokens(text or ""):
+                if w == word:
+                    return text[start:end]
+        return word
+
 
 def excerpt(text: str, spans: Sequence[tuple[int, int]], width: int = 160) -> list[tuple[str, bool]]:
     """About `width` characters of `text` around its first copied span, as (piece, copied)

@@ -371,10 +371,13 @@ def test_a_person_forgets_a_message_and_the_reply_that_restated_it(person, page,
     page.locator("li.message.deleted [data-action=forget-ask]").click()
     dialog = page.locator("form.forget-dialog")
     dialog.wait_for()
-    assert "1 other message quotes or restates it" in dialog.inner_text()
-    box = dialog.locator("input[name=copies]")
-    assert not box.is_checked()  # a model's reply is a message of its own: not ticked for you
-    box.check()
+    assert "1 other message echoes it" in dialog.inner_text()
+    # The reply repeats its rare word (the code): ticked, the word marked where it says it.
+    box = dialog.locator(".forget-copies input[name=copies]")
+    assert box.is_checked()
+    marked = dialog.locator(".forget-copies .excerpt mark").all_inner_texts()
+    assert any("9911" in piece for piece in marked)
+    assert "9911" in dialog.locator(".forget-words mark").all_inner_texts()
     page.screenshot(path=str(ARTIFACTS / "chat-forget-dialog.png"), full_page=True)
     dialog.locator("button[type=submit]").click()
     page.wait_for_function("() => document.querySelectorAll('li.message').length === 0")

@@ -278,3 +278,40 @@ def test_no_page_scrolls_sideways_on_a_phone(page, mem_live, conversation):
     assert not page.locator("#sidebar-list").evaluate("d => d.open")
     chat_box = page.locator("#chat").bounding_box()
     assert chat_box["width"] <= 390
+
+
+def test_the_forget_page_offers_the_echoes_ticked_with_the_rare_word_marked(page, owner, conversation):
+    """Issue 32: a reply and a later search that repeat a forgotten message's rare word are
+    offered ticked, the word marked; a person unticks the search, and only it keeps the word."""
+    import json as _json
+
+    from memory.context.tools import execute_tool
+    from memory.models import ToolCall
+    from memory.storage.store import store_tool_call
+    from tests.memory.conftest import EVERYDAY_TEXTS, add_turns
+
+    secret = add_turns(owner, conversation, ["Our cabin is in Vexmorrant, two hours north."])[0]
+    add_turns(owner, conversation, EVERYDAY_TEXTS)
+    _, reply, _, echo = add_turns(owner, conversation, [
+        "Which town is the cabin in?", "Two hours north; I found it in your notes.",
+        "Thanks!", "Enjoy Vexmorrant, and take warm clothes!",
+    ])
+    found = execute_tool(owner, "search_and_retrieve", {"query": "vexmorrant cabin"}).result
+    call = store_tool_call(owner, reply, "search_and_retrieve", {"query": "vexmorrant cabin"}, found)
+    page.goto(page.base + reverse("explorer:forget", args=[secret.pk]))
+    copy = page.locator(f".forget-copies input[value='{echo.pk}']")
+    assert copy.is_checked()
+    marks = page.locator(".forget-copies .excerpt mark").all_inner_texts()
+    assert [m.lower() for m in marks] == ["vexmorrant"]
+    search_box = page.locator(f".forget-echoes input[name=echoes][value='toolcall:{call.pk}']")
+    assert search_box.is_checked()
+    assert "vexmorrant" in [m.lower() for m in page.locator(".forget-echoes .excerpt mark").all_inner_texts()]
+    assert not serious_accessibility_violations(page)
+    shot(page, "forget-echoes")
+    search_box.uncheck()
+    page.locator("input[name=confirm]").check()
+    page.locator("form button.primary").click()
+    page.wait_for_url(re.compile(r"/explorer/timeline/"))
+    assert not Message.objects.filter(pk__in=[secret.pk, echo.pk]).exists()
+    assert _json.loads(ToolCall.objects.get(pk=call.pk).arguments) == {"query": "vexmorrant cabin"}
+    assert page.js_errors == []

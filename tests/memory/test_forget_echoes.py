@@ -105,7 +105,7 @@ def searched(owner, conversation):
 def test_the_dialog_offers_the_tool_call_and_title_that_hold_the_word(owner, conversation, searched):
     secret, reply, call = searched
     dialog = echoes.dialog(owner, secret)
-    assert dialog.words == ["vexmorrant"]
+    assert dialog.words == ["Vexmorrant"]
     assert {c.message.pk for c in dialog.copies if c.ticked} == {reply.pk}
     keys = {e.key: e for e in dialog.echoes}
     assert {f"toolcall:{call.pk}", f"title:{conversation.pk}"} <= set(keys)

@@ -238,7 +238,7 @@ def test_forgetting_with_copies_forgets_the_replies_that_quote_it(owner, convers
     found = {c.message.pk: c for c in copies_of(owner, Message.objects.get(pk=secret.pk))}
     # The user's other message that names Quokka Station (a rare word here) is offered, unticked.
     assert set(found) == {recall.pk, restated.pk, history[2].pk}
-    assert found[history[2].pk].words == ["quokka"] and not found[history[2].pk].ticked
+    assert found[history[2].pk].words == ["Quokka"] and not found[history[2].pk].ticked
     assert found[recall.pk].only_a_copy and not found[restated.pk].only_a_copy
     assert forget_message(owner, secret.pk, copies=[recall.pk]) == sorted([secret.pk, recall.pk])
     assert set(Message.objects.filter(pk__in=[secret.pk, recall.pk, restated.pk, other.pk])
