@@ -433,6 +433,8 @@ class Command(BaseCommand):
             "search (filtered)": reverse("explorer:search") + f"?q=sourdough+starter&role=user&start={day}",
             "entities": reverse("explorer:entities"),
             "entity": reverse("explorer:entity", args=[entity.pk]),
+            # The forget dialog (asks only): rare words, echoing messages, what holds the words.
+            "forget dialog": reverse("explorer:forget", args=[edited]),
         }
         self.stdout.write(f"\n{'page':34} {'p50 ms':>8} {'p95 ms':>8}  status")
         worst = 0.0
