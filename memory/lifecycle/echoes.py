@@ -22,19 +22,10 @@ from typing import Any
 from django.contrib.postgres.search import SearchQuery
 from django.db.models import Exists, OuterRef
 
+from memory import models
 from memory.lifecycle.forgetting import MAX_COPIES_LISTED, candidates, overlap_of
 from memory.lifecycle.overlap import MAX_PROBES, Overlap, excerpt
-from memory.models import (
-    Conversation,
-    Entity,
-    EntityMention,
-    Fact,
-    Message,
-    Passage,
-    ToolCall,
-    Topic,
-    repeats_memory,
-)
+from memory.models import Message, Passage, repeats_memory
 from memory.text import auto_title
 
 ECHOES_LISTED = 50  # of each kind
@@ -145,7 +136,7 @@ def echoes_of(owner, message, overlap: Overlap | None = None) -> list[Echo]:
         ).values_list("tool_call__chunk_parent_id", "tool_call_id")[: ECHOES_LISTED * 4]
         call_ids = {parent or own for parent, own in hits}
     calls = (
-        ToolCall.objects.owned_by(owner).filter(pk__in=call_ids, is_chunk=False)
+        models.ToolCall.objects.owned_by(owner).filter(pk__in=call_ids, is_chunk=False)
         .exclude(message_id=message.pk).order_by("-timestamp")
     )
     for call in calls[:ECHOES_LISTED]:
@@ -153,24 +144,26 @@ def echoes_of(owner, message, overlap: Overlap | None = None) -> list[Echo]:
                             [call.arguments, call.result], call.pk))
     # A title made from it is made again anyway (forgetting._retitle).
     made_from_it = {auto_title(t).lower() for t in overlap.texts}
-    titles = _holding(overlap, Conversation, owner, ("title",)).order_by("-updated_at")
+    titles = _holding(overlap, models.Conversation, owner, ("title",)).order_by("-updated_at")
     for conv in titles[:ECHOES_LISTED]:
         if conv.title.lower() not in made_from_it:
             echoes.append(_echo(overlap, f"title:{conv.pk}", "Conversation title", "", [conv.title], conv.pk))
-    topics = _holding(overlap, Topic, owner, ("label", "keywords", "summary")).order_by("level", "order")
+    topic_fields = ("label", "keywords", "summary")
+    topics = _holding(overlap, models.Topic, owner, topic_fields).order_by("level", "order")
     for topic in topics[:ECHOES_LISTED]:
         echoes.append(_echo(overlap, f"topic:{topic.pk}", "Topic", topic.label,
                             [topic.label, topic.summary, " ".join(map(str, topic.keywords or []))], topic.pk))
     # A name only it gave goes with it anyway.
-    elsewhere = EntityMention.objects.filter(entity=OuterRef("pk")).exclude(message_id=message.pk)
+    elsewhere = models.EntityMention.objects.filter(entity=OuterRef("pk")).exclude(message_id=message.pk)
     named_elsewhere = Exists(elsewhere)
-    names = _holding(overlap, Entity, owner, ("name",)).filter(named_elsewhere).order_by("-mention_count")
+    names = _holding(overlap, models.Entity, owner, ("name",)).filter(named_elsewhere)
+    names = names.order_by("-mention_count")
     for entity in names[:ECHOES_LISTED]:
         echoes.append(
             _echo(overlap, f"entity:{entity.pk}", "Name", entity.kind, [entity.name], str(entity.pk))
         )
     facts = (
-        _holding(overlap, Fact, owner, ("subject", "value", "statement", "corrected"))
+        _holding(overlap, models.Fact, owner, ("subject", "value", "statement", "corrected"))
         .exclude(message_id=message.pk).order_by("-valid_from")
     )
     for fact in facts[:ECHOES_LISTED]:
