@@ -300,11 +300,11 @@ def _forget_echoes(owner, overlap: Overlap, keep: set[str]) -> None:
 
 def forget_left_out(owner, texts: Sequence[str], conversation_ids: Iterable[str]) -> None:
     """An import left out messages that had been forgotten (their tombstones): whatever it brought
-    that echoes them (a title, a topic, a tool result, a name, a fact) loses their words, as the
-    forget that made the tombstones did."""
+    that echoes them (a title, a topic, a tool result) loses their words, as the forget that made
+    the tombstones did, and names only they gave go. (Facts and names a person kept at the forget
+    stay; a copy of the rare words they kept elsewhere is scrubbed again.)"""
     overlap = Overlap(list(texts), set(), rare_words(owner, texts))
     with transaction.atomic():
-        _forget_echoes(owner, overlap, set())
         scrub(owner, overlap)
         _retitle(owner, set(conversation_ids), overlap, set())
         prune_orphans(owner)
