@@ -161,7 +161,7 @@ def load(weights_path: Path, model_dir: Path, name: str, threads: int) -> E5Onnx
         return E5Onnx(weights_path, model_file(weights_path, model_dir, name), threads)
 
 
-def build(weights: E5Weights, path: Path) -> Path:
+def build(weights: E5Weights, path: Path, smoothing: dict[str, np.ndarray] | None = None) -> Path:
     """Write the ONNX graph of `weights` to `path` (atomically: a file that exists is whole)."""
     try:
         import onnx
@@ -182,9 +182,18 @@ def build(weights: E5Weights, path: Path) -> Path:
         nodes.append(helper.make_node(op, inputs, [output], name=output, domain=domain, **attributes))
         return output
 
-    def int8_product(x: str, prefix: str, tensors: list[str], columns: int) -> str:
+    def int8_product(x: str, prefix: str, tensors: list[str], columns: int, reach: str = "") -> str:
         matrix = np.concatenate([w.dequantize(f"{prefix}.{t}.w", columns) for t in tensors])
         bias = np.concatenate([w.fp32(f"{prefix}.{t}.b") for t in tensors])
+        if smoothing is not None and reach:
+            # The input's few wide channels scaled down and the weights that read them up, by
+            # the same factors (the product is unchanged): one int8 scale then fits the input.
+            widest = np.maximum(np.abs(matrix).max(axis=0), 1e-5)
+            factors = np.sqrt(np.maximum(smoothing[reach], 1e-5) / widest)
+            factors = np.clip(factors, 1e-2, 1e2).astype(np.float32)
+            matrix = matrix * factors[None, :]
+            inverse = constant(f"{reach}.inverse", (1.0 / factors).astype(np.float32))
+            x = node("Mul", [x, inverse], f"{reach}.smooth")
         scale = np.abs(matrix).max(axis=1) / 127.0
         scale[scale == 0] = 1.0
         quantized = np.clip(np.rint(matrix / scale[:, None]), -127, 127).astype(np.int8)
@@ -206,7 +215,7 @@ def build(weights: E5Weights, path: Path) -> Path:
              "emb.ln", axis=-1, epsilon=w.eps)
     for layer in range(w.layers):
         p = f"l{layer}"
-        qkv = int8_product(x, p, ["q", "k", "v"], H)
+        qkv = int8_product(x, p, ["q", "k", "v"], H, f"{p}.x")
         nodes.append(helper.make_node("Split", [qkv, constant(f"{p}.split", np.array([H, H, H], np.int64))],
                                       [f"{p}.q", f"{p}.k", f"{p}.v"], name=f"{p}.split", axis=-1))
         context = node("MultiHeadAttention", [f"{p}.q", f"{p}.k", f"{p}.v", "", "mask"], f"{p}.context",
@@ -215,7 +224,7 @@ def build(weights: E5Weights, path: Path) -> Path:
         x = node("SkipLayerNormalization", [attention, x, constant(f"{p}.aln.w", w.fp32(f"{p}.aln.w")),
                                             constant(f"{p}.aln.b", w.fp32(f"{p}.aln.b"))],
                  f"{p}.aln", microsoft=True, epsilon=w.eps)
-        inner = node("Gelu", [int8_product(x, p, ["fi"], H)], f"{p}.gelu", microsoft=True)
+        inner = node("Gelu", [int8_product(x, p, ["fi"], H, f"{p}.x1")], f"{p}.gelu", microsoft=True)
         x = node("SkipLayerNormalization", [fp32_product(inner, p, "fo", w.ffn), x,
                                             constant(f"{p}.oln.w", w.fp32(f"{p}.oln.w")),
                                             constant(f"{p}.oln.b", w.fp32(f"{p}.oln.b"))],

@@ -48,7 +48,8 @@ def run_import(command: BaseCommand, user, parsed: import_jobs.Parsed, path: str
             "search finds the messages now"
         )
         return job
-    with Progress(job.passages_total, "embed (your messages first, newest first)", stream=stream) as bar:
+    command.stderr.write("embedding your own messages first, newest first, then the replies")
+    with Progress(job.passages_total, "embed", stream=stream) as bar:
         tasks.run_import_job(job, progress=bar.update)
     command.stderr.write(f"embedded {job.passages_embedded:,} passages; topics built")
     return job
