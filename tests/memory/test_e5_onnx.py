@@ -139,7 +139,8 @@ def test_the_default_model_is_cached_under_the_data_folder(settings):
 def test_the_shipped_smoothing_covers_every_int8_product_and_calibrating_measures_the_same_inputs():
     shipped = e5_onnx.shipped_smoothing()
     assert shipped is not None and len(shipped) == 36  # 12 layers: Q/K/V, attention output, FFN in
-    measured = e5_onnx.calibrate(e5_onnx.weights_path("original"), ["A short calibration text.", "Ein Satz."], 1)
+    texts = ["A short calibration text.", "Ein Satz."]
+    measured = e5_onnx.calibrate(e5_onnx.weights_path("original"), texts, 1)
     assert set(measured) == set(shipped)
     for name, reach in measured.items():
         assert reach.shape == shipped[name].shape == (384,) and (reach > 0).all()
