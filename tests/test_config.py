@@ -144,3 +144,11 @@ def test_a_command_run_before_the_database_has_tables_says_what_to_do():
     assert "Traceback" not in run.stderr
     assert "no tables yet" in run.stderr and "make run" in run.stderr
     assert ".venv/bin/python manage.py migrate" in run.stderr and "RECOLLECT_DATA_DIR" in run.stderr
+
+
+def test_serve_loads_the_embedder_while_the_server_starts():
+    from config.management.commands.serve import start_embedder_load
+    from memory.embedders import get_embedder
+
+    start_embedder_load().join(timeout=600)
+    assert get_embedder()._model is not None  # the first chat turn finds it loaded

