@@ -151,6 +151,25 @@ def excluded_ids() -> frozenset[str]:
     return _EXCLUDED.get()
 
 
+_AS_OF: contextvars.ContextVar[dt.datetime | None] = contextvars.ContextVar("search_as_of", default=None)
+
+
+@contextlib.contextmanager
+def asked_at(moment: dt.datetime | None) -> Iterator[None]:
+    """Within this block, searches are asked at `moment` (a turn's time): the periods a query
+    names relative to it ("last Saturday", "this month") resolve against it. None: now."""
+    token = _AS_OF.set(moment if moment is not None else _AS_OF.get())
+    try:
+        yield
+    finally:
+        _AS_OF.reset(token)
+
+
+def asked_moment() -> dt.datetime | None:
+    """The moment `asked_at()` set for searches in this context, or None (now)."""
+    return _AS_OF.get()
+
+
 def search(
     owner,
     query: str,
@@ -160,9 +179,12 @@ def search(
     candidates: int | None = None,
     query_vector=None,
     exclude_message_ids: tuple[str, ...] | list[str] = (),
+    as_of: dt.datetime | None = None,
 ) -> SearchResults:
     """Hybrid search of `owner`'s memory. Never returns deleted content or other users' rows,
-    nor the messages of `exclude_message_ids` (a turn's own message, searched for itself)."""
+    nor the messages of `exclude_message_ids` (a turn's own message, searched for itself).
+    as_of: when the question is asked (a turn's time; default the `asked_at()` block's, else
+    now): "last week" and "this month" are read from it."""
     results = SearchResults(query=query)
     query = (query or "").strip()
     limit = max(1, min(int(limit), 200))
@@ -179,7 +201,7 @@ def search(
     started = time.perf_counter()
     keyword_rows = _keyword_candidates(owner, query, filters, k, results)
     results.timings_ms["keyword"] = round((time.perf_counter() - started) * 1000, 2)
-    boosts = QueryBoosts.of(query)
+    boosts = QueryBoosts.of(query, now=as_of if as_of is not None else _AS_OF.get())
     if vector_job is not None:
         # The graph's part needs only the query: looked up while the vector search runs.
         boosts.graph = graph.related_or_none(owner, query)
@@ -215,7 +237,7 @@ def similar_messages(owner, message: Message, limit: int = 5) -> list[dict[str, 
     # Several passages a message: read enough of them to rank `limit` messages.
     rows = _vector_candidates(owner, "", filters, limit * 6, SearchResults(query=""), vector)
     best: dict[str, float] = {}
-    for _message_id, _call_id, logical_id, _text, similarity, _when in rows:
+    for _message_id, _call_id, logical_id, _text, similarity, *_ in rows:
         best[logical_id] = max(best.get(logical_id, -1.0), float(similarity))
     ranked = sorted(best.items(), key=lambda kv: -kv[1])[:limit]
     found = Message.objects.visible_to(owner).in_bulk([k for k, _ in ranked])
