@@ -7,6 +7,7 @@ and a fact takes the period its clause names, relative to when it was said
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import re
 
@@ -241,6 +242,16 @@ def spoken_period(text: str, now: dt.datetime) -> tuple[dt.datetime, dt.datetime
     span = None
     if m := _RELATIVE_PHRASE.search(text):
         span = _relative_span(m[0].lower(), now)
+    elif m := _MONTH_DAY.search(text):
+        # "on May 27": the latest such day not after `now` (a question asks about the past).
+        month_name, number = (m[1], m[2]) if m[1] else (m[4], m[3])
+        month = _MONTH_NAMES.index(month_name.lower()) + 1
+        for year in (now.year, now.year - 1):
+            with contextlib.suppress(ValueError):
+                candidate = dt.date(year, month, int(number))
+                if candidate <= now.date():
+                    span = (candidate, candidate + dt.timedelta(days=1))
+                    break
     elif m := _DAY_OF_MONTH.search(text):
         number, day = int(m[1]), now.date()
         month = day.replace(day=1)

@@ -36,15 +36,15 @@ NEIGHBOR_SEEDS = 1
 # What the question asks for (memory.finding.intent), in z units: a turn by the other speaker than
 # the one whose words answer it ("my…" asks the person's; "what did you suggest" the assistant's)
 # loses ROLE_SHIFT; a turn that only asks, when the question seeks a fact, QUESTION_SHIFT.
-ROLE_SHIFT = 1.0
-QUESTION_SHIFT = 1.0
+ROLE_SHIFT = 2.0
+QUESTION_SHIFT = 3.0
 # "now", "current", "still": among the PRESENT_POOL best turns, the newest gains PRESENT_BOOST,
 # the others in proportion to their place in time (the oldest nothing).
 PRESENT_BOOST = 1.0
 PRESENT_POOL = 10
 # A turn gains SESSION_SHARE of its session's best score (a session: the candidates of one
 # conversation with no gap over SESSION_GAP between them): evidence spread over a session.
-SESSION_SHARE = 0.3
+SESSION_SHARE = 0.1
 SESSION_GAP = dt.timedelta(hours=3)
 
 
