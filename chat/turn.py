@@ -485,7 +485,12 @@ async def _offline_recall(
         lines.append("Nothing in memory matches it yet.")
     for hit in hits:
         snippet = " ".join(hit.snippet.split())
-        lines.append(f"- {hit.timestamp:%Y-%m-%d %H:%M} · {hit.role} · {hit.message_id}: “{snippet}”")
+        # The days its words name ("last Saturday"), so the reader need not count back.
+        days = "".join(
+            f" · {d['text']}: {d.get('date') or d['from'] + ' to ' + d['until']}"
+            for d in hit.as_result().get("dates", [])
+        )
+        lines.append(f"- {hit.timestamp:%Y-%m-%d %H:%M} · {hit.role} · {hit.message_id}: “{snippet}”{days}")
     text = "\n".join(lines)
     for piece in text.split(" "):
         if stop.is_set():

@@ -66,11 +66,14 @@ class SearchHit:
     keyword_rank: int | None = None
     vector_similarity: float | None = None
     passage_text: str = ""
+    # The periods the passage's words name, resolved when it was said (Passage.periods).
+    periods: list[dict[str, str]] = field(default_factory=list)
 
     def as_result(self) -> dict[str, Any]:
         """One search result (type, ids, score, snippet, timestamp), plus external_id, conversation
-        and role."""
-        return {
+        and role; and `dates`, when its words name days relative to when it was said ("last
+        Saturday" is 2023-05-20), so a reader can count the days between two of them."""
+        result = {
             "id": self.id,
             "external_id": self.external_id,
             "conversation": self.conversation,
@@ -82,6 +85,9 @@ class SearchHit:
             "is_chunk": self.is_chunk,
             "message_id": self.message_id,
         }
+        if self.periods:
+            result["dates"] = [_date(p) for p in self.periods]
+        return result
 
 
 @dataclass
@@ -283,6 +289,7 @@ def _hits(owner, ranked: list[tuple[tuple[str, str], float]], info: dict) -> lis
             "keyword_rank": entry.get("keyword_rank"),
             "vector_similarity": entry.get("similarity"),
             "passage_text": entry["text"],
+            "periods": entry.get("periods") or [],
         }
         if key[0] == "message":
             m = messages.get(key[1])
@@ -331,6 +338,15 @@ def _hits(owner, ranked: list[tuple[tuple[str, str], float]], info: dict) -> lis
         for h in missing:
             h.conversation = conv.get(h.message_id, "")
     return hits
+
+
+def _date(period: dict[str, str]) -> dict[str, str]:
+    """{"text": "last Saturday", "date": "2023-05-20"}, or "from" and "until" (inclusive) for a span."""
+    start, end = dt.date.fromisoformat(period["start"]), dt.date.fromisoformat(period["end"])
+    if end - start == dt.timedelta(days=1):
+        return {"text": period["text"], "date": start.isoformat()}
+    last = end - dt.timedelta(days=1)
+    return {"text": period["text"], "from": start.isoformat(), "until": last.isoformat()}
 
 
 def _snippet(text: str) -> str:
