@@ -2,7 +2,8 @@
 nearest the query's vector (an exact scan of a small memory, the HNSW graph walk of a large
 one), and those holding its words, scored by Okapi BM25 with term statistics from the owner's
 newest passages. Each list is rows of (message id, tool call id, logical message id, text,
-score, timestamp, role, conversation id, the periods its words name), best first.
+score, timestamp, role, conversation id, the periods its words name, its speaker or None), best
+first.
 
 The vector list is read on a search worker thread, with a database connection of its own, while
 the calling thread reads the keyword list (in_worker).
@@ -45,7 +46,8 @@ HALFVEC = (
 
 
 # The columns of a candidate row after its timestamp (fusion reads them).
-ROW_TAIL = "p.role, p.conversation_id, p.periods"
+# The speaker is the one an import recorded, the last line of the passage's context ("Melanie:").
+ROW_TAIL = "p.role, p.conversation_id, p.periods, substring(p.context from '(?:^|\n)([^\n:]{1,60}):$')"
 
 
 def vector_literal(vector) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +38,9 @@ NEIGHBOR_SEEDS = 1
 # the one whose words answer it ("my…" asks the person's; "what did you suggest" the assistant's)
 # loses ROLE_SHIFT; a turn that only asks, when the question seeks a fact, QUESTION_SHIFT.
 ROLE_SHIFT = 2.0
+# The same for named speakers (an import's "speaker"): a question naming one of them ("What did
+# Caroline research?") is answered by that person's words, not by another's that name them.
+SPEAKER_SHIFT = 0.5
 QUESTION_SHIFT = 3.0
 # "now", "current", "still": among the PRESENT_POOL best turns, the newest gains PRESENT_BOOST,
 # the others in proportion to their place in time (the oldest nothing).
@@ -155,6 +159,8 @@ def fuse(
                 entry.setdefault("role", row[6])
                 entry.setdefault("conversation", row[7])
                 entry.setdefault("periods", _periods(row[8]))
+            if len(row) > 9:
+                entry.setdefault("speaker", row[9])
     z_vector, floor_vector = _standardised(raw["vector"])
     z_keyword, floor_keyword = _standardised(raw["keyword"])
     scores: dict[tuple[str, str], float] = {}
@@ -164,6 +170,8 @@ def fuse(
         )
         if boosts is not None:
             scores[key] += boosts.bonus(entry.get("timestamp"), entry.get("periods")) + boosts.shift(entry)
+    if boosts is not None:
+        _shift_other_speakers(boosts.text, scores, info)
     if boosts is not None and boosts.text:
         # Graph-aware search (memory.knowledge.graph); GRAPH_SEARCH turns it off.
         graph.boost_scores(owner, boosts.text, scores, info, relevance=boosts.graph)
@@ -182,6 +190,20 @@ def fuse(
         _lift_the_newest(scores, info)
     ranked = sorted(scores.items(), key=lambda kv: -kv[1])[:limit]
     return ranked, info
+
+
+def _shift_other_speakers(query: str, scores: dict[tuple[str, str], float], info: dict) -> None:
+    """When the question names exactly one of the candidates' speakers, the turns of the other
+    named speakers lose SPEAKER_SHIFT: the person's own words answer what they did or think."""
+    if not SPEAKER_SHIFT:
+        return
+    speakers = {entry["speaker"] for entry in info.values() if entry.get("speaker")}
+    named = [s for s in speakers if re.search(rf"\b{re.escape(s)}\b", query, re.I)]
+    if len(named) != 1:
+        return
+    for key, entry in info.items():
+        if key in scores and entry.get("speaker") and entry["speaker"] != named[0]:
+            scores[key] -= SPEAKER_SHIFT
 
 
 def _share_session_scores(scores: dict[tuple[str, str], float], info: dict) -> None:
