@@ -64,18 +64,18 @@ def test_the_persons_own_statement_ranks_above_the_reply_that_repeats_it(owner, 
         owner,
         conversation,
         [
-            "I use my Navigo card on the metro every day.",
-            "Since you ride the metro every day with your Navigo card, the monthly Navigo pass is the "
-            "cheapest way to get around Paris: it covers the metro, buses and trains in every zone.",
+            "By the way, I use my Navigo card on the metro.",
+            "Since you use your Navigo card on the metro every day, the monthly Navigo pass is the "
+            "cheapest way to ride the metro, buses and trains in Paris.",
         ],
         linked=True,
     )
-    assert first_texts(owner, "Which transit card do I use?") == [
-        "I use my Navigo card on the metro every day."
+    assert first_texts(owner, "Which card do I use on the metro?") == [
+        "By the way, I use my Navigo card on the metro."
     ]
     # Asked what the assistant said, its reply comes first.
     assert first_texts(owner, "Which Navigo pass did you recommend?")[0].startswith(
-        "Since you ride the metro"
+        "Since you use your Navigo"
     )
 
 
@@ -134,3 +134,28 @@ def test_a_tool_call_of_a_turn_reads_last_week_as_of_the_turn(owner, conversatio
     today = execute_tool(owner, "vector_search", args, conversation=conversation)
     assert at_turn.result["results"][0]["message_id"] == then.pk
     assert today.result["results"][0]["message_id"] == lately.pk
+
+
+def test_a_question_naming_one_speaker_is_answered_by_that_persons_own_words(owner, conversation):
+    from memory.storage.store import NewMessage, store_messages
+
+    start = timezone.now() - dt.timedelta(days=40)
+    add_turns(owner, conversation, EVERYDAY_TEXTS, start=start)
+    said = [
+        ("Melanie", "Caroline, you've been researching so much lately, how are the adoption agencies?"),
+        ("Caroline", "Researching adoption agencies is a dream of mine, to give kids a loving home."),
+    ]
+    store_messages(
+        owner,
+        conversation,
+        [
+            NewMessage(
+                role="user" if i % 2 == 0 else "assistant",
+                content=text,
+                timestamp=start + dt.timedelta(days=1, minutes=i),
+                metadata={"speaker": who},
+            )
+            for i, (who, text) in enumerate(said)
+        ],
+    )
+    assert first_texts(owner, "What did Caroline research?")[0].startswith("Researching adoption agencies")
