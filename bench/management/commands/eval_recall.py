@@ -410,7 +410,9 @@ class Command(BaseCommand):
             }))
 
     def _import(self, dataset: Dataset):
-        return import_history_as_user(dataset.id, dataset.history, self.stderr, len(dataset.turns))
+        # A turn with no words is never stored (import_history reports it as a bad line).
+        storable = sum(1 for text in dataset.turns.values() if text.strip())
+        return import_history_as_user(dataset.id, dataset.history, self.stderr, storable)
 
     def _run_queries(self, datasets: list[Dataset], users: dict):
         """Every query through every method, asked at its question_date when it has one: (per
