@@ -185,7 +185,7 @@ async def run_turn(
                         }
                     )
                     outcome = await db(durable(_execute_tool))(
-                        owner, conversation, call, user_message.pk, reply.seen
+                        owner, conversation, call, user_message.pk, reply.seen, user_message.timestamp
                     )
                     reply.tool_outcomes.append(outcome)
                     room = settings.MAX_TOOL_RESULT_CHARS_PER_TURN - reply.tool_result_chars
@@ -419,13 +419,13 @@ async def _stream_once(messages, tools, max_tokens: int, reply: Reply, emit: Emi
 
 def _execute_tool(
     owner, conversation: Conversation, call: llm.RequestedToolCall, user_message_id: str | None = None,
-    seen: dict[str, list[str]] | None = None,
+    seen: dict[str, list[str]] | None = None, asked_at=None,
 ) -> ToolResult:
     # The arguments go as the model wrote them: execute_tool reads them, and broken JSON comes
-    # back as an error the model is shown.
+    # back as an error the model is shown. The turn's searches are asked at the message's time.
     outcome = execute_tool(
         owner, call.name, call.arguments_text, conversation=conversation,
-        exclude_message_ids=[user_message_id] if user_message_id else (),
+        exclude_message_ids=[user_message_id] if user_message_id else (), as_of=asked_at,
     )
     outcome.call_id, outcome.name = call.id, call.name or "(no name)"
     if seen is not None and outcome.ok:
@@ -485,7 +485,12 @@ async def _offline_recall(
         lines.append("Nothing in memory matches it yet.")
     for hit in hits:
         snippet = " ".join(hit.snippet.split())
-        lines.append(f"- {hit.timestamp:%Y-%m-%d %H:%M} · {hit.role} · {hit.message_id}: “{snippet}”")
+        # The days its words name ("last Saturday"), so the reader need not count back.
+        days = "".join(
+            f" · {d['text']}: {d.get('date') or d['from'] + ' to ' + d['until']}"
+            for d in hit.as_result().get("dates", [])
+        )
+        lines.append(f"- {hit.timestamp:%Y-%m-%d %H:%M} · {hit.role} · {hit.message_id}: “{snippet}”{days}")
     text = "\n".join(lines)
     for piece in text.split(" "):
         if stop.is_set():
@@ -499,7 +504,10 @@ async def _offline_recall(
 def _recall_hits(owner, user_message: Message, seen: dict[str, list[str]]):
     from memory.finding.search import search
 
-    results = search(owner, user_message.content, limit=12, exclude_message_ids=[user_message.pk])
+    results = search(
+        owner, user_message.content, limit=12, exclude_message_ids=[user_message.pk],
+        as_of=user_message.timestamp,
+    )
     ids = {h.message_id for h in results.hits}
     earlier_recalls = set(
         Message.objects.owned_by(owner)

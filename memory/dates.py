@@ -7,6 +7,7 @@ and a fact takes the period its clause names, relative to when it was said
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import re
 
@@ -93,4 +94,177 @@ def _query_period(query: str, now: dt.datetime | None) -> tuple[dt.datetime, dt.
     for phrase, span in relative.items():
         if re.search(rf"\b{phrase}\b", text):
             return span
-    return None
+    return spoken_period(text, now)
+
+
+# --- Time at ingest (issue 35): the periods a message's words name, resolved against when it
+# was said. "I went to bed at 2 AM last Wednesday" said on 2023-05-29 is about 2023-05-24, so
+# search lifts it for "what did I do on the 24th?" and a reader can count days between events.
+# dateparser resolves the relative phrases; the regular expressions below find them first (it
+# reads any word that could be a date, "may" and "second" included) and handle what it does not
+# (weekends, seasons, a day and month without a year: the nearest such day, before or after).
+
+_NUMBER_WORDS = (
+    "a|an|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve"
+    "|a couple of|a few|several|few|\\d{1,2}"
+)
+_WEEKDAYS = "monday|tuesday|wednesday|thursday|friday|saturday|sunday"
+_SEASONS = {"spring": (3, 6), "summer": (6, 9), "fall": (9, 12), "autumn": (9, 12), "winter": (12, 15)}
+_RELATIVE_PHRASE = re.compile(
+    r"\b(?:the day before yesterday|yesterday|tomorrow"
+    rf"|(?:last|next|this past|this coming|this)\s+"
+    rf"(?:{_WEEKDAYS}|weekend|week|month|year|spring|summer|fall|autumn|winter)"
+    rf"|(?:{_NUMBER_WORDS})\s+(?:day|week|month|year)s?\s+ago"
+    rf"|in\s+(?:{_NUMBER_WORDS})\s+(?:day|week|month|year)s?(?!\s+(?:ago|old|later|before|after))"
+    r")\b",
+    re.I,
+)
+_MONTH_DAY = re.compile(
+    rf"\b(?:({_MONTHS})\s+(\d{{1,2}})(?:st|nd|rd|th)?|(\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?({_MONTHS}))\b"
+    r"(?!,?\s+\d{4})(?!\s*(?:am|pm|:\d))",
+    re.I,
+)
+_FUZZY = {"a couple of": "2", "a few": "3", "several": "3", "few": "3"}
+_MAX_MENTIONS = 8
+
+
+def mentioned_periods(text: str, said_at: dt.datetime) -> list[dict[str, str]]:
+    """The periods `text` names relative to `said_at` ("last Saturday", "two weeks ago", "in
+    two weeks", "next month", "last summer", "March 20th"), each as {"text": the phrase, "start",
+    "end": ISO dates, end exclusive}, in the text's order, at most _MAX_MENTIONS. A phrase that
+    names the day it was said ("today") adds nothing to the message's own time, and is left out;
+    so are absolute dates with a year, which search reads from the words themselves."""
+    text = text or ""
+    if not text.strip():
+        return []
+    found: list[tuple[int, str, dt.date, dt.date]] = []
+    day = said_at.date()
+    for m in _RELATIVE_PHRASE.finditer(text):
+        span = _relative_span(m[0].lower(), said_at)
+        if span is not None:
+            found.append((m.start(), m[0], *span))
+    for m in _MONTH_DAY.finditer(text):
+        month_name, number = (m[1], m[2]) if m[1] else (m[4], m[3])
+        if month_name == "may":
+            continue  # "it may 2x the cost": the verb, lower case
+        span = _nearest_month_day(_MONTH_NAMES.index(month_name.lower()) + 1, int(number), day)
+        if span is not None:
+            found.append((m.start(), m[0], *span))
+    found.sort(key=lambda f: f[0])
+    out, seen = [], set()
+    for _at, phrase, start, end in found:
+        if (start, end) in seen or (start == day and end == day + dt.timedelta(days=1)):
+            continue
+        seen.add((start, end))
+        out.append({"text": " ".join(phrase.split()), "start": start.isoformat(), "end": end.isoformat()})
+    return out[:_MAX_MENTIONS]
+
+
+def _nearest_month_day(month: int, number: int, day: dt.date) -> tuple[dt.date, dt.date] | None:
+    """The day `number` of `month` nearest `day` (the year before, of, or after it)."""
+    options = []
+    for year in (day.year - 1, day.year, day.year + 1):
+        try:
+            options.append(dt.date(year, month, number))
+        except ValueError:
+            continue
+    if not options:
+        return None
+    best = min(options, key=lambda d: abs((d - day).days))
+    return best, best + dt.timedelta(days=1)
+
+
+def _relative_span(phrase: str, said_at: dt.datetime) -> tuple[dt.date, dt.date] | None:
+    day = said_at.date()
+    words = phrase.replace("this past", "last").replace("this coming", "next").split()
+    unit = words[-1]
+    if unit == "weekend":
+        saturday = day + dt.timedelta(days=5 - day.weekday())  # this week's (Monday-based)
+        shift = {"last": -7, "next": 7}.get(words[0], 0)
+        if words[0] == "last" and day.weekday() >= 5:
+            shift = 0 if day.weekday() == 6 else -7  # said on Sunday: the weekend it ends
+        start = saturday + dt.timedelta(days=shift)
+        return start, start + dt.timedelta(days=2)
+    if unit in _SEASONS:
+        first, last = _SEASONS[unit]
+        year = day.year + {"last": -1, "next": 1}.get(words[0], 0)
+        # "last summer" said in October is this year's: the latest one ended before `day`.
+        if words[0] == "last" and dt.date(day.year, min(last, 12), 1) <= day and last <= 12:
+            year = day.year
+        start = dt.date(year, first, 1)
+        end = dt.date(year + (last > 12), (last - 1) % 12 + 1, 1)
+        return start, end
+    fuzzy = False
+    for words_of, digit in _FUZZY.items():
+        if phrase.startswith(words_of) or phrase.startswith(f"in {words_of}"):
+            phrase = phrase.replace(words_of, digit, 1)
+            fuzzy = True
+    phrase = phrase.replace("this past", "last").replace("this coming", "next")
+    parsed = _date_parser(said_at).get_date_data(phrase)
+    if parsed is None or parsed.date_obj is None:
+        return None
+    return _period_of(parsed.date_obj.date(), parsed.period or "day", fuzzy)
+
+
+def _period_of(when: dt.date, granularity: str, fuzzy: bool) -> tuple[dt.date, dt.date]:
+    if granularity == "week":
+        start = when - dt.timedelta(days=when.weekday())
+        end = start + dt.timedelta(days=7)
+    elif granularity == "month":
+        start = when.replace(day=1)
+        end = (start + dt.timedelta(days=32)).replace(day=1)
+    elif granularity == "year":
+        start, end = when.replace(month=1, day=1), when.replace(year=when.year + 1, month=1, day=1)
+    else:
+        start, end = when, when + dt.timedelta(days=1)
+    if fuzzy:  # "a few days ago": a span around it, not one day
+        width = end - start
+        start, end = start - 2 * width, end + 2 * width
+    return start, end
+
+
+def _date_parser(said_at: dt.datetime):
+    from dateparser.date import DateDataParser
+
+    base = said_at.replace(tzinfo=None)
+    return DateDataParser(
+        languages=["en"], settings={"RELATIVE_BASE": base, "PREFER_DATES_FROM": "past"}
+    )
+
+
+_DAY_OF_MONTH = re.compile(r"\bon\s+the\s+(\d{1,2})(?:st|nd|rd|th)\b", re.I)
+
+
+def spoken_period(text: str, now: dt.datetime) -> tuple[dt.datetime, dt.datetime] | None:
+    """The period a question names in the words a message would use ("last Saturday", "two
+    weeks ago", "last summer", "on the 14th": the latest 14th not after `now`), as aware
+    datetimes in `now`'s zone; None when it names none."""
+    span = None
+    if m := _RELATIVE_PHRASE.search(text):
+        span = _relative_span(m[0].lower(), now)
+    elif m := _MONTH_DAY.search(text):
+        # "on May 27": the latest such day not after `now` (a question asks about the past).
+        month_name, number = (m[1], m[2]) if m[1] else (m[4], m[3])
+        month = _MONTH_NAMES.index(month_name.lower()) + 1
+        for year in (now.year, now.year - 1):
+            with contextlib.suppress(ValueError):
+                candidate = dt.date(year, month, int(number))
+                if candidate <= now.date():
+                    span = (candidate, candidate + dt.timedelta(days=1))
+                    break
+    elif m := _DAY_OF_MONTH.search(text):
+        number, day = int(m[1]), now.date()
+        month = day.replace(day=1)
+        for _ in range(3):  # this month's, or the last month that has that day
+            try:
+                candidate = month.replace(day=number)
+            except ValueError:
+                candidate = None
+            if candidate is not None and candidate <= day:
+                span = (candidate, candidate + dt.timedelta(days=1))
+                break
+            month = (month - dt.timedelta(days=1)).replace(day=1)
+    if span is None:
+        return None
+    start, end = (dt.datetime.combine(d, dt.time(), tzinfo=now.tzinfo) for d in span)
+    return start, end

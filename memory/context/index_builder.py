@@ -345,8 +345,10 @@ def prepare_context(
             candidates=None,
             filters=SearchFilters(),
             query_vector=query_vector_when_needed,
-            # The turn's own message is what is searched for, never a result of it.
+            # The turn's own message is what is searched for, never a result of it; the
+            # question is asked at its time.
             exclude_message_ids=[user_message.pk] if user_message else (),
+            as_of=user_message.timestamp if user_message else None,
         )
         if searching
         else None

@@ -2,7 +2,8 @@
 nearest the query's vector (an exact scan of a small memory, the HNSW graph walk of a large
 one), and those holding its words, scored by Okapi BM25 with term statistics from the owner's
 newest passages. Each list is rows of (message id, tool call id, logical message id, text,
-score, timestamp), best first.
+score, timestamp, role, conversation id, the periods its words name, its speaker or None), best
+first.
 
 The vector list is read on a search worker thread, with a database connection of its own, while
 the calling thread reads the keyword list (in_worker).
@@ -42,6 +43,11 @@ HALFVEC = (
     f"p.embedding::halfvec({settings.EMBEDDING_DIMENSIONS}) <=> "
     f"%s::vector::halfvec({settings.EMBEDDING_DIMENSIONS})"
 )
+
+
+# The columns of a candidate row after its timestamp (fusion reads them).
+# The speaker is the one an import recorded, the last line of the passage's context ("Melanie:").
+ROW_TAIL = "p.role, p.conversation_id, p.periods, substring(p.context from '(?:^|\n)([^\n:]{1,60}):$')"
 
 
 def vector_literal(vector) -> str:
@@ -126,7 +132,7 @@ def _vector_candidates(owner, query, filters, k, results, query_vector=None) -> 
     )
     sql = (
         "SELECT p.message_id, p.tool_call_id, p.logical_message_id, p.text, "
-        "1 - (p.embedding <=> %s::vector) AS similarity, p.timestamp "
+        "1 - (p.embedding <=> %s::vector) AS similarity, p.timestamp, " + ROW_TAIL + " "
         + searchable
         + f" ORDER BY {HALFVEC} LIMIT %s"
     )
@@ -363,7 +369,8 @@ def _keyword_candidates(owner, query, filters, k, results) -> list[tuple]:
         # Rare terms are left out: the branch above already holds their newest matches.
         parts.append(branch(common, "p.timestamp DESC", RECENT_WINDOW))
     sql = (
-        "SELECT p.message_id, p.tool_call_id, p.logical_message_id, p.text, c.score, p.timestamp "
+        "SELECT p.message_id, p.tool_call_id, p.logical_message_id, p.text, c.score, p.timestamp, "
+        + ROW_TAIL + " "
         "FROM (SELECT u.id, max(u.score) AS score FROM ("
         + " UNION ALL ".join(f"({part})" for part, _ in parts)
         + ") u GROUP BY u.id ORDER BY score DESC LIMIT %s) c "

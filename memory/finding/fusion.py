@@ -1,7 +1,9 @@
 """How hybrid search (memory.finding.search) ranks its candidates: each list's scores as
 z-scores over its own candidates, weighted and summed; the period a question names lifts what
-was said then; the graph boost (memory.knowledge.graph); and turns near the best ones join the
-candidates and share scores with them.
+was said then, or what names that period; the graph boost (memory.knowledge.graph); what the
+question asks for (memory.finding.intent) moves turns: whose words answer it, statements over
+questions, the newest for "now"; turns of a session that matches share its score; and turns near
+the best ones join the candidates and share scores with them.
 
 The weights and shares are tuned on the dev split of `manage.py eval_recall` (its --set tries
 other values: they are read from this module when a search runs).
@@ -10,13 +12,16 @@ other values: they are read from this module when a search runs).
 from __future__ import annotations
 
 import datetime as dt
+import json
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection
 
 from memory.dates import query_period
+from memory.finding import intent
 from memory.knowledge import graph
 
 # Fusion weights of the two lists' z-scores, and boosts in z units (tuned on the dev split of
@@ -29,6 +34,22 @@ NEIGHBOR_SHARE = 0.4
 # How many of the best messages have their turns two replies away join the candidates (see
 # _neighbours_and_chains): the best one. More seeds cost recall on the dev split (5: -1 point).
 NEIGHBOR_SEEDS = 1
+# What the question asks for (memory.finding.intent), in z units: a turn by the other speaker than
+# the one whose words answer it ("my…" asks the person's; "what did you suggest" the assistant's)
+# loses ROLE_SHIFT; a turn that only asks, when the question seeks a fact, QUESTION_SHIFT.
+ROLE_SHIFT = 2.0
+# The same for named speakers (an import's "speaker"): a question naming one of them ("What did
+# Caroline research?") is answered by that person's words, not by another's that name them.
+SPEAKER_SHIFT = 0.5
+QUESTION_SHIFT = 3.0
+# "now", "current", "still": among the PRESENT_POOL best turns, the newest gains PRESENT_BOOST,
+# the others in proportion to their place in time (the oldest nothing).
+PRESENT_BOOST = 1.0
+PRESENT_POOL = 10
+# A turn gains SESSION_SHARE of its session's best score (a session: the candidates of one
+# conversation with no gap over SESSION_GAP between them): evidence spread over a session.
+SESSION_SHARE = 0.1
+SESSION_GAP = dt.timedelta(hours=3)
 
 
 @dataclass
@@ -43,15 +64,50 @@ class QueryBoosts:
     period: tuple[dt.datetime, dt.datetime] | None = None
     text: str = ""  # for the graph boost (memory.knowledge.graph), which weighs entities by rarity
     graph: dict[int, float] | None = None  # memory.knowledge.graph.related(owner, text), if looked up already
+    speaker: str | None = None  # whose words answer it (intent.speaker)
+    seeks_fact: bool = False
+    present: bool = False
 
     @classmethod
-    def of(cls, query: str) -> QueryBoosts:
-        return cls(period=query_period(query), text=query)
+    def of(cls, query: str, now: dt.datetime | None = None) -> QueryBoosts:
+        """The query's boosts, its relative periods ("last week") read as of `now` (None: now)."""
+        return cls(
+            period=query_period(query, now=now),
+            text=query,
+            speaker=intent.speaker(query),
+            seeks_fact=intent.seeks_fact(query),
+            present=intent.wants_present(query),
+        )
 
-    def bonus(self, timestamp: dt.datetime | None) -> float:
-        if self.period and timestamp is not None and self.period[0] <= timestamp < self.period[1]:
+    def bonus(self, timestamp: dt.datetime | None, periods=None) -> float:
+        """PERIOD_BOOST for what was said in the question's period, or names a period that
+        overlaps it ("last Saturday" said on the Monday after)."""
+        if not self.period:
+            return 0.0
+        if timestamp is not None and self.period[0] <= timestamp < self.period[1]:
+            return PERIOD_BOOST
+        start, end = self.period[0].date().isoformat(), self.period[1].date().isoformat()
+        if any(p["start"] < end and start < p["end"] for p in _periods(periods)):
             return PERIOD_BOOST
         return 0.0
+
+    def shift(self, entry: dict[str, Any]) -> float:
+        """What the question asks for moves a turn: down when it is the other speaker's, down
+        when it only asks and the question seeks a fact."""
+        moved = 0.0
+        role = entry.get("role")
+        if self.speaker and role in ("user", "assistant") and role != self.speaker:
+            moved -= ROLE_SHIFT
+        if self.seeks_fact and intent.only_asks(entry.get("text") or ""):
+            moved -= QUESTION_SHIFT
+        return moved
+
+
+def _periods(value) -> list[dict[str, str]]:
+    """A passage's periods as read from its row (a JSON string from a raw cursor)."""
+    if isinstance(value, str):
+        value = json.loads(value or "[]")
+    return value or []
 
 
 def _standardised(values: dict[Any, float]) -> tuple[dict[Any, float], float]:
@@ -99,6 +155,12 @@ def fuse(
                 entry["text"] = row[3]
             if len(row) > 5:
                 entry["timestamp"] = row[5]
+            if len(row) > 8:
+                entry.setdefault("role", row[6])
+                entry.setdefault("conversation", row[7])
+                entry.setdefault("periods", _periods(row[8]))
+            if len(row) > 9:
+                entry.setdefault("speaker", row[9])
     z_vector, floor_vector = _standardised(raw["vector"])
     z_keyword, floor_keyword = _standardised(raw["keyword"])
     scores: dict[tuple[str, str], float] = {}
@@ -107,18 +169,87 @@ def fuse(
             key, floor_keyword
         )
         if boosts is not None:
-            scores[key] += boosts.bonus(entry.get("timestamp"))
+            scores[key] += boosts.bonus(entry.get("timestamp"), entry.get("periods")) + boosts.shift(entry)
+    if boosts is not None:
+        _shift_other_speakers(boosts.text, scores, info)
     if boosts is not None and boosts.text:
         # Graph-aware search (memory.knowledge.graph); GRAPH_SEARCH turns it off.
         graph.boost_scores(owner, boosts.text, scores, info, relevance=boosts.graph)
+    _share_session_scores(scores, info)
     neighbours, chains = _neighbours_and_chains(owner, scores, expand)
     floor = VECTOR_WEIGHT * floor_vector + KEYWORD_WEIGHT * floor_keyword
     for key, entry in neighbours.items():
         info[key] = entry
-        scores[key] = floor + (boosts.bonus(entry.get("timestamp")) if boosts is not None else 0.0)
+        scores[key] = floor + (
+            boosts.bonus(entry.get("timestamp"), entry.get("periods")) + boosts.shift(entry)
+            if boosts is not None
+            else 0.0
+        )
     _share_neighbour_scores(scores, chains)
+    if boosts is not None and boosts.present:
+        _lift_the_newest(scores, info)
     ranked = sorted(scores.items(), key=lambda kv: -kv[1])[:limit]
     return ranked, info
+
+
+def _shift_other_speakers(query: str, scores: dict[tuple[str, str], float], info: dict) -> None:
+    """When the question names exactly one of the candidates' speakers, the turns of the other
+    named speakers lose SPEAKER_SHIFT: the person's own words answer what they did or think."""
+    if not SPEAKER_SHIFT:
+        return
+    speakers = {entry["speaker"] for entry in info.values() if entry.get("speaker")}
+    named = [s for s in speakers if re.search(rf"\b{re.escape(s)}\b", query, re.I)]
+    if len(named) != 1:
+        return
+    for key, entry in info.items():
+        if key in scores and entry.get("speaker") and entry["speaker"] != named[0]:
+            scores[key] -= SPEAKER_SHIFT
+
+
+def _share_session_scores(scores: dict[tuple[str, str], float], info: dict) -> None:
+    """Each turn gains SESSION_SHARE of the best score of its session (the candidates of one
+    conversation with no gap over SESSION_GAP between them, itself included): a turn among
+    others that match is likelier the answer than one alone (evidence spread over a session)."""
+    if not SESSION_SHARE:
+        return
+    by_conversation: dict[str, list[tuple[dt.datetime, tuple[str, str]]]] = {}
+    for key, entry in info.items():
+        if key in scores and entry.get("conversation") and entry.get("timestamp") is not None:
+            by_conversation.setdefault(entry["conversation"], []).append((entry["timestamp"], key))
+    base = dict(scores)
+    for turns in by_conversation.values():
+        turns.sort()
+        session: list[tuple[str, str]] = []
+        last = None
+        for when, key in [*turns, (None, None)]:
+            if session and (when is None or when - last > SESSION_GAP):
+                best = max(base[k] for k in session)
+                if best > 0:
+                    for k in session:
+                        scores[k] += SESSION_SHARE * best
+                session = []
+            if key is not None:
+                session.append(key)
+                last = when
+
+
+def _lift_the_newest(scores: dict[tuple[str, str], float], info: dict) -> None:
+    """For a question about the present: among the PRESENT_POOL best turns, the newest gains
+    PRESENT_BOOST and the others in proportion to their place in time (a value stated later
+    replaces one stated before; the older ones follow)."""
+    pool = [
+        key for key, _ in sorted(scores.items(), key=lambda kv: -kv[1])[:PRESENT_POOL]
+        if info.get(key, {}).get("timestamp") is not None
+    ]
+    if len(pool) < 2 or not PRESENT_BOOST:
+        return
+    times = [info[key]["timestamp"] for key in pool]
+    oldest, newest = min(times), max(times)
+    span = (newest - oldest).total_seconds()
+    if span <= 0:
+        return
+    for key, when in zip(pool, times, strict=True):
+        scores[key] += PRESENT_BOOST * (when - oldest).total_seconds() / span
 
 
 def _neighbours_and_chains(owner, scores, expand) -> tuple[dict, list[tuple]]:
@@ -145,7 +276,7 @@ def _neighbours_and_chains(owner, scores, expand) -> tuple[dict, list[tuple]]:
             " UNION SELECT m.parent_id FROM memory_message m"
             " WHERE m.id IN (SELECT parent_id FROM seeds) AND m.owner_id = %s AND m.parent_id IS NOT NULL), "
             "nearp AS (SELECT DISTINCT ON (p.logical_message_id) "
-            "p.message_id, p.logical_message_id, p.text, p.timestamp "
+            "p.message_id, p.logical_message_id, p.text, p.timestamp, p.role, p.conversation_id, p.periods "
             "FROM memory_passage p WHERE p.owner_id = %s AND NOT p.deleted AND p.kind = 'message' "
             "AND p.logical_message_id IN (SELECT id FROM near)" + where + " "
             "ORDER BY p.logical_message_id, p.id LIMIT 100) "
@@ -173,8 +304,15 @@ def _neighbours_and_chains(owner, scores, expand) -> tuple[dict, list[tuple]]:
             near_rows = []
         chains = cursor.fetchall()
     neighbours = {
-        ("message", message_id): {"logical": logical, "text": text, "timestamp": timestamp}
-        for message_id, logical, text, timestamp in near_rows
+        ("message", message_id): {
+            "logical": logical,
+            "text": text,
+            "timestamp": timestamp,
+            "role": role,
+            "conversation": conversation,
+            "periods": _periods(periods),
+        }
+        for message_id, logical, text, timestamp, role, conversation, periods in near_rows
         if ("message", message_id) not in scores and logical not in exclude
     }
     return neighbours, chains

@@ -66,11 +66,14 @@ class SearchHit:
     keyword_rank: int | None = None
     vector_similarity: float | None = None
     passage_text: str = ""
+    # The periods the passage's words name, resolved when it was said (Passage.periods).
+    periods: list[dict[str, str]] = field(default_factory=list)
 
     def as_result(self) -> dict[str, Any]:
         """One search result (type, ids, score, snippet, timestamp), plus external_id, conversation
-        and role."""
-        return {
+        and role; and `dates`, when its words name days relative to when it was said ("last
+        Saturday" is 2023-05-20), so a reader can count the days between two of them."""
+        result = {
             "id": self.id,
             "external_id": self.external_id,
             "conversation": self.conversation,
@@ -82,6 +85,9 @@ class SearchHit:
             "is_chunk": self.is_chunk,
             "message_id": self.message_id,
         }
+        if self.periods:
+            result["dates"] = [_date(p) for p in self.periods]
+        return result
 
 
 @dataclass
@@ -151,6 +157,25 @@ def excluded_ids() -> frozenset[str]:
     return _EXCLUDED.get()
 
 
+_AS_OF: contextvars.ContextVar[dt.datetime | None] = contextvars.ContextVar("search_as_of", default=None)
+
+
+@contextlib.contextmanager
+def asked_at(moment: dt.datetime | None) -> Iterator[None]:
+    """Within this block, searches are asked at `moment` (a turn's time): the periods a query
+    names relative to it ("last Saturday", "this month") resolve against it. None: now."""
+    token = _AS_OF.set(moment if moment is not None else _AS_OF.get())
+    try:
+        yield
+    finally:
+        _AS_OF.reset(token)
+
+
+def asked_moment() -> dt.datetime | None:
+    """The moment `asked_at()` set for searches in this context, or None (now)."""
+    return _AS_OF.get()
+
+
 def search(
     owner,
     query: str,
@@ -160,9 +185,12 @@ def search(
     candidates: int | None = None,
     query_vector=None,
     exclude_message_ids: tuple[str, ...] | list[str] = (),
+    as_of: dt.datetime | None = None,
 ) -> SearchResults:
     """Hybrid search of `owner`'s memory. Never returns deleted content or other users' rows,
-    nor the messages of `exclude_message_ids` (a turn's own message, searched for itself)."""
+    nor the messages of `exclude_message_ids` (a turn's own message, searched for itself).
+    as_of: when the question is asked (a turn's time; default the `asked_at()` block's, else
+    now): "last week" and "this month" are read from it."""
     results = SearchResults(query=query)
     query = (query or "").strip()
     limit = max(1, min(int(limit), 200))
@@ -179,7 +207,7 @@ def search(
     started = time.perf_counter()
     keyword_rows = _keyword_candidates(owner, query, filters, k, results)
     results.timings_ms["keyword"] = round((time.perf_counter() - started) * 1000, 2)
-    boosts = QueryBoosts.of(query)
+    boosts = QueryBoosts.of(query, now=as_of if as_of is not None else _AS_OF.get())
     if vector_job is not None:
         # The graph's part needs only the query: looked up while the vector search runs.
         boosts.graph = graph.related_or_none(owner, query)
@@ -215,7 +243,7 @@ def similar_messages(owner, message: Message, limit: int = 5) -> list[dict[str, 
     # Several passages a message: read enough of them to rank `limit` messages.
     rows = _vector_candidates(owner, "", filters, limit * 6, SearchResults(query=""), vector)
     best: dict[str, float] = {}
-    for _message_id, _call_id, logical_id, _text, similarity, _when in rows:
+    for _message_id, _call_id, logical_id, _text, similarity, *_ in rows:
         best[logical_id] = max(best.get(logical_id, -1.0), float(similarity))
     ranked = sorted(best.items(), key=lambda kv: -kv[1])[:limit]
     found = Message.objects.visible_to(owner).in_bulk([k for k, _ in ranked])
@@ -261,6 +289,7 @@ def _hits(owner, ranked: list[tuple[tuple[str, str], float]], info: dict) -> lis
             "keyword_rank": entry.get("keyword_rank"),
             "vector_similarity": entry.get("similarity"),
             "passage_text": entry["text"],
+            "periods": entry.get("periods") or [],
         }
         if key[0] == "message":
             m = messages.get(key[1])
@@ -309,6 +338,15 @@ def _hits(owner, ranked: list[tuple[tuple[str, str], float]], info: dict) -> lis
         for h in missing:
             h.conversation = conv.get(h.message_id, "")
     return hits
+
+
+def _date(period: dict[str, str]) -> dict[str, str]:
+    """{"text": "last Saturday", "date": "2023-05-20"}, or "from" and "until" (inclusive) for a span."""
+    start, end = dt.date.fromisoformat(period["start"]), dt.date.fromisoformat(period["end"])
+    if end - start == dt.timedelta(days=1):
+        return {"text": period["text"], "date": start.isoformat()}
+    last = end - dt.timedelta(days=1)
+    return {"text": period["text"], "from": start.isoformat(), "until": last.isoformat()}
 
 
 def _snippet(text: str) -> str:

@@ -32,6 +32,7 @@ from django.db import connection
 from django.db.models import F
 from pgvector.django import CosineDistance
 
+from memory.dates import query_period
 from memory.models import CacheCounter, SemanticCacheEntry
 from memory.storage import versions
 
@@ -212,7 +213,7 @@ def search(owner, query: str, *, limit: int, filters=None, conversation=None):
     vector = query_vector(query) if version is not None else None
     if vector is None:
         return hybrid_search(owner, query, limit=limit, filters=filters)
-    from memory.finding.search import excluded_ids  # the calling turn's own message, left out of results
+    from memory.finding.search import asked_moment, excluded_ids  # the calling turn's own message, its time
 
     key = _key(
         {
@@ -221,6 +222,8 @@ def search(owner, query: str, *, limit: int, filters=None, conversation=None):
             "exclude": sorted(excluded_ids()),
             "tool_calls": settings.INDEX_INCLUDE_TOOL_CALLS,
             "terms": search_terms(query),
+            # A period the query names relative to when it is asked ("last week") differs by day.
+            "period": [str(t) for t in query_period(query, now=asked_moment()) or ()],
         }
     )
     conversation_id = conversation.pk if conversation is not None else None

@@ -373,6 +373,11 @@ class Passage(models.Model):
     # ("Yeah, I painted that lake sunrise last year!") is found by the subject of the question
     # before it. Searched and embedded with `text`, never shown as the passage's own words.
     context = models.TextField(blank=True, default="", db_default="")
+    # The periods the passage's words name, resolved against when they were said ("last
+    # Saturday" said on 2023-05-24 is 2023-05-20): [{"text", "start", "end"}], ISO dates, end
+    # exclusive (memory.dates.mentioned_periods). Search lifts a passage whose period is the one
+    # a question names, as it lifts what was said then.
+    periods = models.JSONField(default=list, blank=True, db_default=[])
     text_hash = models.CharField(max_length=40, db_index=True)
     embedding = VectorField(dimensions=settings.EMBEDDING_DIMENSIONS, null=True, blank=True)
     embedding_model = models.CharField(max_length=200, blank=True, default="")

@@ -23,6 +23,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from memory import signals
+from memory.dates import mentioned_periods
 from memory.embedders import get_embedder, text_hash
 from memory.errors import ChunkEditError, DeletedMessageError, InvalidContent, NotFound
 from memory.models import (
@@ -336,8 +337,10 @@ def _message_passages(logical: Message, unit: Message, parent_text: str | None =
         message_id=unit.pk,
         timestamp=logical.timestamp,
     )
+    said_at = timezone.localtime(logical.timestamp)
     for i, passage in enumerate(passages):
         passage.context = passage_context(logical, parent_text, first=first_unit and i == 0)
+        passage.periods = mentioned_periods(passage.text, said_at)
     return passages
 
 

@@ -167,6 +167,29 @@ def test_recall_prints_search_results_as_json(tmp_path, capsys):
 
 
 @pytest.mark.django_db
+def test_recall_asks_at_a_given_moment_and_shows_the_days_a_message_names(tmp_path, capsys):
+    def said(text: str, when: str, external_id: str) -> dict:
+        return {"conversation": "home", "role": "user", "content": text, "timestamp": when,
+                "external_id": external_id}
+
+    rows = [
+        said("The plumber fixed the boiler", "2023-03-15T09:00:00Z", "b1"),
+        said("The plumber fixed the boiler", "2023-05-17T09:00:00Z", "b2"),
+        said("The plumber came back to the boiler last Friday", "2023-05-23T09:00:00Z", "b3"),
+    ]
+    run("import_history", write_jsonl(tmp_path / "h.jsonl", rows), "--user", "sam")
+    call_command("recall", "When did the plumber fix the boiler last week?", "--user", "sam", "--json",
+                 "--as-of", "2023-05-24T10:00")
+    [line] = [json.loads(out) for out in capsys.readouterr().out.splitlines()]
+    ranked = [r["external_id"] for r in line["results"]]
+    assert ranked.index("b2") < ranked.index("b1")  # the week of 15 May, read from the 24th
+    [named] = [r for r in line["results"] if r["external_id"] == "b3"]
+    assert named["dates"] == [{"text": "last Friday", "date": "2023-05-19"}]
+    with pytest.raises(CommandError, match="not an ISO 8601 date"):
+        run("recall", "boiler", "--user", "sam", "--as-of", "last Tuesday")
+
+
+@pytest.mark.django_db
 def test_recall_for_an_unknown_user_is_a_clear_error():
     with pytest.raises(CommandError, match="no user named"):
         run("recall", "anything", "--user", "nobody")

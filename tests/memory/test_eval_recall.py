@@ -10,13 +10,22 @@ from pathlib import Path
 
 import pytest
 from django.core.management import call_command
+from django.core.management.base import CommandError
 from django.db import connection
 
-from bench.management.commands.eval_recall import TUNABLES, Dataset, load_datasets, miss_lines
+from bench.management.commands.eval_recall import (
+    TUNABLES,
+    Dataset,
+    load_datasets,
+    miss_lines,
+    session_recall_at,
+)
 from memory.finding.search import search
 from tests.memory.conftest import add_turns
 
 DATA = Path(__file__).parent / "data" / "eval-mini"
+# A person's chats with an assistant, a session per conversation, asked at a question_date.
+SESSIONS = Path(__file__).parent / "data" / "eval-sessions"
 SCRATCH = f"test_eval_recall_{os.getpid()}"
 METHODS = ["hybrid", "bm25", "keyword", "dense"]
 CATEGORIES = ["all", "adversarial", "multi-hop", "single-hop", "temporal"]
@@ -32,10 +41,10 @@ def databases() -> set[str]:
 def eval_recall(django_db_setup, django_db_blocker):
     """Runs the command (outside any test transaction: it makes databases); returns stdout, stderr."""
 
-    def run(*args: str) -> tuple[str, str]:
+    def run(*args: str, folder: Path = DATA) -> tuple[str, str]:
         out, err = io.StringIO(), io.StringIO()
         with django_db_blocker.unblock():
-            call_command("eval_recall", str(DATA), "--scratch-db", SCRATCH, *args, stdout=out, stderr=err)
+            call_command("eval_recall", str(folder), "--scratch-db", SCRATCH, *args, stdout=out, stderr=err)
         return out.getvalue(), err.getvalue()
 
     yield run
@@ -113,7 +122,8 @@ def test_keep_reuses_the_imported_histories(eval_recall, django_db_blocker):
     with django_db_blocker.unblock():
         assert SCRATCH in databases()
     again, err = eval_recall("--keep", "--limit-queries", "1")
-    assert err.count("imported 0 messages, skipped 10 already present") == 2
+    # Reused as they are: no import (which would rebuild their topics) and no embedding.
+    assert err.count("who holds the history's 10 turns") == 2 and "importing" not in err
     assert again.split("import and embedding")[0] == out.split("import and embedding")[0]
 
 
@@ -168,3 +178,35 @@ def test_hybrid_search_finds_a_fact_asked_in_other_words_among_near_misses(owner
     for fact, question in FACTS:
         top = [hit.message_id for hit in search(owner, question, limit=3).hits]
         assert id_of[fact] in top, question
+
+
+def test_session_recall_is_whether_any_and_all_expected_sessions_are_among_the_first_turns():
+    ranked_sessions = ["b", "b", "x", "y", "z", "a", "c"]
+    # any@5, any@10, all@5, all@10
+    assert session_recall_at(ranked_sessions, ["a", "b"]) == (1.0, 1.0, 0.0, 1.0)
+    assert session_recall_at(ranked_sessions, ["q"]) == (0.0, 0.0, 0.0, 0.0)
+
+
+def test_a_question_date_that_is_no_date_is_refused(tmp_path):
+    (tmp_path / "h.history.jsonl").write_text(
+        json.dumps({"conversation": "s", "role": "user", "content": "hi", "external_id": "h:1"}) + "\n"
+    )
+    (tmp_path / "h.queries.jsonl").write_text(
+        json.dumps({"query": "hi?", "expected": ["h:1"], "question_date": "last Tuesday"}) + "\n"
+    )
+    with pytest.raises(CommandError, match="question_date 'last Tuesday' is not an ISO 8601 date"):
+        load_datasets([str(tmp_path)])
+
+
+def test_questions_are_asked_at_their_date_and_session_recall_is_printed_per_kind(eval_recall):
+    out, err = eval_recall("--json", folder=SESSIONS)
+    results = json.loads(out)["datasets"]["eval-sessions"]
+    # "last Saturday" asked on Tuesday 23 May 2023 is the 20th: the paella, not the curry said
+    # in the same words three weeks before.
+    assert results["recall"]["hybrid"]["temporal-reasoning"]["recall@1"] == 1.0
+    sessions = results["session_recall"]
+    assert set(sessions) == {"hybrid", "bm25", "keyword", "dense"}
+    assert sessions["hybrid"]["multi-session"] == {
+        "queries": 1, "any@5": 1.0, "any@10": 1.0, "all@5": 1.0, "all@10": 1.0
+    }
+    assert "eval-sessions: session recall" in err and "temporal-reasoning" in err

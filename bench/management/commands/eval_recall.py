@@ -16,12 +16,13 @@ the queries.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -50,9 +51,13 @@ SCRATCH_DB = "recollect_eval_scratch"
 # Ranking constants a run may try (--set); the context ones act when a history is imported.
 TUNABLES: dict[str, tuple[Any, Callable[[str], Any]]] = {
     **dict.fromkeys(
-        ("KEYWORD_WEIGHT", "VECTOR_WEIGHT", "PERIOD_BOOST", "REPLY_SHARE", "NEIGHBOR_SHARE"), (fusion, float)
+        (
+            "KEYWORD_WEIGHT", "VECTOR_WEIGHT", "PERIOD_BOOST", "REPLY_SHARE", "NEIGHBOR_SHARE", "ROLE_SHIFT",
+            "SPEAKER_SHIFT", "QUESTION_SHIFT", "PRESENT_BOOST", "SESSION_SHARE",
+        ),
+        (fusion, float),
     ),
-    "NEIGHBOR_SEEDS": (fusion, int),
+    **dict.fromkeys(("NEIGHBOR_SEEDS", "PRESENT_POOL"), (fusion, int)),
     **dict.fromkeys(("BM25_K1", "BM25_B"), (candidates, float)),
     "CONTEXT_PARENT_CHARS": (store_module, int),
     "CONTEXT_SPEAKER": (store_module, lambda v: v.lower() in ("1", "true", "yes")),
@@ -78,6 +83,11 @@ class Dataset:
     history: Path
     turns: dict[str, str]  # external_id -> content, in file order
     queries: list[dict]
+    sessions: dict[str, str] = field(default_factory=dict)  # external_id -> its session (conversation)
+
+    @property
+    def folder(self) -> str:
+        return self.history.parent.name
 
 
 def read_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
@@ -100,18 +110,23 @@ def history_files(folders: list[str]) -> Iterator[tuple[str, Path]]:
             yield history.name.removesuffix(".history.jsonl"), history
 
 
-def load_datasets(folders: list[str], limit_queries: int | None = None) -> list[Dataset]:
-    """Every `<id>.history.jsonl` with its `<id>.queries.jsonl` in the folders; the first
-    `limit_queries` queries of each."""
+def load_datasets(
+    folders: list[str], limit_queries: int | None = None, only: list[str] | None = None
+) -> list[Dataset]:
+    """Every `<id>.history.jsonl` with its `<id>.queries.jsonl` in the folders (or those of the
+    ids in `only`); the first `limit_queries` queries of each."""
     datasets: dict[str, Dataset] = {}
     for cid, history in history_files(folders):
+        if only and cid not in only:
+            continue
         if cid in datasets:
             raise CommandError(f"{history}: {cid!r} is already in {datasets[cid].history.parent}")
-        turns = {}
+        turns, sessions = {}, {}
         for lineno, turn in read_jsonl(history):
             if not turn.get("external_id"):
                 raise CommandError(f"{history}:{lineno}: a turn without external_id can't be scored")
             turns[str(turn["external_id"])] = turn.get("content") or ""
+            sessions[str(turn["external_id"])] = str(turn.get("conversation") or "")
         queries_file = history.with_name(f"{cid}.queries.jsonl")
         if not queries_file.is_file():
             raise CommandError(f"{history}: no {queries_file.name} beside it")
@@ -122,14 +137,41 @@ def load_datasets(folders: list[str], limit_queries: int | None = None) -> list[
                 raise CommandError(f'{queries_file}:{lineno}: needs "query" and a list "expected"')
             if unknown := [e for e in expected if str(e) not in turns]:
                 raise CommandError(f"{queries_file}:{lineno}: no turn {unknown[0]!r} in {history.name}")
-            queries.append({**query, "expected": list(dict.fromkeys(map(str, expected)))})
-        datasets[cid] = Dataset(cid, history, turns, queries[:limit_queries])
+            query = {**query, "expected": list(dict.fromkeys(map(str, expected))),
+                     "as_of": question_moment(query.get("question_date"), f"{queries_file}:{lineno}")}
+            queries.append(query)
+        datasets[cid] = Dataset(cid, history, turns, queries[:limit_queries], sessions)
+    if only and (unknown := sorted(set(only) - set(datasets))):
+        raise CommandError(f"no history {unknown[0]!r} in {', '.join(folders)}")
     return list(datasets.values())
+
+
+def question_moment(value, where: str) -> dt.datetime | None:
+    """A query's `question_date` (ISO 8601, "Z" or an offset; a naive one is UTC) as an aware
+    datetime, or None when the query has none: the moment the question is asked."""
+    if value in (None, ""):
+        return None
+    try:
+        moment = dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        raise CommandError(f"{where}: question_date {value!r} is not an ISO 8601 date") from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=dt.UTC)
 
 
 def recall_at(ranked: list[str], expected: list[str]) -> tuple[float, ...]:
     """Turn recall at each of KS: the share of `expected` among the first k of `ranked`."""
     return tuple(len(set(ranked[:k]) & set(expected)) / len(expected) for k in KS)
+
+
+SESSION_KS = (5, 10)
+
+
+def session_recall_at(sessions: list[str], expected: list[str]) -> tuple[float, ...]:
+    """Session recall of ranked turns given as their sessions: at each of SESSION_KS, whether any
+    of `expected` is among the sessions of the first k turns, then whether all are (LongMemEval's
+    recall_any and recall_all)."""
+    found = [set(sessions[:k]) & set(expected) for k in SESSION_KS]
+    return (*(float(bool(f)) for f in found), *(float(len(f) == len(set(expected))) for f in found))
 
 
 # scikit-learn's English stop words (BSD-3-Clause), the list the BM25 baseline was measured with;
@@ -195,23 +237,28 @@ def bm25_ranker(dataset: Dataset) -> Callable[[str], list[str]]:
     return ranked
 
 
-def rankers(user, dataset: Dataset) -> dict[str, Callable[[str], list[str]]]:
+Ranker = Callable[[str, "dt.datetime | None"], list[str]]
+
+
+def rankers(user, dataset: Dataset) -> dict[str, Ranker]:
     """The four searches over one user's memory of `dataset`: each gives a query's turn ids
-    (external ids) in rank order."""
+    (external ids) in rank order, for the query asked at a moment (None: now)."""
     turn_of = dict(Message.objects.owned_by(user).logical().values_list("pk", "external_id"))
 
-    def hybrid(query: str) -> list[str]:
-        return [h.external_id or turn_of.get(h.message_id) for h in search(user, query, limit=max(KS)).hits]
+    def hybrid(query: str, as_of) -> list[str]:
+        hits = search(user, query, limit=max(KS), as_of=as_of).hits
+        return [h.external_id or turn_of.get(h.message_id) for h in hits]
 
-    def keyword(query: str) -> list[str]:
+    def keyword(query: str, as_of) -> list[str]:
         rows = _keyword_candidates(user, query, SearchFilters(), CANDIDATES, SearchResults(query))
         return [turn_of.get(row[2]) for row in rows]
 
-    def dense(query: str) -> list[str]:
+    def dense(query: str, as_of) -> list[str]:
         rows = _vector_candidates(user, query, SearchFilters(), CANDIDATES, SearchResults(query))
         return [turn_of.get(row[2]) for row in rows]
 
-    return {"hybrid": hybrid, "bm25": bm25_ranker(dataset), "keyword": keyword, "dense": dense}
+    bm25 = bm25_ranker(dataset)
+    return {"hybrid": hybrid, "bm25": lambda query, as_of: bm25(query), "keyword": keyword, "dense": dense}
 
 
 @contextmanager
@@ -238,13 +285,20 @@ def scratch_database(name: str, *, keep: bool) -> Iterator[None]:
         test_settings["NAME"] = old_test_name
 
 
-def import_history_as_user(dataset_id: str, history: Path, stderr):
+def import_history_as_user(dataset_id: str, history: Path, stderr, turns: int | None = None):
     """Import one history as user eval-<id>, embedded and with its entity graph, as a person's
-    imported memory would be; returns the user. Progress and notes go to `stderr`."""
+    imported memory would be; returns the user. Progress and notes go to `stderr`. A user who
+    already holds the history's `turns` (a kept scratch database) is reused as it is: an import
+    that adds nothing would still rebuild its topics."""
     username = f"eval-{dataset_id}"
-    stderr.write(f"{dataset_id}: importing {history.name} as user {username}")
-    call_command("import_history", str(history), user=username, wait=True, stdout=stderr, stderr=stderr)
-    user = get_user_model().objects.get(username=username)
+    user = get_user_model().objects.filter(username=username).first()
+    held = Message.objects.owned_by(user).logical().count() if user is not None else 0
+    if user is not None and turns is not None and held >= turns:
+        stderr.write(f"{dataset_id}: reusing user {username}, who holds the history's {turns:,} turns")
+    else:
+        stderr.write(f"{dataset_id}: importing {history.name} as user {username}")
+        call_command("import_history", str(history), user=username, wait=True, stdout=stderr, stderr=stderr)
+        user = get_user_model().objects.get(username=username)
     # The import embeds (--wait); this catches up what it left (a kept database made with
     # another embedding model, an import cut short).
     embedder = get_embedder()
@@ -272,6 +326,8 @@ class Command(BaseCommand):
                             help="print the results as one JSON object (the table goes to standard error)")
         parser.add_argument("--limit-queries", type=int, metavar="N",
                             help="only the first N queries of each conversation")
+        parser.add_argument("--only", action="append", metavar="ID",
+                            help="only the history <ID>.history.jsonl (repeatable)")
         parser.add_argument("--verbose-misses", action="store_true",
                             help="print every query whose expected turns hybrid search misses in its top 10")
         parser.add_argument("--keep", action="store_true",
@@ -298,7 +354,9 @@ class Command(BaseCommand):
             self.stderr.write(f"note: {name} = {value} for this run")
         if opts["limit_queries"] is not None and opts["limit_queries"] < 1:
             raise CommandError("--limit-queries must be at least 1")
-        datasets = load_datasets(opts["folders"] or [str(DEFAULT_DATASET)], opts["limit_queries"])
+        datasets = load_datasets(
+            opts["folders"] or [str(DEFAULT_DATASET)], opts["limit_queries"], opts["only"]
+        )
         out = self.stderr if opts["json"] else self.stdout
         with scratch_database(opts["scratch_db"], keep=opts["keep"]):
             started = time.perf_counter()
@@ -321,9 +379,22 @@ class Command(BaseCommand):
             ),
         }
         recall = {method: summarise(rows) for method, rows in scores.items()}
+        by_folder = {}
+        for folder in dict.fromkeys(d.folder for d in datasets):
+            rows_of = {m: [r for r in rows if r.folder == folder] for m, rows in scores.items()}
+            by_folder[folder] = {
+                "conversations": [d.id for d in datasets if d.folder == folder],
+                "turns": sum(len(d.turns) for d in datasets if d.folder == folder),
+                "queries": len(rows_of["hybrid"]),
+                "recall": {m: summarise(rows) for m, rows in rows_of.items()},
+                "session_recall": {m: summarise_sessions(rows) for m, rows in rows_of.items()},
+            }
         n_queries = sum(len(d.queries) for d in datasets)
         ms_per_query = {m: round(1000 * s / max(1, n_queries), 1) for m, s in seconds.items()}
-        self._table(out, datasets, recall, labels, embedder)
+        for folder, results in by_folder.items():
+            self._table(out, folder, results, embedder)
+        for method, label in labels.items():
+            out.write(f"{method:<9}{label}")
         out.write(f"import and embedding {import_s:.0f} s; ms per query: "
                   + ", ".join(f"{m} {ms:g}" for m, ms in ms_per_query.items()))
         if opts["json"]:
@@ -334,18 +405,20 @@ class Command(BaseCommand):
                 "embedder": embedder,
                 "labels": labels,
                 "recall": recall,
+                "datasets": by_folder,
                 "ms_per_query": ms_per_query,
             }))
 
     def _import(self, dataset: Dataset):
-        return import_history_as_user(dataset.id, dataset.history, self.stderr)
+        # A turn with no words is never stored (import_history reports it as a bad line).
+        storable = sum(1 for text in dataset.turns.values() if text.strip())
+        return import_history_as_user(dataset.id, dataset.history, self.stderr, storable)
 
     def _run_queries(self, datasets: list[Dataset], users: dict):
-        """Every query through every method: (per method, (category, recall at KS) per query;
-        hybrid's misses at 10 as printable lines; seconds per method)."""
-        scores: dict[str, list[tuple[str, tuple[float, ...]]]] = {
-            m: [] for m in ("hybrid", "bm25", "keyword", "dense")
-        }
+        """Every query through every method, asked at its question_date when it has one: (per
+        method, a Scored row per query; hybrid's misses at 10 as printable lines; seconds per
+        method)."""
+        scores: dict[str, list[Scored]] = {m: [] for m in ("hybrid", "bm25", "keyword", "dense")}
         seconds = dict.fromkeys(scores, 0.0)
         misses: list[str] = []
         with Progress(sum(len(d.queries) for d in datasets), "queries") as bar:
@@ -353,45 +426,89 @@ class Command(BaseCommand):
                 methods = rankers(users[dataset.id], dataset)
                 for query in dataset.queries:
                     category = query.get("category") or "none"
+                    expected_sessions = [str(s) for s in query.get("expected_sessions") or []]
                     for method, run in methods.items():
                         started = time.perf_counter()
-                        ranked = distinct(run(query["query"]))
+                        ranked = distinct(run(query["query"], query["as_of"]))
                         seconds[method] += time.perf_counter() - started
-                        scores[method].append((category, recall_at(ranked, query["expected"])))
+                        sessions = None
+                        if expected_sessions:
+                            sessions_of = [dataset.sessions.get(t, "") for t in ranked]
+                            sessions = session_recall_at(sessions_of, expected_sessions)
+                        scores[method].append(
+                            Scored(dataset.folder, category, recall_at(ranked, query["expected"]), sessions)
+                        )
                         if method == "hybrid":
                             misses.extend(miss_lines(dataset, query, ranked))
                     bar.update()
         return scores, misses, seconds
 
-    def _table(self, out, datasets: list[Dataset], recall: dict, labels: dict, embedder: str) -> None:
-        turns = sum(len(d.turns) for d in datasets)
-        queries = sum(len(d.queries) for d in datasets)
-        out.write(f"turn recall@k: {queries:,} queries over {turns:,} turns of {len(datasets)} "
-                  f"conversations ({', '.join(d.id for d in datasets)}); embedder {embedder}")
+    def _table(self, out, folder: str, results: dict, embedder: str) -> None:
+        recall, sessions = results["recall"], results["session_recall"]
+        conversations = results["conversations"]
+        out.write(f"{folder}: turn recall@k: {results['queries']:,} queries over {results['turns']:,} "
+                  f"turns of {len(conversations)} histories ({', '.join(conversations)}); "
+                  f"embedder {embedder}")
         out.write("")
-        out.write(f"{'category':<14}{'queries':>8}  {'method':<9}" + "".join(f"{f'@{k}':>8}" for k in KS))
-        for category in recall["hybrid"]:
-            for i, (method, by_category) in enumerate(recall.items()):
+        self._rows(out, recall, [f"@{k}" for k in KS], [f"recall@{k}" for k in KS])
+        out.write("")
+        if sessions["hybrid"]:
+            out.write(f"{folder}: session recall: whether any / all of a query's expected sessions are among "
+                      "the sessions of its first k turns")
+            out.write("")
+            names = [f"{which}@{k}" for which in ("any", "all") for k in SESSION_KS]
+            self._rows(out, sessions, names, names)
+            out.write("")
+
+    @staticmethod
+    def _rows(out, by_method: dict, headers: list[str], keys: list[str]) -> None:
+        out.write(f"{'category':<26}{'queries':>8}  {'method':<9}" + "".join(f"{h:>8}" for h in headers))
+        for category in by_method["hybrid"]:
+            for i, (method, by_category) in enumerate(by_method.items()):
                 row = by_category[category]
-                head = f"{category:<14}{row['queries']:>8}" if i == 0 else " " * 22
-                out.write(f"{head}  {method:<9}" + "".join(f"{row[f'recall@{k}']:>8.1%}" for k in KS))
-        out.write("")
-        for method, label in labels.items():
-            out.write(f"{method:<9}{label}")
+                head = f"{category:<26}{row['queries']:>8}" if i == 0 else " " * 34
+                out.write(f"{head}  {method:<9}" + "".join(f"{row[key]:>8.1%}" for key in keys))
 
 
-def summarise(rows: list[tuple[str, tuple[float, ...]]]) -> dict[str, dict]:
-    """Mean recall at each k over all queries ("all") and per category (alphabetical)."""
-    groups: dict[str, list[tuple[float, ...]]] = {"all": [r for _, r in rows]}
-    for category, r in sorted(rows, key=lambda row: row[0]):
-        groups.setdefault(category, []).append(r)
+@dataclass
+class Scored:
+    """One query's figures for one method."""
+
+    folder: str
+    category: str
+    turns: tuple[float, ...]  # turn recall at KS
+    sessions: tuple[float, ...] | None  # session_recall_at, when the query names its sessions
+
+
+def _means(groups: dict[str, list[tuple[float, ...]]], names: list[str]) -> dict[str, dict]:
     return {
         category: {
             "queries": len(values),
-            **{f"recall@{k}": round(sum(v[i] for v in values) / len(values), 4) for i, k in enumerate(KS)},
+            **{name: round(sum(v[i] for v in values) / len(values), 4) for i, name in enumerate(names)},
         }
         for category, values in groups.items()
     }
+
+
+def _by_category(rows: list[tuple[str, tuple[float, ...]]]) -> dict[str, list[tuple[float, ...]]]:
+    groups: dict[str, list[tuple[float, ...]]] = {"all": [r for _, r in rows]}
+    for category, r in sorted(rows, key=lambda row: row[0]):
+        groups.setdefault(category, []).append(r)
+    return groups
+
+
+def summarise(rows: list[Scored]) -> dict[str, dict]:
+    """Mean turn recall at each k over all queries ("all") and per category (alphabetical)."""
+    return _means(_by_category([(r.category, r.turns) for r in rows]), [f"recall@{k}" for k in KS])
+
+
+def summarise_sessions(rows: list[Scored]) -> dict[str, dict]:
+    """Mean session recall (any@k, then all@k) over the queries that name their sessions, as
+    summarise; empty when none does."""
+    named = [(r.category, r.sessions) for r in rows if r.sessions is not None]
+    if not named:
+        return {}
+    return _means(_by_category(named), [f"{w}@{k}" for w in ("any", "all") for k in SESSION_KS])
 
 
 def miss_lines(dataset: Dataset, query: dict, ranked: list[str]) -> list[str]:

@@ -204,14 +204,15 @@ def select_tools(
 
 def execute_tool(
     owner, name: str, arguments: Any, *, conversation: Conversation | None = None,
-    exclude_message_ids: Sequence[str] = (),
+    exclude_message_ids: Sequence[str] = (), as_of: dt.datetime | None = None,
 ) -> ToolResult:
     """Run one tool call for `owner`. Never raises: bad input comes back as ok=False.
-    exclude_message_ids: messages no search of this call returns (the turn's own message)."""
-    from memory.finding.search import excluding
+    exclude_message_ids: messages no search of this call returns (the turn's own message);
+    as_of: when the turn's question was asked (its searches read "last week" from it)."""
+    from memory.finding.search import asked_at, excluding
 
     started_at, started = timezone.now(), time.perf_counter()
-    with excluding(exclude_message_ids):
+    with excluding(exclude_message_ids), asked_at(as_of):
         outcome = _execute_tool(owner, name, arguments, conversation, started)
     outcome.name, outcome.started_at = str(name or ""), started_at
     if isinstance(arguments, str):

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import sys
 
 from django.core.management.base import BaseCommand, CommandError
+from django.utils import timezone
 
 from memory.finding.search import search
 from memory.management.users import existing_user
@@ -20,6 +22,11 @@ class Command(BaseCommand):
         parser.add_argument("--limit", type=int, default=10)
         parser.add_argument("--json", action="store_true", help="one JSON object per query")
         parser.add_argument("--queries", help='JSON Lines file of {"query": ...}, run in one process')
+        parser.add_argument(
+            "--as-of", metavar="DATE",
+            help='when the question is asked (ISO 8601, e.g. 2023-05-30 or 2023-05-30T15:40): "last week" '
+            "and \"this month\" are read from it (default now)",
+        )
 
     def handle(self, *args, **opts) -> None:
         user = existing_user(opts["user"])
@@ -44,8 +51,16 @@ class Command(BaseCommand):
             queries.insert(0, opts["query"])
         if not queries:
             raise CommandError("give a QUERY or --queries FILE")
+        as_of = None
+        if opts["as_of"]:
+            try:
+                as_of = dt.datetime.fromisoformat(opts["as_of"].replace("Z", "+00:00"))
+            except ValueError:
+                raise CommandError(f"--as-of {opts['as_of']!r} is not an ISO 8601 date") from None
+            if timezone.is_naive(as_of):
+                as_of = timezone.make_aware(as_of)
         for query in queries:
-            results = search(user, query, limit=opts["limit"])
+            results = search(user, query, limit=opts["limit"], as_of=as_of)
             if opts["json"]:
                 out = {"query": query, "results": [h.as_result() for h in results.hits]}
                 if results.fallbacks:

@@ -1,0 +1,114 @@
+"""Time at ingest: the periods a message's words name, resolved against when it was said, and the
+same phrases in a question, resolved against when it is asked."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.utils import timezone
+
+from memory.dates import mentioned_periods, query_period
+from memory.finding.search import search
+from memory.models import Passage
+from memory.storage.store import update_message
+from tests.memory.conftest import EVERYDAY_TEXTS, add_turns
+
+# A Monday.
+SAID = dt.datetime(2023, 5, 29, 15, 16, tzinfo=dt.UTC)
+
+
+def spans(text: str, said: dt.datetime = SAID) -> list[tuple[str, str, str]]:
+    return [(p["text"], p["start"], p["end"]) for p in mentioned_periods(text, said)]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("I didn't get to bed until 2 AM last Wednesday.", [("last Wednesday", "2023-05-24", "2023-05-25")]),
+        ("I redeemed a coupon yesterday", [("yesterday", "2023-05-28", "2023-05-29")]),
+        ("We went hiking two weeks ago", [("two weeks ago", "2023-05-15", "2023-05-22")]),
+        ("The movers come in two weeks", [("in two weeks", "2023-06-12", "2023-06-19")]),
+        ("I start the new job next month", [("next month", "2023-06-01", "2023-07-01")]),
+        ("I spent 10 hours on it last month", [("last month", "2023-04-01", "2023-05-01")]),
+        ("My solo trip to Europe last summer was great", [("last summer", "2022-06-01", "2022-09-01")]),
+        ("The party was this past weekend", [("this past weekend", "2023-05-27", "2023-05-29")]),
+        # A day and month without a year: the nearest such day, before or after.
+        ("The follow-up with Dr. Thompson was on March 20th", [("March 20th", "2023-03-20", "2023-03-21")]),
+        ("My exam is on the 3rd of June", [("3rd of June", "2023-06-03", "2023-06-04")]),
+    ],
+)
+def test_a_message_names_the_period_it_refers_to_as_of_when_it_was_said(text, expected):
+    assert spans(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "I'll call you today",  # the day it was said: its own time says so already
+        "The meeting on May 3, 2023 went well",  # a date with its year: the words say it
+        "I'm 30 years old and the lease runs 2 years longer",
+        "It may 2x the cost",
+        "",
+    ],
+)
+def test_words_that_name_no_other_period_name_none(text):
+    assert spans(text) == []
+
+
+def test_a_few_days_ago_is_a_span_around_it_not_one_day():
+    [(_, start, end)] = spans("I bought it a few days ago")
+    assert (
+        start <= "2023-05-26" < end and (dt.date.fromisoformat(end) - dt.date.fromisoformat(start)).days > 1
+    )
+
+
+def test_a_question_reads_spoken_periods_as_of_when_it_is_asked():
+    asked = dt.datetime(2023, 5, 30, 15, 40, tzinfo=dt.UTC)  # a Tuesday
+    last_saturday = query_period("What did I do last Saturday?", now=asked)
+    assert (last_saturday[0].date(), last_saturday[1].date()) == (dt.date(2023, 5, 27), dt.date(2023, 5, 28))
+    the_14th = query_period("What did I do on the 14th?", now=asked)
+    assert the_14th[0].date() == dt.date(2023, 5, 14)
+    # Before the 14th of the month, "the 14th" is last month's.
+    early = query_period("What did I do on the 14th?", now=asked.replace(day=3))
+    assert early[0].date() == dt.date(2023, 4, 14)
+    last_month = query_period("How many hours did I spend on it last month?", now=asked)
+    assert last_month[0].date() == dt.date(2023, 4, 1)
+
+
+@pytest.mark.django_db
+def test_a_stored_message_keeps_the_periods_its_words_name_and_an_edit_reads_them_again(owner, conversation):
+    [message] = add_turns(owner, conversation, ["I had the dentist last Thursday"], start=SAID)
+    stored = Passage.objects.get(logical_message_id=message.pk)
+    assert [(p["text"], p["start"]) for p in stored.periods] == [("last Thursday", "2023-05-25")]
+    update_message(owner, message.pk, "I had the dentist two days ago")
+    edited = Passage.objects.get(logical_message_id=message.pk)
+    assert [(p["text"], p["start"]) for p in edited.periods] == [("two days ago", "2023-05-27")]
+
+
+@pytest.mark.django_db
+def test_a_question_about_a_day_finds_what_was_said_later_about_that_day(owner, conversation):
+    # Two accounts said on the same Monday, one about Saturday 27 May, one about Sunday 28 May.
+    add_turns(owner, conversation, EVERYDAY_TEXTS, start=SAID - dt.timedelta(days=90))
+    sunday, saturday = (
+        add_turns(owner, conversation, [f"I went to the climbing gym with Ana last {day}"], start=SAID)[0]
+        for day in ("Sunday", "Saturday")
+    )
+    asked = dt.datetime(2023, 6, 14, 9, 0, tzinfo=dt.UTC)
+    assert (
+        search(owner, "Who did I go climbing with on May 27?", as_of=asked).hits[0].message_id == saturday.pk
+    )
+    assert search(owner, "Who did I go climbing with on May 28?", as_of=asked).hits[0].message_id == sunday.pk
+
+
+@pytest.mark.django_db
+def test_a_relative_period_in_a_question_is_read_from_when_it_is_asked(owner, conversation):
+    # "Last week" of a question asked in June 2023 is not last week of today.
+    asked = dt.datetime(2023, 6, 14, 9, 0, tzinfo=dt.UTC)
+    add_turns(owner, conversation, EVERYDAY_TEXTS, start=asked - dt.timedelta(days=90))
+    [then] = add_turns(owner, conversation, ["the boiler was repaired"], start=asked - dt.timedelta(days=8))
+    [now] = add_turns(
+        owner, conversation, ["the boiler was repaired"], start=timezone.now() - dt.timedelta(days=7)
+    )
+    assert search(owner, "when was the boiler repaired last week?", as_of=asked).hits[0].message_id == then.pk
+    assert search(owner, "when was the boiler repaired last week?").hits[0].message_id == now.pk

@@ -1,0 +1,161 @@
+"""What a question asks for moves turns: the person's own words answer "my…" questions, the
+assistant's answer "what did you suggest", statements answer and questions don't, and the newest
+statement answers "now"."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.utils import timezone
+
+from memory.context.tools import execute_tool
+from memory.finding import intent
+from memory.finding.search import search
+from tests.memory.conftest import EVERYDAY_TEXTS, add_turns
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.mark.parametrize(
+    ("query", "speaker", "seeks_fact", "present"),
+    [
+        ("Where do I work now?", "user", True, True),
+        ("How many bikes do I currently own?", "user", True, True),
+        ("What degree did I graduate with?", "user", True, False),
+        ("Can you remind me of the restaurant in Rome you recommended?", "assistant", False, False),
+        ("What did you suggest for the snapper?", "assistant", True, False),
+        ("I've been sneezing a lot lately. Do you think it might be my living room?", "user", False, False),
+        ("Any recommendations for a coffee creamer?", None, False, False),
+        ("What did Caroline research?", None, True, False),
+        ("Is Melanie still painting?", None, True, True),
+        ("What did I ask you about Lisbon?", "user", False, False),
+    ],
+)
+def test_it_reads_what_a_question_asks_for(query, speaker, seeks_fact, present):
+    assert (intent.speaker(query), intent.seeks_fact(query), intent.wants_present(query)) == (
+        speaker,
+        seeks_fact,
+        present,
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "asks"),
+    [
+        ("Where do I work? What is my dog's name?", True),
+        ("Hi! Where do I work again? Thanks!", True),
+        ("I now work at the Porto city council.", False),
+        ("I now work at the council. Any tips for the first week?", False),
+        ("", False),
+    ],
+)
+def test_a_turn_that_only_asks_tells_nothing(text, asks):
+    assert intent.only_asks(text) is asks
+
+
+def first_texts(owner, query: str, n: int = 1, **kwargs) -> list[str]:
+    return [hit.passage_text for hit in search(owner, query, **kwargs).hits[:n]]
+
+
+def test_the_persons_own_statement_ranks_above_the_reply_that_repeats_it(owner, conversation):
+    add_turns(owner, conversation, EVERYDAY_TEXTS, start=timezone.now() - dt.timedelta(days=30))
+    add_turns(
+        owner,
+        conversation,
+        [
+            "By the way, I use my Navigo card on the metro.",
+            "Since you use your Navigo card on the metro every day, the monthly Navigo pass is the "
+            "cheapest way to ride the metro, buses and trains in Paris.",
+        ],
+        linked=True,
+    )
+    assert first_texts(owner, "Which card do I use on the metro?") == [
+        "By the way, I use my Navigo card on the metro."
+    ]
+    # Asked what the assistant said, its reply comes first.
+    assert first_texts(owner, "Which Navigo pass did you recommend?")[0].startswith(
+        "Since you use your Navigo"
+    )
+
+
+def test_a_statement_answers_before_the_questions_about_it(owner, conversation):
+    start = timezone.now() - dt.timedelta(days=20)
+    add_turns(owner, conversation, EVERYDAY_TEXTS, start=start)
+    add_turns(
+        owner,
+        conversation,
+        ["Where do I work? And what is my dog's name?", "I can't know that yet, you haven't told me."],
+        start=start + dt.timedelta(days=1),
+    )
+    add_turns(
+        owner, conversation, ["I now work at the Porto city council."], start=start + dt.timedelta(days=2)
+    )
+    assert first_texts(owner, "Where do I work now?") == ["I now work at the Porto city council."]
+
+
+def test_the_newest_statement_answers_a_question_about_now_and_the_older_follows(owner, conversation):
+    start = timezone.now() - dt.timedelta(days=300)
+    add_turns(owner, conversation, EVERYDAY_TEXTS, start=start)
+    add_turns(
+        owner,
+        conversation,
+        ["I lead a team of 4 engineers at the bank."],
+        start=start + dt.timedelta(days=10),
+    )
+    add_turns(
+        owner,
+        conversation,
+        ["I lead a team of 5 engineers at the bank now."],
+        start=start + dt.timedelta(days=200),
+    )
+    add_turns(
+        owner,
+        conversation,
+        ["I lead a team of 3 engineers at the bank."],
+        start=start + dt.timedelta(days=100),
+    )
+    assert first_texts(owner, "How many engineers do I lead now?", 3) == [
+        "I lead a team of 5 engineers at the bank now.",
+        "I lead a team of 3 engineers at the bank.",
+        "I lead a team of 4 engineers at the bank.",
+    ]
+
+
+def test_a_tool_call_of_a_turn_reads_last_week_as_of_the_turn(owner, conversation):
+    asked = dt.datetime(2023, 6, 14, 9, 0, tzinfo=dt.UTC)
+    add_turns(owner, conversation, EVERYDAY_TEXTS, start=asked - dt.timedelta(days=90))
+    [then] = add_turns(owner, conversation, ["the boiler was repaired"], start=asked - dt.timedelta(days=8))
+    [lately] = add_turns(
+        owner, conversation, ["the boiler was repaired"], start=timezone.now() - dt.timedelta(days=7)
+    )
+    args = {"query": "when was the boiler repaired last week?"}
+    at_turn = execute_tool(owner, "vector_search", args, conversation=conversation, as_of=asked)
+    today = execute_tool(owner, "vector_search", args, conversation=conversation)
+    assert at_turn.result["results"][0]["message_id"] == then.pk
+    assert today.result["results"][0]["message_id"] == lately.pk
+
+
+def test_a_question_naming_one_speaker_is_answered_by_that_persons_own_words(owner, conversation):
+    from memory.storage.store import NewMessage, store_messages
+
+    start = timezone.now() - dt.timedelta(days=40)
+    add_turns(owner, conversation, EVERYDAY_TEXTS, start=start)
+    said = [
+        ("Melanie", "Caroline, you've been researching so much lately, how are the adoption agencies?"),
+        ("Caroline", "Researching adoption agencies is a dream of mine, to give kids a loving home."),
+    ]
+    store_messages(
+        owner,
+        conversation,
+        [
+            NewMessage(
+                role="user" if i % 2 == 0 else "assistant",
+                content=text,
+                timestamp=start + dt.timedelta(days=1, minutes=i),
+                metadata={"speaker": who},
+            )
+            for i, (who, text) in enumerate(said)
+        ],
+    )
+    assert first_texts(owner, "What did Caroline research?")[0].startswith("Researching adoption agencies")
