@@ -51,6 +51,23 @@ PROBES = [
     "what was the roadmap for the api release?",
 ]
 BULK_TITLE = "synthetic history"
+# The facts memory keeps (memory.knowledge.facts) grow with the history: eval_facts draws about
+# 46 per 100 turns of real conversations. The bulk history gets one per FACT_EVERY messages
+# (a user message in two), most about the user, the rest about FACT_PEOPLE people, some of them
+# exclusive attributes that newer ones supersede, so each turn's FACTS section reads and ranks
+# what a long-used memory holds.
+FACT_EVERY = 4
+_FIRST_NAMES = (
+    "Ana Bruno Carla Diego Elena Farid Greta Hugo Ines Jonas Kiri Leo Marta Nuno Olga Pedro Quinn "
+    "Rosa Sami Tomas Uma Vera Wim Xenia Yara Zoe Amir Bea Caio Dora Emil Flor Gil Hana Ivo Jana "
+    "Kai Lina Milo Nora"
+)
+FACT_PEOPLE = [
+    f"{first} {last}"
+    for first in _FIRST_NAMES.split()
+    for last in ("Costa", "Moreau", "Okafor", "Silva", "Tanaka")
+]
+FACT_ATTRIBUTES = ["lives in", "works at", "partner", "favourite colour", "plan: trip"]
 # Indexes that are far cheaper to build once than to maintain per row during a bulk load.
 BULK_INDEXES = {
     PASSAGE_HNSW: passage_hnsw_sql(settings.EMBEDDING_DIMENSIONS),
@@ -96,6 +113,7 @@ class Command(BaseCommand):
         stored = self._stored(bulk)
         if stored:
             self.stdout.write(f"reusing {stored:,} synthetic messages already loaded")
+            self._facts(user, bulk)  # a history loaded before facts were part of it
         get_embedder().embed_one("warm up")  # loading the model is not a per-turn cost
         rows = []
         for size in sizes:
@@ -111,7 +129,8 @@ class Command(BaseCommand):
         self.stdout.write("")
         self.stdout.write(
             "vectors of the bulk history are SYNTHETIC (random); its text is "
-            "synthetic from a fixed vocabulary; measured turns are real "
+            f"synthetic from a fixed vocabulary, and so are its facts (one per {FACT_EVERY} "
+            "messages); measured turns are real "
             f"({get_embedder().name} query embedding)."
         )
         if len(rows) >= 2:
@@ -165,6 +184,7 @@ class Command(BaseCommand):
                     self.stderr.write(f"building {name} over {size:,} passages …")
                     cursor.execute(how)
                     self.stderr.write(f"  {name}: {time.perf_counter() - t0:.1f}s")
+        self._facts(user, bulk)
         _vacuum()
         from memory.organizing.periods import update_period_summaries
 
@@ -237,6 +257,58 @@ class Command(BaseCommand):
             cursor.execute(
                 "UPDATE memory_conversation SET next_position = %s WHERE id = %s",
                 [first + n, conversation.pk],
+            )
+
+    def _facts(self, user, conversation) -> None:
+        """Synthetic facts for the bulk messages that have none (one per FACT_EVERY messages):
+        four in five about the user, the rest about FACT_PEOPLE; one in seven an exclusive
+        attribute, each superseded by the next one on the same subject and attribute."""
+        people = "{" + ",".join(f'"{p}"' for p in FACT_PEOPLE) + "}"
+        attributes = "{" + ",".join(f'"{a}"' for a in FACT_ATTRIBUTES) + "}"
+        with connection.cursor() as cursor:
+            cursor.execute(
+                """
+                INSERT INTO memory_fact (owner_id, message_id, subject, subject_key, attribute,
+                    value, statement, corrected, said_at, valid_from, pinned, origin, score,
+                    created_at)
+                SELECT m.owner_id, m.id, s.subject, lower(s.subject), a.attribute,
+                       CASE WHEN a.attribute = 'about' THEN '' ELSE split_part(m.content, ' ', 3) END,
+                       CASE WHEN a.attribute = 'about' THEN s.subject || ' said ' || left(m.content, 80)
+                            ELSE s.subject || ' ' || a.attribute || ' ' || split_part(m.content, ' ', 3)
+                       END,
+                       '', m.timestamp, m.timestamp, false, 'synthetic', 0, now()
+                FROM memory_message m,
+                LATERAL (SELECT CASE WHEN (m.position / %(every)s) %% 5 = 0
+                                     THEN (%(people)s::text[])[1 + (m.position / %(every)s / 5) %% %(np)s]
+                                     ELSE 'the user' END AS subject) s,
+                LATERAL (SELECT CASE WHEN (m.position / %(every)s) %% 7 = 3
+                                     THEN (%(attributes)s::text[])[1 + (m.position / %(every)s / 7) %% %(na)s]
+                                     ELSE 'about' END AS attribute) a
+                WHERE m.conversation_id = %(conv)s AND m.position %% %(every)s = 0 AND NOT m.is_chunk
+                  AND NOT EXISTS (SELECT 1 FROM memory_fact f WHERE f.message_id = m.id)
+                """,
+                {
+                    "conv": conversation.pk,
+                    "every": FACT_EVERY,
+                    "people": people,
+                    "np": len(FACT_PEOPLE),
+                    "attributes": attributes,
+                    "na": len(FACT_ATTRIBUTES),
+                },
+            )
+            if not cursor.rowcount:
+                return
+            # Each exclusive fact is superseded by the next one on its subject and attribute.
+            cursor.execute(
+                """
+                UPDATE memory_fact f SET superseded_by_id = n.next_id, valid_to = n.next_from
+                FROM (SELECT id, lead(id) OVER w AS next_id, lead(valid_from) OVER w AS next_from
+                      FROM memory_fact WHERE owner_id = %s AND attribute <> 'about'
+                      WINDOW w AS (PARTITION BY subject_key, attribute ORDER BY valid_from, id)) n
+                WHERE f.id = n.id AND n.next_id IS NOT NULL
+                  AND f.superseded_by_id IS DISTINCT FROM n.next_id
+                """,
+                [user.pk],
             )
 
     # --- measured turns -------------------------------------------------------------------------
@@ -397,6 +469,7 @@ def _vacuum() -> None:
     with connection.cursor() as cursor:
         cursor.execute("VACUUM (ANALYZE) memory_message")
         cursor.execute("VACUUM (ANALYZE) memory_passage")
+        cursor.execute("VACUUM (ANALYZE) memory_fact")
 
 
 def _loadavg() -> str:
