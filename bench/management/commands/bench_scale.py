@@ -5,8 +5,9 @@ labelled as such in the output) and synthetic text from a fixed vocabulary, beca
 a million messages would take days here. Each measured turn is real and does what a chat turn
 does before the model is called: embed the message (the configured model, started first and
 overlapping the store), store it, prepare_context (hybrid search, plan) within the zones of the
-model's window, save the snapshot. The message's passage gets its vector afterwards, as
-background work does in the chat; that write (an HNSW insert) is timed and printed on its own.
+model's window, record what the plan shows (forgetting.read_by) and save the snapshot, as the
+chat does. The message's passage gets its vector afterwards, as background work does in the
+chat; that write (an HNSW insert) is timed and printed on its own.
 
 Each size also prints what the model is sent per turn, zone by zone, as the chat builds it
 (memory/context/budget.py: the same allocation and Prompt, with one search_and_retrieve round of tool
@@ -28,7 +29,7 @@ import time
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
-from django.db import connection
+from django.db import connection, transaction
 
 from bench.scratch import add_database_argument, use_database
 from memory.models import PASSAGE_HNSW, passage_hnsw_sql
@@ -317,6 +318,7 @@ class Command(BaseCommand):
         from memory.context.budget import allocate
         from memory.context.index_builder import prepare_context, query_text, save_snapshot
         from memory.embedders import get_embedder
+        from memory.lifecycle.forgetting import gone_since_read, read_by
         from memory.models import Conversation
         from memory.storage.store import embed_pending, store_message
 
@@ -359,8 +361,16 @@ class Command(BaseCommand):
             plan = prepare_context(
                 user, live, text, user_message=message, zones=allocation.index_zones()
             )
+            t_plan = time.perf_counter()
+            # As the chat does (chat.turn): what the plan shows is kept with its texts, so that
+            # what the turn writes can lose them if they are forgotten meanwhile; the snapshot is
+            # written in a transaction that first checks none of them is gone.
+            seen = {m.pk: [m.content] for m in plan.recent}
+            seen.update(read_by(user, [[i for i in plan.included_ids if i not in seen], plan.hits]))
             t2 = time.perf_counter()
-            save_snapshot(plan, user, live, message)
+            with transaction.atomic():
+                gone_since_read(user, seen)
+                save_snapshot(plan, user, live, message)
             t3 = time.perf_counter()
             if profiler and turn >= 0:
                 profiler.disable()
@@ -372,7 +382,8 @@ class Command(BaseCommand):
                 continue
             costs.append((t3 - t0) * 1000)
             timings.setdefault("store_message", []).append((t1 - t0) * 1000)
-            timings.setdefault("prepare_context", []).append((t2 - t1) * 1000)
+            timings.setdefault("prepare_context", []).append((t_plan - t1) * 1000)
+            timings.setdefault("read_by", []).append((t2 - t_plan) * 1000)
             timings.setdefault("save_snapshot", []).append((t3 - t2) * 1000)
             background.append((t4 - t3) * 1000)
             store_message(user, live, "assistant", f"answer {turn} about {text}", embed=False)
