@@ -486,28 +486,69 @@ def subjects_named(owner, text: str, user_subject: str = "the user") -> list[str
     return [user, *sorted(named, key=lowered.find)]
 
 
+# The distinct subjects of an owner's current facts, in key order, one descent of the
+# fact_current_rank index each (a DISTINCT reads every current fact, and joined each to its
+# message: half a second a turn at 25,000 facts).
+_SUBJECT_KEYS = """
+    WITH RECURSIVE keys AS (
+        (SELECT subject_key FROM memory_fact WHERE owner_id = %(owner)s
+         AND superseded_by_id IS NULL ORDER BY subject_key LIMIT 1)
+        UNION ALL
+        SELECT (SELECT f.subject_key FROM memory_fact f WHERE f.owner_id = %(owner)s
+                AND f.superseded_by_id IS NULL AND f.subject_key > keys.subject_key
+                ORDER BY f.subject_key LIMIT 1)
+        FROM keys WHERE keys.subject_key IS NOT NULL
+    )
+"""
+
+
 def subject_keys(owner, limit: int = 500) -> list[str]:
-    """The distinct subjects of the owner's current facts (at most `limit`, in key order), one
-    descent of the fact_current_rank index each (a DISTINCT read every current fact, and joined
-    each to its message: half a second a turn at 25,000 facts). A subject whose facts all come
-    from deleted messages is among them; current_for_index finds nothing to show for it."""
+    """The keys of the subjects of the owner's current facts (at most `limit`, in key order). A
+    subject whose facts all come from deleted messages is among them: current_for_index finds
+    nothing to show for it."""
     with connection.cursor() as cursor:
         cursor.execute(
-            """
-            WITH RECURSIVE keys AS (
-                (SELECT subject_key FROM memory_fact WHERE owner_id = %(owner)s
-                 AND superseded_by_id IS NULL ORDER BY subject_key LIMIT 1)
-                UNION ALL
-                SELECT (SELECT f.subject_key FROM memory_fact f WHERE f.owner_id = %(owner)s
-                        AND f.superseded_by_id IS NULL AND f.subject_key > keys.subject_key
-                        ORDER BY f.subject_key LIMIT 1)
-                FROM keys WHERE keys.subject_key IS NOT NULL
-            )
-            SELECT subject_key FROM keys WHERE subject_key IS NOT NULL LIMIT %(limit)s
+            _SUBJECT_KEYS + "SELECT subject_key FROM keys WHERE subject_key IS NOT NULL LIMIT %(limit)s",
+            {"owner": owner.pk, "limit": limit},
+        )
+        return [row[0] for row in cursor.fetchall()]
+
+
+def subject_names(owner, limit: int) -> list[str]:
+    """The subjects of the owner's current live facts as they were written (at most `limit`, in
+    key order)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _SUBJECT_KEYS
+            + """
+            SELECT named.subject FROM keys, LATERAL (
+                SELECT f.subject FROM memory_fact f JOIN memory_message m ON m.id = f.message_id
+                WHERE f.owner_id = %(owner)s AND f.subject_key = keys.subject_key
+                  AND f.superseded_by_id IS NULL AND NOT m.deleted
+                ORDER BY f.id DESC LIMIT 1) named
+            WHERE keys.subject_key IS NOT NULL LIMIT %(limit)s
             """,
             {"owner": owner.pk, "limit": limit},
         )
         return [row[0] for row in cursor.fetchall()]
+
+
+def current_count(owner, subject: str) -> int:
+    """How many current facts about `subject` hold (their messages not deleted): those the index
+    counts, less those of deleted messages (found from the deleted messages, usually few), not a
+    join of every fact to its message."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT (SELECT count(*) FROM memory_fact WHERE owner_id = %(owner)s
+                    AND subject_key = %(key)s AND superseded_by_id IS NULL)
+                 - (SELECT count(*) FROM memory_message m JOIN memory_fact f ON f.message_id = m.id
+                    WHERE m.owner_id = %(owner)s AND m.deleted AND f.owner_id = %(owner)s
+                      AND f.subject_key = %(key)s AND f.superseded_by_id IS NULL)
+            """,
+            {"owner": owner.pk, "key": _key(subject)},
+        )
+        return int(cursor.fetchone()[0])
 
 
 _WORD_CHAR = re.compile(r"\w")
