@@ -42,7 +42,7 @@ from memory.embedders import query_text
 from memory.finding.candidates import in_worker
 from memory.finding.search import SearchFilters, SearchHit, search
 from memory.knowledge import facts
-from memory.models import ContextSnapshot, Message, PeriodSummary, Topic
+from memory.models import ContextSnapshot, Fact, Message, PeriodSummary, Topic
 from memory.organizing import hierarchy
 from memory.tokens import count_tokens
 
@@ -415,7 +415,7 @@ def prepare_context(
     # Pinned messages come first: the person marked them important (memory.organizing.hierarchy).
     hierarchy.write_pinned(owner, plan, writer, included, recent_ids, ahead.pinned)
     # Then what holds now about the people the message names (memory.knowledge.facts).
-    included += facts.write_index(owner, writer, query)
+    included += facts.write_index(writer, ahead.facts)
     # The levels section gets a share of what the strategy would otherwise fill.
     levels_room = hierarchy.levels_room(plan, writer)
     writer.allowance -= levels_room
@@ -463,6 +463,7 @@ class _Ahead:
     levels: hierarchy.LevelRows
     periods: dict[str, PeriodSummary]
     top_topics: list[Topic]
+    facts: list[Fact]
     ms: float
 
 
@@ -476,8 +477,9 @@ def _read_ahead(
     summary_allowance: int,
 ) -> _Ahead:
     """Everything the plan shows that the search does not decide: the tools used lately, the
-    recent window and the rolling summary before it, the pinned messages, the levels' rows and
-    (hierarchical) the period summaries and top-level topics."""
+    recent window and the rolling summary before it, the pinned messages, the facts about the
+    people the message names, the levels' rows and (hierarchical) the period summaries and
+    top-level topics."""
     started = time.perf_counter()
     whole = plan.whole
     # A small memory read whole already: the window, the pins and the levels come from it, and
@@ -530,6 +532,7 @@ def _read_ahead(
         levels=levels,
         periods=periods,
         top_topics=top,
+        facts=facts.current_for_index(owner, plan.query),
         ms=round((time.perf_counter() - started) * 1000, 2),
     )
 

@@ -27,13 +27,13 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from django.db import transaction
-from django.db.models import Case, Q, When
+from django.db import connection, transaction
+from django.db.models import Q
 from django.db.models.signals import pre_delete
 from django.dispatch import receiver
 
 from memory.dates import query_period
-from memory.models import Fact, FactQuerySet, Message, Role
+from memory.models import STATEMENT_LAST, Fact, FactQuerySet, Message, Role
 from memory.tokens import count_tokens
 
 logger = logging.getLogger(__name__)
@@ -479,12 +479,96 @@ _WORD = re.compile(r"[\w'-]+")
 
 def subjects_named(owner, text: str, user_subject: str = "the user") -> list[str]:
     """The subjects with current facts that `text` names, after the user (always first: they are
-    the one talking). Read from at most 500 distinct subjects, an indexed query."""
-    current = Fact.objects.owned_by(owner).current().order_by()
-    keys = list(current.values_list("subject_key", flat=True).distinct()[:500])
+    the one talking). Read from at most 500 distinct subjects (subject_keys)."""
     lowered = " ".join(_WORD.findall((text or "").lower()))
-    named = [k for k in keys if k != _key(user_subject) and re.search(rf"\b{re.escape(k)}\b", lowered)]
-    return [_key(user_subject), *sorted(named, key=lowered.find)]
+    user = _key(user_subject)
+    named = [k for k in subject_keys(owner) if k != user and _names(lowered, k)]
+    return [user, *sorted(named, key=lowered.find)]
+
+
+# The distinct subjects of an owner's current facts, in key order, one descent of the
+# fact_current_rank index each (a DISTINCT reads every current fact, and joined each to its
+# message: half a second a turn at 25,000 facts).
+_SUBJECT_KEYS = """
+    WITH RECURSIVE keys AS (
+        (SELECT subject_key FROM memory_fact WHERE owner_id = %(owner)s
+         AND superseded_by_id IS NULL ORDER BY subject_key LIMIT 1)
+        UNION ALL
+        SELECT (SELECT f.subject_key FROM memory_fact f WHERE f.owner_id = %(owner)s
+                AND f.superseded_by_id IS NULL AND f.subject_key > keys.subject_key
+                ORDER BY f.subject_key LIMIT 1)
+        FROM keys WHERE keys.subject_key IS NOT NULL
+    )
+"""
+
+
+def subject_keys(owner, limit: int = 500) -> list[str]:
+    """The keys of the subjects of the owner's current facts (at most `limit`, in key order). A
+    subject whose facts all come from deleted messages is among them: current_for_index finds
+    nothing to show for it."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _SUBJECT_KEYS + "SELECT subject_key FROM keys WHERE subject_key IS NOT NULL LIMIT %(limit)s",
+            {"owner": owner.pk, "limit": limit},
+        )
+        return [row[0] for row in cursor.fetchall()]
+
+
+def subject_names(owner, limit: int) -> list[str]:
+    """The subjects of the owner's current live facts as they were written (at most `limit`, in
+    key order)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _SUBJECT_KEYS
+            + """
+            SELECT named.subject FROM keys, LATERAL (
+                SELECT f.subject FROM memory_fact f JOIN memory_message m ON m.id = f.message_id
+                WHERE f.owner_id = %(owner)s AND f.subject_key = keys.subject_key
+                  AND f.superseded_by_id IS NULL AND NOT m.deleted
+                ORDER BY f.id DESC LIMIT 1) named
+            WHERE keys.subject_key IS NOT NULL LIMIT %(limit)s
+            """,
+            {"owner": owner.pk, "limit": limit},
+        )
+        return [row[0] for row in cursor.fetchall()]
+
+
+def current_count(owner, subject: str) -> int:
+    """How many current facts about `subject` hold (their messages not deleted): those the index
+    counts, less those of deleted messages (found from the deleted messages, usually few), not a
+    join of every fact to its message."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT (SELECT count(*) FROM memory_fact WHERE owner_id = %(owner)s
+                    AND subject_key = %(key)s AND superseded_by_id IS NULL)
+                 - (SELECT count(*) FROM memory_message m JOIN memory_fact f ON f.message_id = m.id
+                    WHERE m.owner_id = %(owner)s AND m.deleted AND f.owner_id = %(owner)s
+                      AND f.subject_key = %(key)s AND f.superseded_by_id IS NULL)
+            """,
+            {"owner": owner.pk, "key": _key(subject)},
+        )
+        return int(cursor.fetchone()[0])
+
+
+_WORD_CHAR = re.compile(r"\w")
+
+
+def _names(lowered: str, key: str) -> bool:
+    """`key` occurs in `lowered` between word boundaries: re.search(rf"\\b{re.escape(key)}\\b")
+    without compiling a pattern per subject (hundreds a turn, past the re module's cache)."""
+    at = lowered.find(key)
+    while at >= 0:
+        if _boundary(lowered, at) and _boundary(lowered, at + len(key)):
+            return True
+        at = lowered.find(key, at + 1)
+    return False
+
+
+def _boundary(text: str, at: int) -> bool:
+    before = at > 0 and _WORD_CHAR.match(text[at - 1]) is not None
+    after = at < len(text) and _WORD_CHAR.match(text[at]) is not None
+    return before != after
 
 
 def _day(value: dt.datetime | None) -> str:
@@ -506,23 +590,26 @@ def current_for_index(owner, text: str, limit: int = INDEX_MAX_FACTS) -> list[Fa
     """The current facts about the people `text` names (the user first): pinned ones, then the
     exclusive attributes (home, work, partner, plans...), then the newest statements."""
     chosen: list[Fact] = []
-    subjects = subjects_named(owner, text)
-    for subject in subjects:
-        rows = (
-            Fact.objects.owned_by(owner).current().about(subject).prefetch_related("supersedes")
-            .annotate(statement_only=Case(When(attribute=ABOUT, then=1), default=0))
-            .order_by("-pinned", "statement_only", "-valid_from", "-id")[: limit - len(chosen)]
-        )
-        chosen += list(rows)
+    for subject in subjects_named(owner, text):
+        chosen += list(ranked(owner, subject).prefetch_related("supersedes")[: limit - len(chosen)])
         if len(chosen) >= limit:
             break
     return chosen
 
 
-def write_index(owner, writer, text: str, share: float = INDEX_SHARE) -> list[str]:
+def ranked(owner, subject: str) -> FactQuerySet:
+    """A subject's current facts in the order the index shows them, which is the order of the
+    fact_current_rank index: the first rows are read from its top, however many there are."""
+    return (
+        Fact.objects.owned_by(owner).current().about(subject)
+        .order_by("-pinned", STATEMENT_LAST, "-valid_from", "-id")
+    )
+
+
+def write_index(writer, facts: list[Fact], share: float = INDEX_SHARE) -> list[str]:
     """Write the FACTS section of a turn's memory index into `writer` (memory.context.index_builder's
-    line writer), within `share` of its allowance; returns the source message ids it names."""
-    facts = current_for_index(owner, text)
+    line writer): `facts` (current_for_index's, read while the turn's search runs) within `share`
+    of its allowance. Returns the source message ids it names."""
     if not facts:
         return []
     room = int(writer.allowance * share)

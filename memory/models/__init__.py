@@ -30,7 +30,7 @@ from memory.models.conversations import (
     quoted_share,
     repeats_memory,
 )
-from memory.models.knowledge import Entity, EntityEdge, EntityMention, Fact, FactQuerySet
+from memory.models.knowledge import STATEMENT_LAST, Entity, EntityEdge, EntityMention, Fact, FactQuerySet
 from memory.models.topics import PeriodSummary, Topic, TopicMembership
 from memory.models.upkeep import (
     CacheCounter,
@@ -49,6 +49,7 @@ __all__ = [
     "PASSAGE_HNSW",
     "QUOTED_SHARE",
     "QUOTES_MEMORY",
+    "STATEMENT_LAST",
     "CacheCounter",
     "ContextSnapshot",
     "Conversation",

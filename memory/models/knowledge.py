@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
+from django.db.models import Case, F, Q, Value, When
 
 from memory.models.conversations import Message, OwnedQuerySet
 
@@ -84,6 +85,11 @@ class EntityEdge(models.Model):
         ]
 
 
+# 1 for a statement ("about"), 0 for an attribute: the facts section lists a subject's
+# attributes (home, work, partner, plans...) before its statements.
+STATEMENT_LAST = Case(When(attribute="about", then=Value(1)), default=Value(0))
+
+
 class FactQuerySet(OwnedQuerySet):
     def live(self) -> FactQuerySet:
         """Facts whose source message is not deleted (a restored message brings its facts back)."""
@@ -143,6 +149,14 @@ class Fact(models.Model):
         indexes = [
             models.Index(fields=["owner", "subject_key", "attribute"], name="fact_owner_subject_attr"),
             models.Index(fields=["owner", "-valid_from"], name="fact_owner_valid_from"),
+            # A turn's FACTS section (memory.knowledge.facts.current_for_index): a subject's
+            # current facts in the order it shows them, read from the top, and the distinct
+            # subjects, one descent each; a memory holds tens of thousands of facts.
+            models.Index(
+                "owner", "subject_key", F("pinned").desc(), STATEMENT_LAST,
+                F("valid_from").desc(), F("id").desc(),
+                condition=Q(superseded_by__isnull=True), name="fact_current_rank",
+            ),
         ]
 
     def __str__(self) -> str:

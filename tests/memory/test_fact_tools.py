@@ -72,3 +72,25 @@ def test_a_stranger_gets_none_of_the_facts(stranger, owner, conversation):
     facts.extract_messages(owner)
     out = execute_tool(stranger, "get_facts", {"subject": "the user"})
     assert not out.ok and "memory holds no facts yet" in out.error
+
+
+def test_its_pages_run_through_the_current_facts_then_what_they_replaced_each_once(owner, conversation, life):
+    from memory.lifecycle import deleting
+    from memory.models import Fact
+
+    live = Fact.objects.owned_by(owner).live().about("the user")
+    hidden = live.filter(superseded_by__isnull=True).first()
+    deleting.delete_message(owner, hidden.message_id)  # its facts are hidden, not counted
+    seen, offset, pages = [], 0, 0
+    while offset is not None:
+        out = execute_tool(owner, "get_facts", {"subject": "the user", "include_superseded": True,
+                                                "limit": 2, "offset": offset})
+        assert out.ok, out.error
+        seen += out.result["facts"]
+        offset, pages = out.result.get("next_offset"), pages + 1
+    ids = [f["id"] for f in seen]
+    assert len(ids) == len(set(ids)) == live.count() and hidden.pk not in ids and pages > 2
+    currents = [f["current"] for f in seen]
+    assert currents == sorted(currents, reverse=True)  # every current fact before the replaced ones
+    current = live.filter(superseded_by__isnull=True).count()
+    assert out.result["current_count"] == current == currents.count(True)

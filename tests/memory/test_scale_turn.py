@@ -170,3 +170,25 @@ def test_the_tools_recently_used_are_this_conversations_and_read_with_a_bound(ow
     with CaptureQueriesContext(connection) as queries:
         _recent_tool_names(owner, conversation)
     assert len(queries) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_bench_scales_history_holds_facts_and_each_turn_shows_them(capsys):
+    from memory.models import Fact
+
+    call_command("bench_scale", sizes="400", database="", turns=1, user="bench_facts", keep=True)
+    out = capsys.readouterr().out
+    assert "so are its facts (one per 4 messages)" in out
+    held = Fact.objects.filter(owner__username="bench_facts")
+    assert held.count() == 100  # one per 4 of the 400 messages
+    assert held.filter(subject_key="the user").count() == 80
+    assert held.exclude(subject_key="the user").values("subject_key").distinct().count() == 20
+    assert held.filter(superseded_by__isnull=False).exists()  # newer attributes replaced older
+    # A history loaded before gets its facts when reused, once.
+    held.delete()
+    call_command("bench_scale", sizes="400", database="", turns=1, user="bench_facts", keep=True)
+    assert Fact.objects.filter(owner__username="bench_facts").count() == 100
+    from memory.models import ContextSnapshot
+
+    snapshots = ContextSnapshot.objects.filter(owner__username="bench_facts")
+    assert snapshots.exists() and all("FACTS (" in s.text for s in snapshots)

@@ -5,8 +5,9 @@ labelled as such in the output) and synthetic text from a fixed vocabulary, beca
 a million messages would take days here. Each measured turn is real and does what a chat turn
 does before the model is called: embed the message (the configured model, started first and
 overlapping the store), store it, prepare_context (hybrid search, plan) within the zones of the
-model's window, save the snapshot. The message's passage gets its vector afterwards, as
-background work does in the chat; that write (an HNSW insert) is timed and printed on its own.
+model's window, record what the plan shows (forgetting.read_by) and save the snapshot, as the
+chat does. The message's passage gets its vector afterwards, as background work does in the
+chat; that write (an HNSW insert) is timed and printed on its own.
 
 Each size also prints what the model is sent per turn, zone by zone, as the chat builds it
 (memory/context/budget.py: the same allocation and Prompt, with one search_and_retrieve round of tool
@@ -28,7 +29,7 @@ import time
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
-from django.db import connection
+from django.db import connection, transaction
 
 from bench.scratch import add_database_argument, use_database
 from memory.models import PASSAGE_HNSW, passage_hnsw_sql
@@ -51,6 +52,23 @@ PROBES = [
     "what was the roadmap for the api release?",
 ]
 BULK_TITLE = "synthetic history"
+# The facts memory keeps (memory.knowledge.facts) grow with the history: eval_facts draws about
+# 46 per 100 turns of real conversations. The bulk history gets one per FACT_EVERY messages
+# (a user message in two), most about the user, the rest about FACT_PEOPLE people, some of them
+# exclusive attributes that newer ones supersede, so each turn's FACTS section reads and ranks
+# what a long-used memory holds.
+FACT_EVERY = 4
+_FIRST_NAMES = (
+    "Ana Bruno Carla Diego Elena Farid Greta Hugo Ines Jonas Kiri Leo Marta Nuno Olga Pedro Quinn "
+    "Rosa Sami Tomas Uma Vera Wim Xenia Yara Zoe Amir Bea Caio Dora Emil Flor Gil Hana Ivo Jana "
+    "Kai Lina Milo Nora"
+)
+FACT_PEOPLE = [
+    f"{first} {last}"
+    for first in _FIRST_NAMES.split()
+    for last in ("Costa", "Moreau", "Okafor", "Silva", "Tanaka")
+]
+FACT_ATTRIBUTES = ["lives in", "works at", "partner", "favourite colour", "plan: trip"]
 # Indexes that are far cheaper to build once than to maintain per row during a bulk load.
 BULK_INDEXES = {
     PASSAGE_HNSW: passage_hnsw_sql(settings.EMBEDDING_DIMENSIONS),
@@ -96,6 +114,7 @@ class Command(BaseCommand):
         stored = self._stored(bulk)
         if stored:
             self.stdout.write(f"reusing {stored:,} synthetic messages already loaded")
+            self._facts(user, bulk)  # a history loaded before facts were part of it
         get_embedder().embed_one("warm up")  # loading the model is not a per-turn cost
         rows = []
         for size in sizes:
@@ -111,7 +130,8 @@ class Command(BaseCommand):
         self.stdout.write("")
         self.stdout.write(
             "vectors of the bulk history are SYNTHETIC (random); its text is "
-            "synthetic from a fixed vocabulary; measured turns are real "
+            f"synthetic from a fixed vocabulary, and so are its facts (one per {FACT_EVERY} "
+            "messages); measured turns are real "
             f"({get_embedder().name} query embedding)."
         )
         if len(rows) >= 2:
@@ -165,6 +185,7 @@ class Command(BaseCommand):
                     self.stderr.write(f"building {name} over {size:,} passages …")
                     cursor.execute(how)
                     self.stderr.write(f"  {name}: {time.perf_counter() - t0:.1f}s")
+        self._facts(user, bulk)
         _vacuum()
         from memory.organizing.periods import update_period_summaries
 
@@ -239,12 +260,65 @@ class Command(BaseCommand):
                 [first + n, conversation.pk],
             )
 
+    def _facts(self, user, conversation) -> None:
+        """Synthetic facts for the bulk messages that have none (one per FACT_EVERY messages):
+        four in five about the user, the rest about FACT_PEOPLE; one in seven an exclusive
+        attribute, each superseded by the next one on the same subject and attribute."""
+        people = "{" + ",".join(f'"{p}"' for p in FACT_PEOPLE) + "}"
+        attributes = "{" + ",".join(f'"{a}"' for a in FACT_ATTRIBUTES) + "}"
+        with connection.cursor() as cursor:
+            cursor.execute(
+                """
+                INSERT INTO memory_fact (owner_id, message_id, subject, subject_key, attribute,
+                    value, statement, corrected, said_at, valid_from, pinned, origin, score,
+                    created_at)
+                SELECT m.owner_id, m.id, s.subject, lower(s.subject), a.attribute,
+                       CASE WHEN a.attribute = 'about' THEN '' ELSE split_part(m.content, ' ', 3) END,
+                       CASE WHEN a.attribute = 'about' THEN s.subject || ' said ' || left(m.content, 80)
+                            ELSE s.subject || ' ' || a.attribute || ' ' || split_part(m.content, ' ', 3)
+                       END,
+                       '', m.timestamp, m.timestamp, false, 'synthetic', 0, now()
+                FROM memory_message m,
+                LATERAL (SELECT CASE WHEN (m.position / %(every)s) %% 5 = 0
+                                     THEN (%(people)s::text[])[1 + (m.position / %(every)s / 5) %% %(np)s]
+                                     ELSE 'the user' END AS subject) s,
+                LATERAL (SELECT CASE WHEN (m.position / %(every)s) %% 7 = 3
+                                     THEN (%(attributes)s::text[])[1 + (m.position / %(every)s / 7) %% %(na)s]
+                                     ELSE 'about' END AS attribute) a
+                WHERE m.conversation_id = %(conv)s AND m.position %% %(every)s = 0 AND NOT m.is_chunk
+                  AND NOT EXISTS (SELECT 1 FROM memory_fact f WHERE f.message_id = m.id)
+                """,
+                {
+                    "conv": conversation.pk,
+                    "every": FACT_EVERY,
+                    "people": people,
+                    "np": len(FACT_PEOPLE),
+                    "attributes": attributes,
+                    "na": len(FACT_ATTRIBUTES),
+                },
+            )
+            if not cursor.rowcount:
+                return
+            # Each exclusive fact is superseded by the next one on its subject and attribute.
+            cursor.execute(
+                """
+                UPDATE memory_fact f SET superseded_by_id = n.next_id, valid_to = n.next_from
+                FROM (SELECT id, lead(id) OVER w AS next_id, lead(valid_from) OVER w AS next_from
+                      FROM memory_fact WHERE owner_id = %s AND attribute <> 'about'
+                      WINDOW w AS (PARTITION BY subject_key, attribute ORDER BY valid_from, id)) n
+                WHERE f.id = n.id AND n.next_id IS NOT NULL
+                  AND f.superseded_by_id IS DISTINCT FROM n.next_id
+                """,
+                [user.pk],
+            )
+
     # --- measured turns -------------------------------------------------------------------------
 
     def _measure(self, user, size: int, fill_s: float, opts) -> dict:
         from memory.context.budget import allocate
         from memory.context.index_builder import prepare_context, query_text, save_snapshot
         from memory.embedders import get_embedder
+        from memory.lifecycle.forgetting import gone_since_read, read_by
         from memory.models import Conversation
         from memory.storage.store import embed_pending, store_message
 
@@ -287,8 +361,16 @@ class Command(BaseCommand):
             plan = prepare_context(
                 user, live, text, user_message=message, zones=allocation.index_zones()
             )
+            t_plan = time.perf_counter()
+            # As the chat does (chat.turn): what the plan shows is kept with its texts, so that
+            # what the turn writes can lose them if they are forgotten meanwhile; the snapshot is
+            # written in a transaction that first checks none of them is gone.
+            seen = {m.pk: [m.content] for m in plan.recent}
+            seen.update(read_by(user, [[i for i in plan.included_ids if i not in seen], plan.hits]))
             t2 = time.perf_counter()
-            save_snapshot(plan, user, live, message)
+            with transaction.atomic():
+                gone_since_read(user, seen)
+                save_snapshot(plan, user, live, message)
             t3 = time.perf_counter()
             if profiler and turn >= 0:
                 profiler.disable()
@@ -300,7 +382,8 @@ class Command(BaseCommand):
                 continue
             costs.append((t3 - t0) * 1000)
             timings.setdefault("store_message", []).append((t1 - t0) * 1000)
-            timings.setdefault("prepare_context", []).append((t2 - t1) * 1000)
+            timings.setdefault("prepare_context", []).append((t_plan - t1) * 1000)
+            timings.setdefault("read_by", []).append((t2 - t_plan) * 1000)
             timings.setdefault("save_snapshot", []).append((t3 - t2) * 1000)
             background.append((t4 - t3) * 1000)
             store_message(user, live, "assistant", f"answer {turn} about {text}", embed=False)
@@ -397,6 +480,7 @@ def _vacuum() -> None:
     with connection.cursor() as cursor:
         cursor.execute("VACUUM (ANALYZE) memory_message")
         cursor.execute("VACUUM (ANALYZE) memory_passage")
+        cursor.execute("VACUUM (ANALYZE) memory_fact")
 
 
 def _loadavg() -> str:

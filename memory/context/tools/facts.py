@@ -57,21 +57,26 @@ def get_facts(owner, *, subject: str, include_superseded: bool = False, limit: i
         raise ToolError("subject must name someone: a name, or 'the user'")
     wanted = "the user" if name.lower() in _USER_WORDS else name
     qs = Fact.objects.owned_by(owner).live().about(wanted)
-    if not qs.exists():
-        qs = facts.about_entity(owner, wanted)
-    if not qs.exists():
-        subjects = Fact.objects.owned_by(owner).current().order_by().values_list("subject", flat=True)
-        known = list(subjects.distinct()[:12])
-        raise ToolError(
-            f"no facts about {name[:60]!r}"
-            + (f"; subjects with facts: {', '.join(known)}" if known else "; memory holds no facts yet")
+    if qs.exists():
+        # The subject's own facts, read from the fact_current_rank index (current ones, in the
+        # order the memory index shows them), then what they replaced, newest first.
+        total_current = facts.current_count(owner, wanted)
+        superseded = (
+            Fact.objects.owned_by(owner).superseded().about(wanted).order_by("-pinned", "-valid_from", "-id")
+            if include_superseded else Fact.objects.none()
         )
-    current = qs.filter(superseded_by__isnull=True)
-    total_current = current.count()
-    if not include_superseded:
-        qs = current
-    qs = qs.in_order()
-    rows, next_offset = page_of(qs, limit, offset)
+        rows, next_offset = _page_two(facts.ranked(owner, wanted), total_current, superseded, limit, offset)
+    else:
+        qs = facts.about_entity(owner, wanted)
+        if not qs.exists():
+            known = facts.subject_names(owner, 12)
+            raise ToolError(
+                f"no facts about {name[:60]!r}"
+                + (f"; subjects with facts: {', '.join(known)}" if known else "; memory holds no facts yet")
+            )
+        current = qs.filter(superseded_by__isnull=True)
+        total_current = current.count()
+        rows, next_offset = page_of((qs if include_superseded else current).in_order(), limit, offset)
     result: dict[str, Any] = {
         "subject": wanted, "current_count": total_current, "offset": offset,
         "facts": [_fact_dict(f) for f in rows],
@@ -79,3 +84,13 @@ def get_facts(owner, *, subject: str, include_superseded: bool = False, limit: i
     if next_offset is not None:
         result["next_offset"] = next_offset
     return result, f"{len(rows)} facts about {snip(wanted, 60)}"
+
+
+def _page_two(first, first_count: int, second, limit: int, offset: int) -> tuple[list, int | None]:
+    """page_of over `first` (holding exactly `first_count` rows) followed by `second`."""
+    rows = list(first[offset : offset + limit + 1]) if offset < first_count else []
+    if len(rows) <= limit:
+        start = max(0, offset - first_count)
+        rows += list(second[start : start + limit + 1 - len(rows)])
+    more = len(rows) > limit
+    return rows[:limit], (offset + limit if more else None)
