@@ -165,6 +165,7 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "config.middleware.small_bodies_when_signed_out",
+    "config.bodies.refused_bodies",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -364,6 +365,12 @@ EMBEDDING_ONNX_FILE = env_str("EMBEDDING_ONNX_FILE", "")
 # The largest chat-history file the explorer's import page takes (an export zip, or its
 # conversations.json), in megabytes.
 IMPORT_MAX_UPLOAD_MB = env_int("IMPORT_MAX_UPLOAD_MB", 256, minimum=1)
+# An export zip's conversations.json is read as a stream, never whole: at most this many megabytes
+# of it, and at most this many times the bytes it takes in the zip (a zip bomb expands a
+# thousandfold; a chat export about tenfold). Both are checked against the zip's header before
+# anything is inflated, and again as it is read.
+IMPORT_MAX_UNCOMPRESSED_MB = env_int("IMPORT_MAX_UNCOMPRESSED_MB", 1024, minimum=1)
+IMPORT_MAX_COMPRESSION_RATIO = env_int("IMPORT_MAX_COMPRESSION_RATIO", 100, minimum=2)
 
 # --- LLM ---------------------------------------------------------------------------------------
 
