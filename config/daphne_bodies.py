@@ -34,10 +34,14 @@ BODY_READ = 256 * 1024
 
 
 class BoundedRequest(WebRequest):
-    # Twisted would read a whole multipart body into memory to fill `args`, which nothing uses.
-    _parsePOSTFormSubmission = False
     refused: int | None = None
     received = 0
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        # Twisted would read a whole multipart body into memory (and parse it, a dozen times its
+        # size) to fill `args`, which nothing uses.
+        self._parsePOSTFormSubmission = False
 
     def gotLength(self, length: int | None) -> None:
         if length is not None and length > largest_body():

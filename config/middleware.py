@@ -5,8 +5,9 @@ from __future__ import annotations
 from django.conf import settings
 from django.http import Http404, HttpRequest, HttpResponse
 
-# Query parameters that carry an id (`?message=` on the tool-call list, `?at=` in a chat).
-ID_PARAMETERS = ("message", "at")
+# Query parameters that carry an id (`?message=` on the tool-call list, `?at=` in a chat, `?job=`
+# on an import's progress).
+ID_PARAMETERS = ("message", "at", "job")
 
 
 def nul_paths_not_found(get_response):

@@ -277,7 +277,7 @@ def store_payload(job: ImportJob) -> dict[str, Any]:
 
 
 # The upload's text goes into the job in pieces of about this many compressed bytes.
-PAYLOAD_PIECE = 4 * 1024 * 1024
+PAYLOAD_PIECE = 1024 * 1024
 
 
 def save_payload(job: ImportJob, source: sources.Source) -> int:

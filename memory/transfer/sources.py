@@ -208,10 +208,10 @@ class ArrayReader:
         self.dropped = 0  # characters dropped from the buffer
 
     # Reading.
-    def _more(self, chars: int = READ_CHARS) -> bool:
+    def _more(self, chars: int | None = None) -> bool:
         if self.eof:
             return False
-        piece = self.stream.read(chars)
+        piece = self.stream.read(chars or READ_CHARS)
         if not piece:
             self.eof = True
             return False
@@ -267,7 +267,8 @@ class ArrayReader:
             )
 
     def _item(self) -> Any:
-        """The item at the reader's position, decoded once enough of it is buffered."""
+        """The item at the reader's position, decoded once enough of it is buffered (an item
+        larger than LARGE_ITEM is read by _large_item instead)."""
         if not self._skip_space():
             raise self._invalid("the file ends inside the array")
         want = READ_CHARS
@@ -280,18 +281,158 @@ class ArrayReader:
                 # Cut off by the buffer's end (or inside a string that runs past it): read on,
                 # twice as much each time, so an item is decoded a few times at most.
                 cut = exc.pos >= len(self.buffer) - 12 or exc.msg.startswith("Unterminated string")
+                if cut and len(self.buffer) - self.pos >= LARGE_ITEM and self.buffer[self.pos] in "[{":
+                    return self._large_item()
                 if cut and self._more(want):
-                    want *= 2
+                    want = min(2 * want, LARGE_ITEM)
                     continue
                 raise self._invalid(exc.msg, exc.pos) from None
-            if end >= len(self.buffer) and not self.eof and self._more(want):
-                continue  # a number or literal may go on past the buffer
+            if self.buffer[self.pos] not in '[{"' and len(self.buffer) - end < 64 and self._more(want):
+                continue  # a number may go on past the buffer ("0." of "0.5")
             self.pos = end
             return item
+
+    def _large_item(self) -> Any:
+        """The object or array at the reader's position when it is too large to buffer whole:
+        lexed a read at a time, a string value longer than KEEP_STRING of a key no importer
+        reads (READ_KEYS) left out as "" without ever being held, the rest decoded. A text a
+        person wrote is kept whatever its length (message texts are read by key or in lists)."""
+        lexer = _Lexer()
+        while True:
+            end = lexer.feed(self.buffer, self.pos)
+            if end is not None:
+                self.pos = end
+                break
+            self.pos = len(self.buffer)
+            if not self._more():
+                raise self._invalid("the file ends inside the array")
+        try:
+            return _DECODER.decode(lexer.text())
+        except RecursionError:
+            raise TooDeep() from None
+        except json.JSONDecodeError as exc:
+            raise self._invalid(f"{exc.msg} in a conversation of {len(lexer.text()):,} characters") from None
 
     def _end(self) -> None:
         if self._skip_space():
             raise self._invalid("more text after the array")
+
+
+# An item larger than this is lexed a read at a time (ArrayReader._large_item), not buffered.
+LARGE_ITEM = 4 * READ_CHARS
+# In such an item, a string value longer than this of a key none of the importers reads
+# (memory.transfer.importers) is left out.
+KEEP_STRING = 64 * 1024
+READ_KEYS = frozenset({
+    # ChatGPT
+    "mapping", "create_time", "current_node", "title", "conversation_id", "id", "parent", "message",
+    "author", "role", "content", "parts", "text", "content_type", "metadata",
+    "is_visually_hidden_from_conversation", "model_slug",
+    # Claude
+    "chat_messages", "created_at", "name", "uuid", "sender", "type", "parent_message_uuid",
+    "attachments", "files", "file_name",
+})
+# The longest key remembered (to tell which key a string is the value of).
+KEY_CHARS = 256
+
+
+class _Lexer:
+    """Finds where a JSON object or array ends in text given a piece at a time, keeping its text
+    but for long string values of keys no importer reads (see ArrayReader._large_item).
+
+    Outside strings it walks character by character (that text is brackets, numbers and
+    punctuation); strings are skipped to their closing quote with str.find."""
+
+    def __init__(self) -> None:
+        self.out: list[str] = []
+        self.depth = 0
+        self.in_string = False
+        self.backslashes = 0  # a run of backslashes at the end of the last piece, inside a string
+        self.string: list[str] = []
+        self.string_len = 0
+        self.value_of: str | None = None  # the key whose value the current string is
+        self.dropping = False
+        self.last_string: str | None = None  # the last string read, if short (a key, maybe)
+        self.key: str | None = None  # the key of the value being read
+        self.after_colon = False
+
+    def text(self) -> str:
+        if len(self.out) > 1:
+            self.out = ["".join(self.out)]
+        return self.out[0] if self.out else ""
+
+    def feed(self, buffer: str, start: int) -> int | None:
+        """Take buffer[start:]; the index just past the item if it ends there, else None."""
+        i, n = start, len(buffer)
+        seg = start  # where the text not yet copied to `out` begins (outside strings)
+        while i < n:
+            if self.in_string:
+                j = self._closing_quote(buffer, i)
+                if j < 0:
+                    piece = buffer[i:]
+                    self._string_piece(piece)
+                    tail = len(piece) - len(piece.rstrip("\\"))
+                    self.backslashes = self.backslashes + tail if tail == len(piece) else tail
+                    return None
+                self._string_piece(buffer[i:j])
+                self._end_string()
+                i = seg = j + 1
+                continue
+            c = buffer[i]
+            if c == '"':
+                self.out.append(buffer[seg:i])
+                seg = i + 1
+                self.in_string, self.backslashes = True, 0
+                self.string, self.string_len, self.dropping = [], 0, False
+                self.value_of = self.key if self.after_colon else None
+                self.after_colon = False
+                i += 1
+                continue
+            if c in "[{":
+                self.depth += 1
+                self.after_colon = False
+            elif c in "]}":
+                self.depth -= 1
+                if self.depth == 0:
+                    self.out.append(buffer[seg : i + 1])
+                    return i + 1
+            elif c == ":":
+                self.key, self.after_colon = self.last_string, True
+            elif c == ",":
+                self.after_colon = False
+            i += 1
+        if not self.in_string:
+            self.out.append(buffer[seg:n])
+        return None
+
+    def _closing_quote(self, buffer: str, i: int) -> int:
+        """The index of the quote that ends the string from buffer[i], or -1 if it goes on."""
+        j = buffer.find('"', i)
+        while j >= 0:
+            run = 0
+            while j - run - 1 >= i and buffer[j - run - 1] == "\\":
+                run += 1
+            if j - run == i:
+                run += self.backslashes  # the run goes back into the last piece
+            if run % 2 == 0:
+                return j
+            j = buffer.find('"', j + 1)
+        return -1
+
+    def _string_piece(self, piece: str) -> None:
+        self.string_len += len(piece)
+        if self.dropping:
+            return
+        self.string.append(piece)
+        if self.string_len > KEEP_STRING and self.value_of is not None and self.value_of not in READ_KEYS:
+            self.dropping, self.string = True, []
+
+    def _end_string(self) -> None:
+        self.in_string = False
+        text = "".join(self.string)
+        self.out.append(f'"{text}"')
+        self.last_string = text if self.string_len <= KEY_CHARS else None
+        self.string = []
 
 
 def peek(source: Source) -> tuple[str, str]:
