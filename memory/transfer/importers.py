@@ -573,12 +573,12 @@ def detect_kind_of(source: sources.Source) -> tuple[str, Any]:
     try:
         if isinstance(sources.loads(line), dict):
             return "jsonl", None
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, sources.TooDeep):
         pass
     try:
         with source.text() as stream:
             data = sources.loads(stream.read())
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, sources.TooDeep):
         return "jsonl", None  # bad lines are reported one by one
     if isinstance(data, dict) and data.get("format") != FORMAT:
         return "jsonl", None  # a one-line JSON Lines file
