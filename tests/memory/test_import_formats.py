@@ -256,5 +256,6 @@ def test_the_import_commands_exit_1_with_one_line_on_nesting_too_deep(tmp_path):
     done = subprocess.run([sys.executable, "manage.py", "import_history", str(path), "--user", "sam"],
                           cwd=root, capture_output=True, text=True, timeout=300)
     assert done.returncode == 1
-    assert done.stderr.strip().splitlines() == [f"CommandError: {path}: the JSON is nested too deeply to read "
-                                                "(thousands of levels of [ or {): no chat export looks like this"]
+    said = done.stderr.strip().splitlines()
+    assert said == [f"CommandError: {path}: the JSON is nested too deeply to read (thousands of levels of "
+                    "[ or {): no chat export looks like this"]
