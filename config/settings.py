@@ -166,6 +166,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "config.middleware.small_bodies_when_signed_out",
     "config.bodies.refused_bodies",
+    "config.middleware.reads_end_in_time",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -328,6 +329,11 @@ TOPIC_MAX_CHILDREN = env_int("TOPIC_MAX_CHILDREN", 8, minimum=2)
 BATCH_EMBEDDING_SIZE = env_int("BATCH_EMBEDDING_SIZE", 100, minimum=1)
 CACHE_EMBEDDINGS = env_bool("CACHE_EMBEDDINGS", True)
 VECTOR_SEARCH_TIMEOUT_MS = env_int("VECTOR_SEARCH_TIMEOUT_MS", 5000, minimum=1)
+# The longest one database statement on a person's path may run: an explorer page (reads), a
+# search, a chat turn's memory reads. Past it Postgres cancels the statement, and what asked goes
+# on without it: the page says it took too long, the turn answers without that search
+# (memory/timeouts.py). 0: no limit.
+QUERY_TIMEOUT_MS = env_int("QUERY_TIMEOUT_MS", 10_000, minimum=0)
 # Graph-aware search (memory.knowledge.graph): candidates that mention the entities a query
 # names, or their neighbours within GRAPH_SEARCH_HOPS, gain up to GRAPH_SEARCH_WEIGHT (in the
 # fused z-score units of memory.finding.search). An entity named in GRAPH_MAX_SHARE of the owner's
