@@ -12,6 +12,8 @@ from asgiref.sync import SyncToAsync
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, close_old_connections, connection, transaction
 
+from memory.timeouts import cancelled
+
 logger = logging.getLogger(__name__)
 
 # Database work runs in a thread pool of its own, not the single "thread-sensitive" thread (nor
@@ -77,8 +79,9 @@ def durable(func, *, atomic: bool = True):
                     return func(*args, **kwargs)
                 with transaction.atomic():
                     return func(*args, **kwargs)
-            except (OperationalError, InterfaceError):
-                if attempt == DB_WRITE_ATTEMPTS - 1:
+            except (OperationalError, InterfaceError) as exc:
+                # A statement cancelled by its time limit would only run as long again.
+                if attempt == DB_WRITE_ATTEMPTS - 1 or cancelled(exc):
                     raise
                 logger.warning("database write failed (attempt %d); retrying", attempt + 1)
                 connection.close()

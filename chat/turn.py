@@ -31,7 +31,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import OperationalError, transaction
 from django.utils import timezone
 
 from chat import branches, drafts, llm
@@ -47,6 +47,7 @@ from memory.models import Conversation, Message
 from memory.organizing import summaries
 from memory.storage import store
 from memory.text import auto_title
+from memory.timeouts import cancelled, seconds, statement_limit
 
 logger = logging.getLogger(__name__)
 
@@ -327,14 +328,29 @@ def _prepare_context(
     """The plan, within its zones of `allocation`: it only reads, and needs no transaction.
     The messages it shows go in `seen`, with their texts."""
     active_ids = branches.ancestor_ids(user_message.pk)
-    plan = index_builder.prepare_context(
-        owner,
-        conversation,
-        user_message.content,
-        user_message=user_message,
-        active_message_ids=active_ids,
-        zones=allocation.index_zones(),
-    )
+    try:
+        with statement_limit():
+            plan = index_builder.prepare_context(
+                owner,
+                conversation,
+                user_message.content,
+                user_message=user_message,
+                active_message_ids=active_ids,
+                zones=allocation.index_zones(),
+            )
+    except OperationalError as exc:
+        if not cancelled(exc):
+            raise
+        # The memory index took too long (QUERY_TIMEOUT_MS): the turn goes on with the recent
+        # conversation alone, and the snapshot says why.
+        logger.warning("the context plan took too long in conversation %s; answering without memory "
+                       "search", conversation.pk)
+        with statement_limit():
+            plan = index_builder.prepare_context(
+                owner, conversation, "", active_message_ids=active_ids, zones=allocation.index_zones()
+            )
+        plan.fallbacks.append({"kind": "index_timeout", "detail": (
+            f"searching memory took more than {seconds()}; this answer was written without it")})
     seen.update({m.pk: [m.content] for m in plan.recent})
     seen.update(forgetting.read_by(owner, [[i for i in plan.included_ids if i not in seen], plan.hits]))
     return plan
@@ -422,11 +438,13 @@ def _execute_tool(
     seen: dict[str, list[str]] | None = None, asked_at=None,
 ) -> ToolResult:
     # The arguments go as the model wrote them: execute_tool reads them, and broken JSON comes
-    # back as an error the model is shown. The turn's searches are asked at the message's time.
-    outcome = execute_tool(
-        owner, call.name, call.arguments_text, conversation=conversation,
-        exclude_message_ids=[user_message_id] if user_message_id else (), as_of=asked_at,
-    )
+    # back as an error the model is shown (as is a call that took longer than QUERY_TIMEOUT_MS).
+    # The turn's searches are asked at the message's time.
+    with statement_limit():
+        outcome = execute_tool(
+            owner, call.name, call.arguments_text, conversation=conversation,
+            exclude_message_ids=[user_message_id] if user_message_id else (), as_of=asked_at,
+        )
     outcome.call_id, outcome.name = call.id, call.name or "(no name)"
     if seen is not None and outcome.ok:
         seen.update(forgetting.read_by(owner, outcome.result))
@@ -463,7 +481,13 @@ async def _offline_recall(
     reply.mode = "offline_recall"
     started_at = timezone.now()
     t0 = time.perf_counter()
-    hits = await db(durable(_recall_hits))(owner, user_message, reply.seen)
+    too_slow = False
+    try:
+        hits = await db(durable(_recall_hits))(owner, user_message, reply.seen)
+    except OperationalError as exc:
+        if not cancelled(exc):
+            raise
+        hits, too_slow = [], True
     reply.tool_outcomes.append(
         ToolResult(
             ok=True,
@@ -481,7 +505,10 @@ async def _offline_recall(
         "memory search found for your message.",
         "",
     ]
-    if not hits:
+    if too_slow:
+        lines.append(f"Searching memory took too long (more than {seconds()}) and was stopped; "
+                     "ask again in a moment.")
+    elif not hits:
         lines.append("Nothing in memory matches it yet.")
     for hit in hits:
         snippet = " ".join(hit.snippet.split())
@@ -504,10 +531,11 @@ async def _offline_recall(
 def _recall_hits(owner, user_message: Message, seen: dict[str, list[str]]):
     from memory.finding.search import search
 
-    results = search(
-        owner, user_message.content, limit=12, exclude_message_ids=[user_message.pk],
-        as_of=user_message.timestamp,
-    )
+    with statement_limit():
+        results = search(
+            owner, user_message.content, limit=12, exclude_message_ids=[user_message.pk],
+            as_of=user_message.timestamp,
+        )
     ids = {h.message_id for h in results.hits}
     earlier_recalls = set(
         Message.objects.owned_by(owner)

@@ -18,6 +18,7 @@ from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
 from chat.routing import websocket_urlpatterns  # noqa: E402
+from config.bodies import RefuseLargeBodies  # noqa: E402
 from config.proxies import TrustedProxyHeaders  # noqa: E402
 
 # The client's address (what the sign-in limit counts by) comes from proxy headers only when a
@@ -26,7 +27,10 @@ application = TrustedProxyHeaders(
     ProtocolTypeRouter(
         {
             # Static files come from the app itself unless a proxy serves them (SERVE_STATIC=false).
-            "http": ASGIStaticFilesHandler(django_asgi_app) if settings.SERVE_STATIC else django_asgi_app,
+            # A body over its page's limit is refused before Django reads it (config/bodies.py).
+            "http": RefuseLargeBodies(
+                ASGIStaticFilesHandler(django_asgi_app) if settings.SERVE_STATIC else django_asgi_app
+            ),
             "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
         }
     )

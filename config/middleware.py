@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import render
 
-# Query parameters that carry an id (`?message=` on the tool-call list, `?at=` in a chat).
-ID_PARAMETERS = ("message", "at")
+from memory.timeouts import cancelled, seconds, statement_limit
+
+# Query parameters that carry an id (`?message=` on the tool-call list, `?at=` in a chat, `?job=`
+# on an import's progress).
+ID_PARAMETERS = ("message", "at", "job")
 
 
 def nul_paths_not_found(get_response):
@@ -37,4 +41,26 @@ def small_bodies_when_signed_out(get_response):
             return HttpResponse("Request body too large.", status=413, content_type="text/plain")
         return get_response(request)
 
+    return middleware
+
+
+def reads_end_in_time(get_response):
+    """A page that only reads (GET, HEAD) runs its statements under QUERY_TIMEOUT_MS
+    (memory/timeouts.py); one that ran out answers 503 with a page saying so, instead of
+    holding the person (and a server thread) for minutes. A change (POST) is not cut short
+    halfway, and a download that streams reads after its view has returned."""
+
+    def middleware(request: HttpRequest) -> HttpResponse:
+        if request.method not in ("GET", "HEAD"):
+            return get_response(request)
+        with statement_limit():
+            return get_response(request)
+
+    def process_exception(request: HttpRequest, exception: Exception) -> HttpResponse | None:
+        if request.method not in ("GET", "HEAD") or not cancelled(exception):
+            return None
+        template = "too_slow.html"
+        return render(request, template, {"limit": seconds()}, status=503)
+
+    middleware.process_exception = process_exception
     return middleware

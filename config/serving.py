@@ -65,13 +65,13 @@ def main(argv: list[str]) -> None:
     """`python -m config.serving -b HOST -p PORT`: daphne on config.asgi with Recollect's limits,
     read from the settings of the environment it runs in (as the tests start servers).
     `--application MODULE:NAME` first serves another ASGI app the same way (bench_ws's relay)."""
-    from daphne.cli import CommandLineInterface
+    from config.daphne_bodies import BoundedCommandLineInterface
 
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     application = "config.asgi:application"
     if argv[:1] == ["--application"]:
         application, argv = argv[1], argv[2:]
-    CommandLineInterface().run(daphne_args(*argv, application=application))
+    BoundedCommandLineInterface().run(daphne_args(*argv, application=application))
 
 
 if __name__ == "__main__":

@@ -165,6 +165,8 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "config.middleware.small_bodies_when_signed_out",
+    "config.bodies.refused_bodies",
+    "config.middleware.reads_end_in_time",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -327,6 +329,11 @@ TOPIC_MAX_CHILDREN = env_int("TOPIC_MAX_CHILDREN", 8, minimum=2)
 BATCH_EMBEDDING_SIZE = env_int("BATCH_EMBEDDING_SIZE", 100, minimum=1)
 CACHE_EMBEDDINGS = env_bool("CACHE_EMBEDDINGS", True)
 VECTOR_SEARCH_TIMEOUT_MS = env_int("VECTOR_SEARCH_TIMEOUT_MS", 5000, minimum=1)
+# The longest one database statement on a person's path may run: an explorer page (reads), a
+# search, a chat turn's memory reads. Past it Postgres cancels the statement, and what asked goes
+# on without it: the page says it took too long, the turn answers without that search
+# (memory/timeouts.py). 0: no limit.
+QUERY_TIMEOUT_MS = env_int("QUERY_TIMEOUT_MS", 10_000, minimum=0)
 # Graph-aware search (memory.knowledge.graph): candidates that mention the entities a query
 # names, or their neighbours within GRAPH_SEARCH_HOPS, gain up to GRAPH_SEARCH_WEIGHT (in the
 # fused z-score units of memory.finding.search). An entity named in GRAPH_MAX_SHARE of the owner's
@@ -365,6 +372,12 @@ EMBEDDING_ONNX_FILE = env_str("EMBEDDING_ONNX_FILE", "")
 # The largest chat-history file the explorer's import page takes (an export zip, or its
 # conversations.json), in megabytes.
 IMPORT_MAX_UPLOAD_MB = env_int("IMPORT_MAX_UPLOAD_MB", 256, minimum=1)
+# An export zip's conversations.json is read as a stream, never whole: at most this many megabytes
+# of it, and at most this many times the bytes it takes in the zip (a zip bomb expands a
+# thousandfold; a chat export about tenfold). Both are checked against the zip's header before
+# anything is inflated, and again as it is read.
+IMPORT_MAX_UNCOMPRESSED_MB = env_int("IMPORT_MAX_UNCOMPRESSED_MB", 1024, minimum=1)
+IMPORT_MAX_COMPRESSION_RATIO = env_int("IMPORT_MAX_COMPRESSION_RATIO", 100, minimum=2)
 
 # --- LLM ---------------------------------------------------------------------------------------
 

@@ -39,6 +39,9 @@ def _row(request: HttpRequest, fact: Fact) -> HttpResponse:
 def facts(request: HttpRequest) -> HttpResponse:
     """Every fact, current first, then what they superseded, with their dates."""
     subject = (request.GET.get("subject") or "").strip()[:200]
+    if "\x00" in subject:  # no subject holds one, and Postgres cannot compare text that does
+        errors = ["A subject cannot contain a NUL character (%00)."]
+        return render(request, "explorer/facts.html", {"subject": "", "errors": errors}, status=400)
     return render(request, "explorer/facts.html", {"subject": subject})
 
 
@@ -59,8 +62,12 @@ def fact_correct(request: HttpRequest, fact_id: int) -> HttpResponse:
     """The person's wording replaces the drawn statement; an empty one goes back to it."""
     fact = _get_fact_for_user(request.user, fact_id)
     text = request.POST.get("text") or ""
+    error = ""
     if len(text) > MAX_CORRECTION:
         error = f"A correction is at most {MAX_CORRECTION} characters; nothing was changed."
+    elif "\x00" in text:
+        error = "A correction cannot contain a NUL character; nothing was changed."
+    if error:
         if request.htmx:
             return render(request, "explorer/_fact.html", {"fact": fact, "error": error}, status=400)
         flash.error(request, error)

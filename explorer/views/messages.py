@@ -129,7 +129,7 @@ def counted(view):
                 ActionAllowance.count_action(request.user)
             except LimitReached as exc:
                 if request.htmx:
-                    return HttpResponse(exc.message, status=429)
+                    return HttpResponse(exc.message, status=429, content_type="text/plain; charset=utf-8")
                 flash.error(request, exc.message)
                 response = redirect("explorer:message", message_id=message_id)
                 response.status_code = 303

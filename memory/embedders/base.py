@@ -43,6 +43,9 @@ class Embedder:
     # `manage.py bench_semantic_cache`: a little under the lowest cosine of the paraphrases
     # whose words are the same. A remote model's is not measured: kept high.
     cache_similarity: float = 0.95
+    # Cosine of a query and a passage from which the explorer's search shows the passage as
+    # "near in meaning" when it holds none of the query's words (memory.finding.search.split_matches).
+    near_similarity: float = 0.5
     load_seconds: float = 0.0
     # Run the model on one thread of its own, batching concurrent callers' texts together.
     micro_batch: bool = False

@@ -61,6 +61,7 @@ class E5Embedder(Embedder):
     # Same-word paraphrases measured down to 0.937; e5 puts near-misses at 0.957 (median), so
     # here the words decide, and the cosine only keeps queries far apart in meaning out.
     cache_similarity = 0.93
+    near_similarity = 0.86
     QUERY_TAG = "query\0"
     # Texts per engine call. The engine gives each text of a call a thread; bigger calls are no
     # faster, and their activations grow with their tokens (a process embedding 64 full

@@ -33,6 +33,7 @@ class LocalEmbedder(Embedder):
     # Same-word paraphrases measured down to 0.845 (e.g. "Who is presenting at the quarterly
     # review?" / "who presents at the quarterly review"); unrelated queries reach ~0.3.
     cache_similarity = 0.84
+    near_similarity = 0.45
 
     # MiniLM's position limit is 256 word pieces, [CLS] and [SEP] included.
     MAX_WORD_PIECES = 256

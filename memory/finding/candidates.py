@@ -325,7 +325,11 @@ def _keyword_candidates(owner, query, filters, k, results) -> list[tuple]:
     where, params = filters.sql()
     # OR of the terms (a natural question rarely has every word in the answer), each term
     # scored by Okapi BM25 with its IDF among this owner's passages.
-    weights, complete, shares, avgdl = _term_stats(owner, words, lexemes_of_words=True)
+    try:
+        weights, complete, shares, avgdl = _term_stats(owner, words, lexemes_of_words=True)
+    except OperationalError as exc:
+        results.fallbacks.append({"kind": "keyword_timeout", "detail": str(exc)[:200]})
+        return []
     if not weights:
         return []
     rare = [t for t in weights if complete or shares[t] <= RARE_SHARE]
@@ -419,17 +423,17 @@ def _term_stats(
         "FROM lx))"
         for i in range(1, slots + 1)
     )
-    with connection.cursor() as cursor:
-        # One pass over the sample.
-        cursor.execute(
-            "WITH lx AS MATERIALIZED (SELECT array_agg(lex ORDER BY lex COLLATE \"C\") AS lexes "
-            f"FROM ({lx}) l) "
-            f"SELECT (SELECT lexes FROM lx), count(*), avg(length(s.search_vector)), {counts} FROM "
-            "(SELECT search_vector FROM memory_passage WHERE owner_id = %s AND NOT deleted "
-            "ORDER BY timestamp DESC LIMIT %s) s",
-            [lexemes, owner.pk, DF_SAMPLE],
-        )
-        row = cursor.fetchone()
+    # One pass over the sample, bounded like the lists it weighs.
+    rows = with_local_settings(
+        {"statement_timeout": str(int(settings.VECTOR_SEARCH_TIMEOUT_MS))},
+        "WITH lx AS MATERIALIZED (SELECT array_agg(lex ORDER BY lex COLLATE \"C\") AS lexes "
+        f"FROM ({lx}) l) "
+        f"SELECT (SELECT lexes FROM lx), count(*), avg(length(s.search_vector)), {counts} FROM "
+        "(SELECT search_vector FROM memory_passage WHERE owner_id = %s AND NOT deleted "
+        "ORDER BY timestamp DESC LIMIT %s) s",
+        [lexemes, owner.pk, DF_SAMPLE],
+    )
+    row = rows[0] if rows else None
     if row is None or not row[0] or not row[1]:
         return {}, True, {}, 1.0
     n = int(row[1])

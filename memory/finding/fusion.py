@@ -11,6 +11,7 @@ other values: they are read from this module when a search runs).
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import math
@@ -18,11 +19,14 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import connection
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.utils import OperationalError
 
 from memory.dates import query_period
 from memory.finding import intent
 from memory.knowledge import graph
+from memory.timeouts import cancelled
 
 # Fusion weights of the two lists' z-scores, and boosts in z units (tuned on the dev split of
 # eval_recall; see that command).
@@ -123,7 +127,8 @@ def _standardised(values: dict[Any, float]) -> tuple[dict[Any, float], float]:
 
 
 def fuse(
-    owner, vector_rows, keyword_rows, limit, boosts: QueryBoosts | None = None, expand=None
+    owner, vector_rows, keyword_rows, limit, boosts: QueryBoosts | None = None, expand=None,
+    fallbacks: list[dict[str, Any]] | None = None,
 ) -> tuple[list[tuple[tuple[str, str], float]], dict[tuple[str, str], dict[str, Any]]]:
     """Fuse per unit (message, chunk or tool call): each list's best score per unit, as z-scores
     over that list's candidates, weighted and summed; then the period boost; then the turns two
@@ -131,7 +136,8 @@ def fuse(
     excluded ids), and scores are shared between nearby turns.
 
     Returns the best `limit` units, as ((kind, id), score) best first, and what the lists knew
-    of every unit (its logical message, passage text, ranks, similarity, timestamp)."""
+    of every unit (its logical message, passage text, ranks, similarity, timestamp). A step
+    that took too long is left out, and said in `fallbacks`."""
     info: dict[tuple[str, str], dict[str, Any]] = {}
 
     def unit_key(row) -> tuple[str, str]:
@@ -176,7 +182,16 @@ def fuse(
         # Graph-aware search (memory.knowledge.graph); GRAPH_SEARCH turns it off.
         graph.boost_scores(owner, boosts.text, scores, info, relevance=boosts.graph)
     _share_session_scores(scores, info)
-    neighbours, chains = _neighbours_and_chains(owner, scores, expand)
+    try:
+        neighbours, chains = _neighbours_and_chains(owner, scores, expand)
+    except OperationalError as exc:
+        if not cancelled(exc):
+            raise
+        neighbours, chains = {}, []
+        if fallbacks is not None:
+            fallbacks.append({"kind": "neighbours_timeout", "detail": (
+                f"the turns around the best results took more than {settings.VECTOR_SEARCH_TIMEOUT_MS} ms "
+                "to read; ranked without them")})
     floor = VECTOR_WEIGHT * floor_vector + KEYWORD_WEIGHT * floor_keyword
     for key, entry in neighbours.items():
         info[key] = entry
@@ -291,16 +306,23 @@ def _neighbours_and_chains(owner, scores, expand) -> tuple[dict, list[tuple]]:
         + (" OR m.id IN (SELECT message_id FROM nearp))" if near_sql else ")")
     )
     chains_params = [owner.pk, owner.pk, messages]
-    with connection.cursor() as cursor:
+    # Bounded like the candidate lists: on statistics gone stale (a large import not yet analysed)
+    # the planner once took 3 min 18 s over this; cancelled, the search goes on without it.
+    limit = ["SELECT set_config('statement_timeout', %s, true); ",
+             [str(int(settings.VECTOR_SEARCH_TIMEOUT_MS))]]
+    scope = transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext()
+    with scope, connection.cursor() as cursor:
         if near_sql:
             cursor.execute(
-                f"{near_sql} SELECT * FROM nearp; {near_sql} {chains_sql}",
-                [*near_params, *near_params, *chains_params],
+                f"{limit[0]}{near_sql} SELECT * FROM nearp; {near_sql} {chains_sql}",
+                [*limit[1], *near_params, *near_params, *chains_params],
             )
+            cursor.nextset()
             near_rows = cursor.fetchall()
             cursor.nextset()
         else:
-            cursor.execute(chains_sql, chains_params)
+            cursor.execute(f"{limit[0]}{chains_sql}", [*limit[1], *chains_params])
+            cursor.nextset()
             near_rows = []
         chains = cursor.fetchall()
     neighbours = {

@@ -219,9 +219,27 @@ def search(
         vector_rows = [r for r in vector_rows if r[2] not in exclude]
         keyword_rows = [r for r in keyword_rows if r[2] not in exclude]
 
-    ranked, info = fuse(owner, vector_rows, keyword_rows, limit, boosts=boosts, expand=(filters, exclude))
+    ranked, info = fuse(owner, vector_rows, keyword_rows, limit, boosts=boosts, expand=(filters, exclude),
+                        fallbacks=results.fallbacks)
     results.hits = _hits(owner, ranked, info)
     return results
+
+
+# Near results shown at most, apart from the matches.
+NEAR_SHOWN = 10
+
+
+def split_matches(hits: list[SearchHit]) -> tuple[list[SearchHit], list[SearchHit]]:
+    """The hits that hold a word of the query (the keyword list found them), in their order,
+    and up to NEAR_SHOWN of the others whose passage is close to the query in meaning (at least
+    the embedder's near_similarity): what a person is shown as matches, and apart, as near."""
+    threshold = get_embedder().near_similarity
+    matches = [h for h in hits if h.keyword_rank is not None]
+    near = [
+        h for h in hits
+        if h.keyword_rank is None and h.vector_similarity is not None and h.vector_similarity >= threshold
+    ]
+    return matches, near[:NEAR_SHOWN]
 
 
 def similar_messages(owner, message: Message, limit: int = 5) -> list[dict[str, Any]] | None:

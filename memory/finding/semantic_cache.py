@@ -25,6 +25,8 @@ import hashlib
 import json
 import logging
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
@@ -52,14 +54,24 @@ def _key(params: dict[str, Any]) -> str:
 # included, after case, punctuation, a plural or -ing/-ed ending and leading zeros are set aside.
 # Words that only ask ("what did I say about", "please search") are stop words: they do not
 # change what is looked up.
+#
+# Some small words change what is asked as much as a name does, and embeddings barely hear them
+# ("What did he say about the contract?" / "...she...", cosine 0.972; "flights from Berlin to
+# Rome" / "from Rome to Berlin", 0.998), so they must be equal too:
+# - who: the pronouns and possessives, by person and by case ("he" asks, "him" is asked about,
+#   "his" owns): "I" and "me", "my" are three different terms;
+# - direction: "from X" and "to X" (into, onto, towards) are terms of their own, X bound to its
+#   preposition, so "from Berlin to Rome" is not "from Rome to Berlin" in any order;
+# - when: one tense for the question, told by its auxiliary (did, was, were, had: past; will,
+#   shall, 'll, won't: future; is, are, do, does, has, have: present), else by a past form
+#   ("what I said", "the restaurant we picked"), else present;
+# - how: the modal verb (can and could ask the same; should, must, would, may and might do not).
 _STOP_WORDS_TEXT = """
-    a an the and or but so if then than of to in on at for from by with about into onto as
-    per via i me my mine myself we us our ours you your yours he him
-    his she her hers it its they them their theirs this that these those there here is are was
-    were be been being am do does did doing done have has had having will would shall should can
-    could may might must ca wo let lets s d ll m re ve just also too very really please again
-    search find look looking lookup show tell told say said saying mention mentioned remember
-    recall know knew talk talked discuss discussed ask asked remind anything something
+    a an the and or but so if then than of in on at for by with about as
+    per via it its this that these those there here be been being doing done having
+    ca wo let lets s d ll m re ve just also too very really please again
+    search find look looking lookup show tell say saying mention remember
+    recall know talk discuss ask remind anything something
     everything any some all thing things stuff between
 """
 STOP_WORDS = frozenset(_STOP_WORDS_TEXT.split())
@@ -71,6 +83,36 @@ QUESTION_WORDS = frozenset(
 NEGATIONS = frozenset(
     {"not", "no", "never", "none", "nothing", "nobody", "nowhere", "neither", "nor", "without"}
 )
+# Person and case: (who, as what).
+PRONOUNS = {
+    "i": "i", "me": "me", "myself": "me", "my": "my", "mine": "my",
+    "we": "we", "us": "us", "ourselves": "us", "our": "our", "ours": "our",
+    "you": "you", "yourself": "you", "yourselves": "you", "your": "your", "yours": "your",
+    "he": "he", "him": "him", "himself": "him", "his": "his",
+    "she": "she", "her": "her", "herself": "her", "hers": "her",
+    "they": "they", "them": "them", "themselves": "them", "their": "their", "theirs": "their",
+}
+DIRECTIONS = {"from": "from", "to": "to", "into": "to", "onto": "to", "towards": "to", "toward": "to"}
+PAST_AUXILIARIES = frozenset({"did", "was", "were", "had"})
+FUTURE_AUXILIARIES = frozenset({"will", "shall", "ll", "wo"})  # wo: won't
+PRESENT_AUXILIARIES = frozenset({"is", "are", "am", "do", "does", "has", "have"})
+# Past forms that tell the tense when no auxiliary does ("what I said about...").
+_PAST_FORMS_TEXT = """
+    said told knew thought went came saw got made took gave found bought brought sent spent wrote met
+    paid ate drank drove flew ran sold felt kept lost won began broke chose forgot heard held meant
+    spoke stood taught understood wore mentioned asked talked discussed decided
+"""
+PAST_FORMS = frozenset(_PAST_FORMS_TEXT.split())
+# Those that only ask ("what I said about..."): not terms.
+ASKING_PAST = frozenset({"said", "told", "knew", "mentioned", "asked", "talked", "discussed"})
+# Words ending in -ed that are not a past form.
+_NOT_PAST_TEXT = """
+    need feed seed speed bed red shed embed hundred bred sacred naked wicked wed weed breed greed
+    steed reed deed indeed
+"""
+NOT_PAST = frozenset(_NOT_PAST_TEXT.split())
+MODALS = {"can": "can", "could": "can", "ca": "can", "should": "should", "ought": "should",
+          "must": "must", "would": "would", "may": "may", "might": "might"}
 _WORD = re.compile(r"[^\W_]+")
 
 
@@ -88,34 +130,138 @@ def _stem(word: str) -> str:
     return word[:-1] if len(word) > 4 and word.endswith("e") else word  # decide / decided
 
 
-def query_terms(query: str, *, questions: bool = False) -> list[str]:
-    """The content words of a query, in order, as the cache compares them (negation as "not";
-    with `questions`, the question words too)."""
-    text = (query or "").lower().replace("\u2019", "'")
+def _tense(words: list[str]) -> str | None:
+    if any(w in FUTURE_AUXILIARIES for w in words):
+        return "future"
+    if any(w in PAST_AUXILIARIES for w in words):
+        return "past"
+    if any(w in PRESENT_AUXILIARIES for w in words):
+        return "present"
+    if any(w in PAST_FORMS or (len(w) > 4 and w.endswith("ed") and w not in NOT_PAST) for w in words):
+        return "past"
+    return None  # nothing says: "vacation days left in 2024"
+
+
+# How a question is put to the assistant, not what it asks: "can you tell me what...", "do you
+# remember...", "did I tell you...", "remind me...". Left out before the terms are read.
+_PREAMBLE = re.compile(
+    r"^(?:(?:hey|hi|ok|okay|so|please)\b\W*)*"
+    r"(?:(?:can|could|would|will) you(?: please)? (?:tell me|remind me|show me|find|look up|check|say)?|"
+    r"do you (?:remember|know|recall)|did i (?:tell|mention to) you|i (?:told|mentioned to) you|"
+    r"remind me|tell me|show me)\b"
+)
+# Time words a direction does not point at ("notes from the 12 January standup" is "from the
+# standup").
+_TIME_WORDS_TEXT = """
+    january february march april may june july august september october november december
+    monday tuesday wednesday thursday friday saturday sunday today yesterday tomorrow
+"""
+_TIME_WORDS = frozenset(_TIME_WORDS_TEXT.split())
+FIRST_PERSON = frozenset({"@i", "@me", "@my"})
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What the cache compares of a query besides its vector: its terms in order (content words,
+    "not", question words, and "from:x"/"to:x" bound to the word they point at), its pronouns by
+    person and case ("@he", "@his"), its modal verbs ("~should") and its tense (None when nothing
+    in it says)."""
+
+    terms: tuple[str, ...]
+    pronouns: tuple[str, ...]
+    modals: frozenset[str]
+    tense: str | None
+
+    def search_key(self) -> list[str]:
+        """What an entry must share to be looked at for a search: its terms, in any order (search
+        does not read word order), and its modal verbs."""
+        return sorted({t for t in self.terms if t not in QUESTION_WORDS} | self.modals)
+
+    def reply_key(self) -> list[str]:
+        return [*self.terms, *sorted(self.modals)]
+
+    def same_who_and_when(self, other: Shape, *, ordered: bool) -> bool:
+        """The same pronouns (in order, for a reply) and tense. A query naming no one asks about
+        the person asking ("gym schedule on Wednesday" is "my gym schedule..."), and one whose
+        words give no tense asks in any ("grocery receipt total from Saturday")."""
+        mine, theirs = (self.pronouns, other.pronouns) if ordered else (
+            tuple(sorted(set(self.pronouns))), tuple(sorted(set(other.pronouns))))
+        if mine != theirs and not (not mine and set(theirs) <= FIRST_PERSON) \
+                and not (not theirs and set(mine) <= FIRST_PERSON):
+            return False
+        return self.tense == other.tense or self.tense is None or other.tense is None
+
+
+def shape(query: str, *, questions: bool = False) -> Shape:
+    """The Shape of a query (with `questions`, its question words are terms too)."""
+    text = (query or "").lower().replace("\u2019", "'").strip()
     text = re.sub(r"n't\b", " not", text)
     text = re.sub(r"(?<=[^\W_])-(?=[^\W_])", "", text)  # wi-fi, x-ray, PROJ-1234 as one word
-    terms = []
-    for word in _WORD.findall(text):
+    text = _PREAMBLE.sub("", text)
+    words = _WORD.findall(text)
+    terms: list[str] = []
+    pronouns: list[str] = []
+    modals: set[str] = set()
+    direction = None  # a preposition waiting for the word it points at
+    for i, word in enumerate(words):
         if word in NEGATIONS:
             terms.append("not")
         elif word in QUESTION_WORDS:
             if questions:
                 terms.append(word)
-        elif word not in STOP_WORDS:
-            terms.append(_stem(word))
-    return terms
+        elif word in PRONOUNS:
+            pronouns.append("@" + PRONOUNS[word])
+        elif word in MODALS and (word != "may" or _beside_pronoun(words, i)):  # "in May": a month
+            modals.add("~" + MODALS[word])
+        elif word in DIRECTIONS:
+            # "how to reset": an infinitive, not a direction.
+            direction = None if words[i - 1 : i] and words[i - 1] in QUESTION_WORDS else DIRECTIONS[word]
+        elif word in STOP_WORDS or word in PAST_AUXILIARIES or word in FUTURE_AUXILIARIES \
+                or word in PRESENT_AUXILIARIES or word in ASKING_PAST:
+            continue
+        else:
+            term = _stem(word)
+            # "to Sunday's party" points at the party, as "to the party on Sunday" does; a date
+            # or a day is never what a direction points at.
+            possessive = words[i + 1 : i + 2] == ["s"] and i + 2 < len(words)
+            if direction and not possessive and word not in _TIME_WORDS and not word.isdigit():
+                term, direction = f"{direction}:{term}", None
+            terms.append(term)
+    return Shape(tuple(terms), tuple(pronouns), frozenset(modals), _tense(words))
+
+
+def _beside_pronoun(words: list[str], i: int) -> bool:
+    return any(w in PRONOUNS for w in words[max(0, i - 1) : i] + words[i + 1 : i + 2])
+
+
+def query_terms(query: str, *, questions: bool = False) -> list[str]:
+    """The terms of a query's Shape, in order."""
+    return list(shape(query, questions=questions).terms)
 
 
 def search_terms(query: str) -> list[str]:
-    """What must match for a search to reuse another's results: its content words, in any order
-    (search does not read word order)."""
-    return sorted(set(query_terms(query)))
+    """What must be equal for a search to reuse another's results, besides who and when (see
+    same_search): its terms and modal verbs, in any order."""
+    return shape(query).search_key()
 
 
 def reply_terms(question: str) -> list[str]:
-    """What must match for a question to reuse another's reply: its content and question words,
-    in order ("did Anna call Tom" is not "did Tom call Anna"; "when" is not "where")."""
-    return query_terms(question, questions=True)
+    """What must be equal for a question to reuse another's reply, besides who and when (see
+    same_question): its terms, question words and modal verbs, in order ("did Anna call Tom" is
+    not "did Tom call Anna"; "when" is not "where")."""
+    return shape(question, questions=True).reply_key()
+
+
+def same_search(a: str, b: str) -> bool:
+    """Whether a search for `b` may reuse the results of one for `a` (their vectors aside)."""
+    first, second = shape(a), shape(b)
+    return first.search_key() == second.search_key() and first.same_who_and_when(second, ordered=False)
+
+
+def same_question(a: str, b: str) -> bool:
+    """Whether question `b` may be answered with the reply to `a` (their vectors aside)."""
+    first, second = shape(a, questions=True), shape(b, questions=True)
+    return first.reply_key() == second.reply_key() and first.same_who_and_when(second, ordered=True)
 
 
 def similarity_threshold() -> float:
@@ -161,16 +307,19 @@ def stats(owner) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _find(owner_id: int, conversation_id: str | None, kind: str, key: str, version: int, vector):
-    return (
+def _find(owner_id: int, conversation_id: str | None, kind: str, key: str, version: int, vector,
+          same: Callable[[str], bool]):
+    """The nearest entry with this key within the threshold whose query `same` accepts (asks
+    about the same people, at the same time)."""
+    entries = (
         SemanticCacheEntry.objects.filter(
             owner_id=owner_id, conversation_id=conversation_id, kind=kind, key=key, version=version
         )
         .annotate(distance=CosineDistance("vector", vector))
         .filter(distance__lte=1 - similarity_threshold())
-        .order_by("distance")
-        .first()
+        .order_by("distance")[:5]
     )
+    return next((entry for entry in entries if same(entry.query)), None)
 
 
 def _keep(owner_id: int, conversation_id: str | None, kind: str, key: str, version: int,
@@ -227,7 +376,8 @@ def search(owner, query: str, *, limit: int, filters=None, conversation=None):
         }
     )
     conversation_id = conversation.pk if conversation is not None else None
-    entry = _find(owner.pk, conversation_id, "search", key, version, vector)
+    entry = _find(owner.pk, conversation_id, "search", key, version, vector,
+                  lambda earlier: same_search(earlier, query))
     count(owner.pk, "search", hit=entry is not None)
     if entry is not None:
         SemanticCacheEntry.objects.filter(pk=entry.pk).update(hits=F("hits") + 1)
@@ -259,7 +409,8 @@ def cached_reply(owner, conversation, user_message) -> dict[str, Any] | None:
     if vector is None:
         return None
     key = _reply_key(user_message.content)
-    entry = _find(owner.pk, conversation.pk, "response", key, version - 1, vector)
+    entry = _find(owner.pk, conversation.pk, "response", key, version - 1, vector,
+                  lambda earlier: same_question(earlier, user_message.content))
     count(owner.pk, "response", hit=entry is not None)
     if entry is None:
         return None

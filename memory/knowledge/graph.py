@@ -105,7 +105,10 @@ def related_or_none(owner, query: str) -> dict[int, float] | None:
     if not (settings.GRAPH_SEARCH and settings.GRAPH_SEARCH_WEIGHT):
         return None
     try:
-        return related(owner, query)
+        # A savepoint: a lookup that fails (or runs past a statement limit) leaves the caller's
+        # transaction usable.
+        with transaction.atomic():
+            return related(owner, query)
     except Exception:  # noqa: BLE001 - the graph is an addition to search, not a dependency
         logging.getLogger(__name__).warning("graph lookup failed", exc_info=True)
         return None
@@ -141,11 +144,12 @@ def boost_scores(
         return {}
     try:
         # `relevance`: related(owner, query), when search looked it up while its vector search ran.
-        relevance = related(owner, query) if relevance is None else relevance
+        with transaction.atomic():  # a savepoint, as in related_or_none
+            relevance = related(owner, query) if relevance is None else relevance
         if not relevance:
             return {}
         logical = {key: info[key]["logical"] for key in scores if key[0] == "message" and key in info}
-        with connection.cursor() as cursor:
+        with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute(
                 "SELECT message_id, entity_id FROM memory_entitymention "
                 "WHERE owner_id = %s AND entity_id = ANY(%s) AND message_id = ANY(%s)",

@@ -19,7 +19,7 @@ import io
 import logging
 import time
 import uuid
-import zipfile
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -29,9 +29,9 @@ from django.db.models import F
 from django.utils import timezone
 
 from memory.embedders import get_embedder
-from memory.models import EMBED_LATER, ImportJob, Passage, Role
+from memory.models import EMBED_LATER, Conversation, ImportJob, Message, Passage, Role
 from memory.processes import PROCESS, is_dead
-from memory.transfer import importers, portability
+from memory.transfer import importers, portability, sources
 
 logger = logging.getLogger(__name__)
 
@@ -47,71 +47,85 @@ PROGRESS_EVERY_SECONDS = 0.5
 KINDS = {"chatgpt": "ChatGPT", "claude": "Claude", "jsonl": "JSON Lines", "recollect": "Recollect export"}
 
 
-class InvalidUpload(ValueError):
-    """A file that is none of the formats an import reads (the message says why)."""
+InvalidUpload = sources.InvalidUpload
 
 
 def read_upload(raw: bytes, name: str = "") -> str:
-    """The text of an uploaded file: conversations.json from an export zip (ChatGPT's and
-    Claude's come as one), or the file itself, as UTF-8."""
-    if raw[:4] == b"PK\x03\x04":
-        try:
-            with zipfile.ZipFile(io.BytesIO(raw)) as archive:
-                names = [n for n in archive.namelist() if n.rsplit("/", 1)[-1] == "conversations.json"]
-                if not names:
-                    raise InvalidUpload(f"{name or 'the file'}: a zip file without conversations.json")
-                raw = archive.read(min(names, key=len))
-        except zipfile.BadZipFile as exc:
-            raise InvalidUpload(f"{name or 'the file'}: a broken zip file ({exc})") from None
-    return raw.decode("utf-8", errors="replace")
+    """The text of an uploaded file held in memory: conversations.json from an export zip, or
+    the file itself, as UTF-8 (tests; the import page and commands read a Source)."""
+    source = sources.open_file(io.BytesIO(raw), name)
+    with source.text() as stream:
+        return stream.read()
 
 
 @dataclass
 class Parsed:
-    """An import's input, read and checked whole before anything is stored."""
+    """An import's input, read and checked whole (a conversation or line at a time) before
+    anything is stored; `source` reads it again to store it."""
 
     kind: str  # chatgpt, claude, jsonl, recollect
-    text: str
-    data: Any  # parsed conversations, a checked Recollect export, or None for JSON Lines
+    source: sources.Source
     messages: int
+    data: Any = None  # a checked Recollect export; None for the others (read again from source)
+    conversations: int = 0  # in the file (ChatGPT, Claude)
+    hidden: int = 0  # entries with nothing to import (hidden system prompts, tool output)
 
 
-def parse(text: str) -> Parsed:
-    """Tell the format apart and check it; raise portability.InvalidExport saying what is wrong."""
-    kind, data = importers.detect_text_kind(text)
+def parse(source: sources.Source | str) -> Parsed:
+    """Tell the format apart and check it, reading the source as a stream; raise
+    portability.InvalidExport (or InvalidUpload, for a zip over its caps) saying what is wrong.
+    Text in memory is read the same way."""
+    if isinstance(source, str):
+        source = sources.open_text(source)
+    error = sources.read_errors(source) if source.member else None
+    if error:
+        raise InvalidUpload(error)
+    kind, data = importers.detect_kind_of(source)
     if kind == "recollect":
-        return recollect_export(text, data)
+        return recollect_export(source, data)
     if kind in ("chatgpt", "claude"):
-        data = (importers.parse_chatgpt if kind == "chatgpt" else importers.parse_claude)(data)
-        count = sum(len(c.messages) for c in data)
-    else:
-        count = text.count("\n") + (0 if text.endswith("\n") else 1)
-        _some_good_line(text)
-    return Parsed(kind, text, data, count)
+        parsed = Parsed(kind, source, 0)
+        for conversation in importers.conversations_of(source, kind):
+            parsed.messages += len(conversation.messages)
+            parsed.conversations += 1
+            parsed.hidden += conversation.skipped
+        return parsed
+    with source.text() as stream:
+        count = _some_good_line(stream)
+    return Parsed(kind, source, count)
 
 
-def _some_good_line(text: str) -> None:
-    """JSON Lines are imported line by line, a bad line costing only itself; but a file none of
-    whose lines is a message is no history at all: say why its first line is not."""
+def _some_good_line(stream) -> int:
+    """The number of lines of a JSON Lines file (its messages, at most). They are imported line
+    by line, a bad line costing only itself; but a file none of whose lines is a message is no
+    history at all: say why its first line is not."""
     first_error = None
-    for lineno, raw in enumerate(text.splitlines(), start=1):
-        if not raw.strip():
+    good = False
+    count = 0
+    for lineno, raw in enumerate(sources.lines(stream), start=1):
+        count = lineno
+        if good or not raw.strip():
             continue
         try:
             importers.parse_line(raw)
-            return
+            good = True
         except importers.LineError as exc:
             first_error = first_error or f"line {lineno}: {exc}"
+    if good:
+        return count
     raise portability.InvalidExport(
         "not a chat history: no line is a JSON Lines message, nor is the file a ChatGPT, Claude "
         f"or Recollect export ({first_error or 'the file is empty'})"
     )
 
 
-def recollect_export(text: str, data: Any) -> Parsed:
+def recollect_export(source: sources.Source | str, data: Any) -> Parsed:
     """A Recollect export (parsed JSON), checked whole."""
+    if isinstance(source, str):
+        source = sources.open_text(source)
     portability.validate_export(data)
-    return Parsed("recollect", text, data, sum(len(c.get("messages") or []) for c in data["conversations"]))
+    return Parsed("recollect", source, sum(len(c.get("messages") or []) for c in data["conversations"]),
+                  data=data)
 
 
 def create(owner, *, source: str = "", filename: str = "", payload: bytes | None = None,
@@ -206,8 +220,12 @@ def store(job: ImportJob, parsed: Parsed, progress: Callable[[int], None] | None
             on_error(error)
 
     if parsed.kind == "recollect":
+        data = parsed.data
+        if data is None:
+            with parsed.source.text() as stream:
+                data = sources.loads(stream.read())
         report = portability.import_memory(
-            owner, parsed.data, embed="upkeep",
+            owner, data, embed="upkeep",
             progress=lambda stage, done, total: advance(done - stored) if stage == "messages" else None,
         )
         summary = {"added": report.messages, "skipped": 0, "bad": 0, "conversations": report.conversations,
@@ -215,17 +233,21 @@ def store(job: ImportJob, parsed: Parsed, progress: Callable[[int], None] | None
         for warning in report.warnings:
             bad(f"warning: {warning}")
     elif parsed.kind in ("chatgpt", "claude"):
-        report = importers.import_conversations(owner, parsed.data, embed="upkeep", progress=advance)
+        report = importers.import_conversations(
+            owner, importers.conversations_of(parsed.source, parsed.kind), embed="upkeep", progress=advance
+        )
         summary = report.counts()
         for error in report.errors:
             bad(error)
     else:
-        report = importers.import_json_lines(owner, io.StringIO(parsed.text), embed="upkeep",
-                                             progress=advance, on_error=bad)
+        with parsed.source.text() as stream:
+            report = importers.import_json_lines(owner, sources.lines(stream), embed="upkeep",
+                                                 progress=advance, on_error=bad)
         summary = report.counts()
     summary["errors"] = errors[:50]
     summary["more_errors"] = max(0, len(errors) - 50)
     summary["notes"] = report_notes(summary)
+    analyze()
     pending = Passage.objects.owned_by(owner).filter(embedding__isnull=True).count()
     now = timezone.now()
     _set(job, messages_stored=parsed.messages, report=summary, payload=None, stored_at=now,
@@ -241,11 +263,10 @@ def report_notes(summary: dict[str, Any]) -> list[str]:
 
 
 def store_payload(job: ImportJob) -> dict[str, Any]:
-    """Step 1 for an uploaded file kept in the job (a web upload): its text, gzip-compressed.
-    A job with no file left (a command's, stopped while storing) goes on to embed what it
-    stored, and says so."""
-    raw = ImportJob.objects.filter(pk=job.pk).values_list("payload", flat=True).first()
-    if raw is None:
+    """Step 1 for an uploaded file kept in the job (a web upload): its text, gzip-compressed,
+    read back a piece at a time. A job with no file left (a command's, stopped while storing)
+    goes on to embed what it stored, and says so."""
+    if not ImportJob.objects.filter(pk=job.pk, payload__isnull=False).exists():
         # A command stopped while storing (it keeps no file): what it stored is embedded.
         summary = {**job.report, "errors": ["storing was interrupted: import the file again to add "
                                             "the rest (what is already stored is skipped)"]}
@@ -253,8 +274,73 @@ def store_payload(job: ImportJob) -> dict[str, Any]:
         _set(job, report=summary, status=ImportJob.Status.EMBEDDING, passages_total=pending,
              passages_embedded=0, stored_at=timezone.now())
         return summary
-    # The upload's text, gzip-compressed (explorer.views.imports keeps no zip).
-    return store(job, parse(gzip.decompress(bytes(raw)).decode("utf-8", "surrogatepass")))
+    def payload() -> gzip.GzipFile:
+        return gzip.GzipFile(fileobj=io.BufferedReader(PayloadReader(job.pk), PAYLOAD_PIECE), mode="rb")
+
+    source = sources.Source(job.filename, payload)
+    if job.source in KINDS and job.source != "recollect":
+        # Checked when it was uploaded: read once more, to store it.
+        return store(job, Parsed(job.source, source, job.messages_total))
+    return store(job, parse(source))
+
+
+# The upload's text goes into the job in pieces of about this many compressed bytes.
+PAYLOAD_PIECE = 1024 * 1024
+
+
+def save_payload(job: ImportJob, source: sources.Source) -> int:
+    """Keep the text of `source` in the job, gzip-compressed, for background work to store:
+    written a piece at a time (a large upload is never whole in memory). Returns its size."""
+    table = ImportJob._meta.db_table
+    packer = zlib.compressobj(1, zlib.DEFLATED, 31)  # wbits 31: the gzip format
+    size = 0
+    pending: list[bytes] = []
+    pending_size = 0
+
+    def flush() -> None:
+        nonlocal pending, pending_size
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {table} SET payload = coalesce(payload, ''::bytea) || %s WHERE id = %s",
+                [b"".join(pending), job.pk],
+            )
+        pending, pending_size = [], 0
+
+    with source.open() as stream:
+        while True:
+            data = stream.read(sources.READ_CHARS)
+            piece = packer.compress(data) if data else packer.flush()
+            pending.append(piece)
+            pending_size += len(piece)
+            size += len(piece)
+            if pending_size >= PAYLOAD_PIECE or not data:
+                flush()
+            if not data:
+                return size
+
+
+class PayloadReader(io.RawIOBase):
+    """A job's payload as a binary stream, read from the database a piece at a time."""
+
+    def __init__(self, job_id: str) -> None:
+        self.job_id = job_id
+        self.offset = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        want = min(len(buffer), PAYLOAD_PIECE)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT substring(payload FROM %s FOR %s) FROM {ImportJob._meta.db_table} WHERE id = %s",
+                [self.offset + 1, want, self.job_id],
+            )
+            row = cursor.fetchone()
+        data = bytes(row[0]) if row and row[0] is not None else b""
+        buffer[: len(data)] = data
+        self.offset += len(data)
+        return len(data)
 
 
 # --- step 2: embed -------------------------------------------------------------------------------
@@ -295,6 +381,7 @@ def embed(job: ImportJob, deadline: float | None = None,
     else:  # the deadline came before the last batch: the next run goes on
         return False
     job.passages_total = max(job.passages_total, job.passages_embedded)
+    analyze()
     _set(job, status=ImportJob.Status.TOPICS, embedded_at=timezone.now(), passages_total=job.passages_total,
          own_ready=True)
     return True
@@ -308,6 +395,16 @@ def write_vectors(rows: list[Passage], vectors, model: str) -> None:
             "FROM unnest(%s::bigint[], %s::text[]) AS v(id, e) WHERE p.id = v.id",
             [model, [r.pk for r in rows], ["[" + ",".join(map(repr, map(float, v))) + "]" for v in vectors]],
         )
+
+
+def analyze() -> None:
+    """Fresh planner statistics for the tables an import fills. An import can grow them many
+    times over in minutes, well before autovacuum's next look: planned on the statistics of the
+    small tables they were, the searches right after a 20,000-message import ran for minutes
+    (after ANALYZE, a fifth of a second)."""
+    tables = [m._meta.db_table for m in (Message, Passage, Conversation)]
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE " + ", ".join(tables))
 
 
 # --- step 3: topics (memory.tasks runs it, recorded as upkeep) -----------------------------------

@@ -13,7 +13,7 @@ import hashlib
 import json
 import re
 from collections import OrderedDict, defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +30,7 @@ from memory.storage.store import (
     clean_content,
     store_messages,
 )
+from memory.transfer import sources
 from memory.transfer.export import FORMAT
 from memory.transfer.portability import InvalidExport
 
@@ -70,6 +71,22 @@ def _epoch(value: Any) -> dt.datetime | None:
     return None
 
 
+def export_kind(item: Any) -> str | None:
+    """"chatgpt" or "claude" for a conversation of their exports, None for anything else."""
+    if isinstance(item, dict):
+        if "mapping" in item:
+            return "chatgpt"
+        if "chat_messages" in item:
+            return "claude"
+    return None
+
+
+NEITHER_EXPORT = (
+    "a JSON array, but neither ChatGPT's conversations.json (items with \"mapping\") nor "
+    "Claude's (items with \"chat_messages\")"
+)
+
+
 def detect_kind(data: Any) -> str:
     """"recollect", "chatgpt" or "claude" for parsed JSON; raise InvalidExport otherwise."""
     if isinstance(data, dict):
@@ -81,16 +98,12 @@ def detect_kind(data: Any) -> str:
     if not isinstance(data, list):
         raise InvalidExport(f"expected a JSON array of conversations, got {type(data).__name__}")
     for item in data:
-        if isinstance(item, dict) and "mapping" in item:
-            return "chatgpt"
-        if isinstance(item, dict) and "chat_messages" in item:
-            return "claude"
+        kind = export_kind(item)
+        if kind:
+            return kind
     if not data:
         return "chatgpt"  # an empty export of either kind imports nothing
-    raise InvalidExport(
-        "a JSON array, but neither ChatGPT's conversations.json (items with \"mapping\") nor "
-        "Claude's (items with \"chat_messages\")"
-    )
+    raise InvalidExport(NEITHER_EXPORT)
 
 
 LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # json.loads pairs the ones that make a character
@@ -136,127 +149,133 @@ def parse_chatgpt(data: list) -> list[ParsedConversation]:
     replies attached to the nearest kept ancestor. Replies are ordered so the branch that was
     current in ChatGPT comes last, which makes it the active branch here too.
     """
-    out = []
-    for i, conv in enumerate(data):
-        if not isinstance(conv, dict) or not isinstance(conv.get("mapping"), dict):
-            raise InvalidExport(f"conversations[{i}].mapping: expected an object of message nodes")
-        mapping = conv["mapping"]
-        started = _epoch(conv.get("create_time"))
-        current_path: set[str] = set()
-        node_id = conv.get("current_node")
-        while isinstance(node_id, str) and node_id in mapping and node_id not in current_path:
-            current_path.add(node_id)
-            node = mapping[node_id]
-            node_id = node.get("parent") if isinstance(node, dict) else None
-        children: dict[str | None, list[str]] = defaultdict(list)
-        for nid, node in mapping.items():
-            if not isinstance(node, dict):
-                raise InvalidExport(f"conversations[{i}].mapping[{nid!r}]: expected an object")
-            parent = node.get("parent")
-            children[parent if parent in mapping else None].append(nid)
+    return [chatgpt_conversation(i, conv) for i, conv in enumerate(data)]
 
-        def when(nid: str, mapping: dict = mapping) -> float:
-            msg = mapping[nid].get("message")
-            t = msg.get("create_time") if isinstance(msg, dict) else None
-            return t if isinstance(t, (int, float)) and not isinstance(t, bool) else 0.0
 
-        parsed = ParsedConversation(
-            title=_storable(conv.get("title") or "Untitled")[:200],
-            external_id=_storable(conv.get("conversation_id") or conv.get("id") or "") or None,
-            created_at=started,
-            messages=[],
-        )
-        last_time = started or timezone.now()
-        # Iterative depth-first walk: (node id, external id of its nearest kept ancestor).
-        stack = [(nid, None) for nid in sorted(children[None], key=lambda n: (n in current_path, when(n)),
-                                                 reverse=True)]
-        visited: set[str] = set()
-        while stack:
-            nid, kept_parent = stack.pop()
-            if nid in visited:
-                continue
-            visited.add(nid)
-            msg = mapping[nid].get("message")
-            here = kept_parent
-            if isinstance(msg, dict):
-                author = msg.get("author") if isinstance(msg.get("author"), dict) else {}
-                role = author.get("role")
-                text = _chatgpt_text(msg.get("content"))
-                hidden = (msg.get("metadata") or {}).get("is_visually_hidden_from_conversation") \
-                    if isinstance(msg.get("metadata"), dict) else False
-                if role in ("user", "assistant", "system") and text.strip() and not hidden:
-                    stamp = _epoch(msg.get("create_time")) or last_time
-                    last_time = stamp
-                    ext = _storable(msg.get("id") or nid)
-                    meta: dict[str, Any] = {"imported": True, "source": "chatgpt", "external_id": ext}
-                    info = msg.get("metadata") if isinstance(msg.get("metadata"), dict) else {}
-                    model = info.get("model_slug")
-                    if model:
-                        meta["model"] = _storable(model)
-                    parsed.messages.append(ParsedMessage(ext, role, text, stamp, kept_parent, meta))
-                    here = ext
-                else:
-                    parsed.skipped += 1
-            # Push so the current branch's child is popped last.
-            kids = sorted(children.get(nid, []), key=lambda n: (n in current_path, when(n)), reverse=True)
-            stack.extend((k, here) for k in kids)
-        out.append(parsed)
-    return out
+def chatgpt_conversation(i: int, conv: Any) -> ParsedConversation:
+    """Conversation `i` of a ChatGPT export (see parse_chatgpt); raise InvalidExport saying
+    where it is wrong."""
+    if not isinstance(conv, dict) or not isinstance(conv.get("mapping"), dict):
+        raise InvalidExport(f"conversations[{i}].mapping: expected an object of message nodes")
+    mapping = conv["mapping"]
+    started = _epoch(conv.get("create_time"))
+    current_path: set[str] = set()
+    node_id = conv.get("current_node")
+    while isinstance(node_id, str) and node_id in mapping and node_id not in current_path:
+        current_path.add(node_id)
+        node = mapping[node_id]
+        node_id = node.get("parent") if isinstance(node, dict) else None
+    children: dict[str | None, list[str]] = defaultdict(list)
+    for nid, node in mapping.items():
+        if not isinstance(node, dict):
+            raise InvalidExport(f"conversations[{i}].mapping[{nid!r}]: expected an object")
+        parent = node.get("parent")
+        children[parent if parent in mapping else None].append(nid)
+
+    def when(nid: str, mapping: dict = mapping) -> float:
+        msg = mapping[nid].get("message")
+        t = msg.get("create_time") if isinstance(msg, dict) else None
+        return t if isinstance(t, (int, float)) and not isinstance(t, bool) else 0.0
+
+    parsed = ParsedConversation(
+        title=_storable(conv.get("title") or "Untitled")[:200],
+        external_id=_storable(conv.get("conversation_id") or conv.get("id") or "") or None,
+        created_at=started,
+        messages=[],
+    )
+    last_time = started or timezone.now()
+    # Iterative depth-first walk: (node id, external id of its nearest kept ancestor).
+    stack = [(nid, None) for nid in sorted(children[None], key=lambda n: (n in current_path, when(n)),
+                                             reverse=True)]
+    visited: set[str] = set()
+    while stack:
+        nid, kept_parent = stack.pop()
+        if nid in visited:
+            continue
+        visited.add(nid)
+        msg = mapping[nid].get("message")
+        here = kept_parent
+        if isinstance(msg, dict):
+            author = msg.get("author") if isinstance(msg.get("author"), dict) else {}
+            role = author.get("role")
+            text = _chatgpt_text(msg.get("content"))
+            hidden = (msg.get("metadata") or {}).get("is_visually_hidden_from_conversation") \
+                if isinstance(msg.get("metadata"), dict) else False
+            if role in ("user", "assistant", "system") and text.strip() and not hidden:
+                stamp = _epoch(msg.get("create_time")) or last_time
+                last_time = stamp
+                ext = _storable(msg.get("id") or nid)
+                meta: dict[str, Any] = {"imported": True, "source": "chatgpt", "external_id": ext}
+                info = msg.get("metadata") if isinstance(msg.get("metadata"), dict) else {}
+                model = info.get("model_slug")
+                if model:
+                    meta["model"] = _storable(model)
+                parsed.messages.append(ParsedMessage(ext, role, text, stamp, kept_parent, meta))
+                here = ext
+            else:
+                parsed.skipped += 1
+        # Push so the current branch's child is popped last.
+        kids = sorted(children.get(nid, []), key=lambda n: (n in current_path, when(n)), reverse=True)
+        stack.extend((k, here) for k in kids)
+    return parsed
 
 
 def parse_claude(data: list) -> list[ParsedConversation]:
     """Claude's conversations.json: a list of threads (`chat_messages`), linear unless the
     export names parents (parent_message_uuid)."""
-    out = []
-    for i, conv in enumerate(data):
-        if not isinstance(conv, dict) or not isinstance(conv.get("chat_messages"), list):
-            raise InvalidExport(f"conversations[{i}].chat_messages: expected a list of messages")
-        started = _epoch(conv.get("created_at"))
-        parsed = ParsedConversation(
-            title=_storable(conv.get("name") or "Untitled")[:200],
-            external_id=_storable(conv.get("uuid") or "") or None,
-            created_at=started,
-            messages=[],
-        )
-        known: set[str] = set()
-        previous: str | None = None
-        last_time = started or timezone.now()
-        for j, m in enumerate(conv["chat_messages"]):
-            if not isinstance(m, dict):
-                raise InvalidExport(f"conversations[{i}].chat_messages[{j}]: expected an object")
-            sender = m.get("sender")
-            role = {"human": "user", "assistant": "assistant"}.get(sender)
-            if role is None:
-                raise InvalidExport(
-                    f"conversations[{i}].chat_messages[{j}].sender: "
-                    f'expected "human" or "assistant", got {sender!r}'
-                )
-            text = m.get("text") if isinstance(m.get("text"), str) else ""
-            if not text.strip() and isinstance(m.get("content"), list):
-                text = "\n".join(
-                    part["text"] for part in m["content"]
-                    if isinstance(part, dict) and part.get("type") == "text"
-                    and isinstance(part.get("text"), str)
-                )
-            ext = _storable(m.get("uuid") or f"{parsed.external_id}:{j}")
-            if not text.strip():
-                parsed.skipped += 1
-                continue
-            stamp = _epoch(m.get("created_at")) or last_time
-            last_time = stamp
-            parent = m.get("parent_message_uuid")
-            parent = parent if parent in known else previous
-            meta: dict[str, Any] = {"imported": True, "source": "claude", "external_id": ext}
-            attached = (m.get("attachments") or []) + (m.get("files") or [])
-            files = [_storable(f["file_name"]) for f in attached
-                     if isinstance(f, dict) and f.get("file_name")]
-            if files:
-                meta["attachments"] = files
-            parsed.messages.append(ParsedMessage(ext, role, text, stamp, parent, meta))
-            known.add(ext)
-            previous = ext
-        out.append(parsed)
-    return out
+    return [claude_conversation(i, conv) for i, conv in enumerate(data)]
+
+
+def claude_conversation(i: int, conv: Any) -> ParsedConversation:
+    """Conversation `i` of a Claude export (see parse_claude); raise InvalidExport saying where
+    it is wrong."""
+    if not isinstance(conv, dict) or not isinstance(conv.get("chat_messages"), list):
+        raise InvalidExport(f"conversations[{i}].chat_messages: expected a list of messages")
+    started = _epoch(conv.get("created_at"))
+    parsed = ParsedConversation(
+        title=_storable(conv.get("name") or "Untitled")[:200],
+        external_id=_storable(conv.get("uuid") or "") or None,
+        created_at=started,
+        messages=[],
+    )
+    known: set[str] = set()
+    previous: str | None = None
+    last_time = started or timezone.now()
+    for j, m in enumerate(conv["chat_messages"]):
+        if not isinstance(m, dict):
+            raise InvalidExport(f"conversations[{i}].chat_messages[{j}]: expected an object")
+        sender = m.get("sender")
+        role = {"human": "user", "assistant": "assistant"}.get(sender)
+        if role is None:
+            raise InvalidExport(
+                f"conversations[{i}].chat_messages[{j}].sender: "
+                f'expected "human" or "assistant", got {sender!r}'
+            )
+        text = m.get("text") if isinstance(m.get("text"), str) else ""
+        if not text.strip() and isinstance(m.get("content"), list):
+            text = "\n".join(
+                part["text"] for part in m["content"]
+                if isinstance(part, dict) and part.get("type") == "text"
+                and isinstance(part.get("text"), str)
+            )
+        ext = _storable(m.get("uuid") or f"{parsed.external_id}:{j}")
+        if not text.strip():
+            parsed.skipped += 1
+            continue
+        stamp = _epoch(m.get("created_at")) or last_time
+        last_time = stamp
+        parent = m.get("parent_message_uuid")
+        parent = parent if parent in known else previous
+        meta: dict[str, Any] = {"imported": True, "source": "claude", "external_id": ext}
+        attached = [f for key in ("attachments", "files") if isinstance(m.get(key), list) for f in m[key]]
+        files = [_storable(f["file_name"]) for f in attached
+                 if isinstance(f, dict) and f.get("file_name")]
+        if files:
+            meta["attachments"] = files
+        parsed.messages.append(ParsedMessage(ext, role, text, stamp, parent, meta))
+        known.add(ext)
+        previous = ext
+    return parsed
 
 
 @dataclass
@@ -291,7 +310,7 @@ def had_replacements(content: str, notes: dict[str, Any]) -> bool:
     return bool(notes) or SURROGATE_REPLACEMENT in content
 
 
-def import_conversations(owner, conversations: Sequence[ParsedConversation], *, embed: bool | None = True,
+def import_conversations(owner, conversations: Iterable[ParsedConversation], *, embed: bool | None = True,
                          progress: Callable[[int], None] | None = None) -> HistoryReport:
     """Store parsed conversations; a message whose external id the owner already has is
     skipped, and new replies to it join its conversation (so a later export adds only what
@@ -402,10 +421,15 @@ def _check_storable(name: str, value: str) -> None:
 def parse_line(raw: str) -> dict:
     """One JSON Lines message: {"conversation", "role", "content", "timestamp"} and optionally
     "external_id" and "speaker", checked and normalised (an aware timestamp)."""
+    if isinstance(raw, sources.TooLong):
+        raise LineError(f"longer than {sources.max_line_chars():,} characters (MAX_MESSAGE_CHARS and "
+                        "room for the other fields); the line was not read")
     try:
-        data = json.loads(raw)
+        data = sources.loads(raw)
     except json.JSONDecodeError as exc:
         raise LineError(f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+    except sources.TooDeep:
+        raise LineError("nested too deeply to read (thousands of levels of [ or {)") from None
     if not isinstance(data, dict):
         raise LineError("expected a JSON object")
     conv = data.get("conversation")
@@ -591,34 +615,61 @@ class _JsonLines:
 
 
 def detect_text_kind(text: str) -> tuple[str, Any]:
-    """("jsonl", None) or (kind, parsed JSON) for a ChatGPT, Claude or Recollect export; raise
-    InvalidExport for text that is none of them.
+    """detect_kind_of for text in memory."""
+    return detect_kind_of(sources.open_text(text))
+
+
+def detect_kind_of(source: sources.Source) -> tuple[str, Any]:
+    """("jsonl", None), (kind, None) for a ChatGPT or Claude export (read a conversation at a
+    time: see conversations_of), or ("recollect", parsed JSON); raise InvalidExport for text
+    that is none of them.
 
     A JSON Lines file starts with a line that is a whole JSON object; an export is one JSON
     value across the file (a pretty-printed one starts with a line holding only "[" or "{").
     """
-    body = text.lstrip("\ufeff \t\r\n")
-    if not body or body[0] not in "[{":
-        return "jsonl", None
-    first_line = body.split("\n", 1)[0]
-    try:
-        first = json.loads(first_line)
-    except json.JSONDecodeError:
-        first = None
-    if isinstance(first, dict):
+    first, line = sources.peek(source)
+    if first == "[":
+        return _kind_of_array(source), None
+    if first != "{":
         return "jsonl", None
     try:
-        data = json.loads(body)
-    except json.JSONDecodeError as exc:
-        if body[0] == "{":
-            return "jsonl", None  # bad lines are reported one by one
-        raise InvalidExport(
-            f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); expected JSON Lines, "
-            "or a JSON array of conversations (ChatGPT's or Claude's conversations.json)"
-        ) from None
+        if isinstance(sources.loads(line), dict):
+            return "jsonl", None
+    except (json.JSONDecodeError, sources.TooDeep):
+        pass
     try:
-        return detect_kind(data), data
-    except InvalidExport:
-        if isinstance(data, dict):
-            return "jsonl", None  # a one-line JSON Lines file
-        raise
+        with source.text() as stream:
+            data = sources.loads(stream.read())
+    except (json.JSONDecodeError, sources.TooDeep):
+        return "jsonl", None  # bad lines are reported one by one
+    if isinstance(data, dict) and data.get("format") != FORMAT:
+        return "jsonl", None  # a one-line JSON Lines file
+    return detect_kind(data), data
+
+
+def _kind_of_array(source: sources.Source) -> str:
+    """The kind of the export a JSON array is: its first item that is a conversation of either
+    says (usually the first: parsing then says what is wrong with any before it); an array of
+    neither is an InvalidExport."""
+    empty = True
+    with source.text() as stream:
+        for item in sources.ArrayReader(stream):
+            empty = False
+            kind = export_kind(item)
+            if kind:
+                return kind
+    if empty:
+        return "chatgpt"  # an empty export of either kind imports nothing
+    raise InvalidExport(NEITHER_EXPORT)
+
+
+CONVERSATION_READERS = {"chatgpt": chatgpt_conversation, "claude": claude_conversation}
+
+
+def conversations_of(source: sources.Source, kind: str) -> Iterator[ParsedConversation]:
+    """The conversations of a ChatGPT or Claude export, parsed one at a time as the file is
+    read; raise InvalidExport at the first that is wrong."""
+    read = CONVERSATION_READERS[kind]
+    with source.text() as stream:
+        for i, item in enumerate(sources.ArrayReader(stream)):
+            yield read(i, item)

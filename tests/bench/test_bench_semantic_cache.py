@@ -16,7 +16,8 @@ def test_the_pairs_are_at_least_200_half_paraphrases_half_near_misses_of_every_k
     kinds = Counter(p["kind"] for p in pairs)
     assert len(pairs) >= 200 and kinds["paraphrase"] == kinds["near_miss"]
     changed = Counter(p["changed"] for p in pairs if p["kind"] == "near_miss")
-    assert set(changed) == {"name", "number", "date", "weekday", "negation", "word"}
+    assert set(changed) == {"name", "number", "date", "weekday", "negation", "word",
+                            "pronoun", "possessive", "direction", "tense", "modal"}
 
 
 def test_the_cache_takes_no_near_miss_for_the_same_question_with_e5():

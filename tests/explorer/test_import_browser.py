@@ -58,3 +58,25 @@ def test_an_uploaded_export_shows_its_progress_until_its_topics_are_built(page, 
     assert Topic.objects.filter(owner=owner).exists()
     shot(page, "import-done")
     assert page.js_errors == []
+
+
+@pytest.mark.parametrize(("name", "content", "reason"), [
+    ("notes.txt", b"just some notes\n", "notes.txt cannot be imported: not a chat history"),
+    ("deep.json", b"[" * 100_000 + b"]" * 100_000, "deep.json cannot be imported: the JSON is nested too"),
+    ("big.json", b"[" + b" " * (1024 * 1024 + 10) + b"]", "big.json is larger than 1 MB, the most an import"),
+])
+def test_a_refused_upload_says_why_where_the_upload_was(page, owner, tmp_path, settings,  # noqa: F811
+                                                         name, content, reason):
+    settings.IMPORT_MAX_UPLOAD_MB = 1
+    upload = tmp_path / name
+    upload.write_bytes(content)
+    page.goto(page.base + reverse("explorer:import"))
+    page.set_input_files("#import-file", str(upload))
+    page.get_by_role("button", name="Import").click()
+    alert = page.locator("#upload [role=alert]")
+    alert.wait_for()
+    assert reason in alert.inner_text()
+    assert page.locator("#import-file").is_visible()  # the form is still there, to try another file
+    shot(page, f"import-refused-{name.split('.')[0]}")
+    assert not ImportJob.objects.filter(owner=owner).exists()
+    assert page.js_errors == []

@@ -56,6 +56,8 @@ def test_it_reads_the_export_zip_chatgpt_sends(owner_client, owner, export_bytes
     ("export.zip", b"PK\x03\x04broken", "broken zip"),
     ("conversations.json", b"[{\"mapping\": 3}]", "mapping"),
     ("empty.json", b"[]", "holds no messages"),
+    ("deep.json", b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+    ("deep.jsonl", b'{"a":' * 100_000 + b"1" + b"}" * 100_000, "nested too deeply"),
 ])
 def test_a_file_it_cannot_import_is_refused_clearly_and_nothing_is_kept(owner_client, name, content, words):
     response = upload(owner_client, name, content)

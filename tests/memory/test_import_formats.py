@@ -183,6 +183,8 @@ def test_it_imports_a_recollect_export_too(tmp_path, owner):
          "conversations[0].chat_messages[0].sender"),
         (json.dumps([{"chat_messages": {}}]), "conversations[0].chat_messages: expected a list"),
         ('{\n  "format": "recollect-memory",\n  "version": 9\n}', "version: 9 is not supported"),
+        ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+        ('{"a":' * 100_000 + "1" + "}" * 100_000, "nested too deeply"),
     ],
 )
 def test_malformed_exports_are_clear_errors(tmp_path, content, words):
@@ -233,3 +235,28 @@ def test_a_nul_or_lone_surrogate_in_an_export_costs_at_most_its_message(tmp_path
     m = by_external(sam)
     assert m["u2a"].parent_id == m["a1"].pk and m["a2\u2400a\ufffd"].parent_id == m["u2a"].pk
     assert m["a2b"].metadata["model"] == "gpt\u2400"
+
+
+@pytest.mark.django_db
+def test_import_memory_refuses_nesting_too_deep_with_one_line(tmp_path):
+    path = tmp_path / "memory.json"
+    path.write_text('{"a":' * 100_000 + "1" + "}" * 100_000)
+    with pytest.raises(CommandError) as err:
+        run("import_memory", str(path), "--user", "sam")
+    assert "nested too deeply" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_the_import_commands_exit_1_with_one_line_on_nesting_too_deep(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    path = tmp_path / "conversations.json"
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "manage.py", "import_history", str(path), "--user", "sam"],
+                          cwd=root, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1
+    said = done.stderr.strip().splitlines()
+    assert said == [f"CommandError: {path}: the JSON is nested too deeply to read (thousands of levels of "
+                    "[ or {): no chat export looks like this"]

@@ -247,6 +247,26 @@ def test_a_nul_in_any_id_of_a_url_answers_404(owner, conversation):
     assert m.content == "a message of mine" and not m.deleted and not m.pinned
 
 
+def test_a_nul_in_a_facts_subject_an_import_job_or_a_correction_is_a_clear_refusal(owner, conversation):
+    from memory.models import Fact
+
+    m = store.store_message(owner, conversation, "user", "I live in Porto.", embed=False)
+    fact = Fact.objects.create(owner=owner, message=m, subject="user", subject_key="user", attribute="home",
+                               value="Porto", statement="the user lives in Porto", said_at=m.timestamp,
+                               valid_from=m.timestamp)
+    client = Client(raise_request_exception=False)
+    client.force_login(owner)
+    subject = client.get("/explorer/facts/?subject=%00")
+    assert subject.status_code == 400 and "cannot contain a NUL character" in subject.content.decode()
+    assert client.get("/explorer/import/progress/?job=%00").status_code == 404
+    url = f"/explorer/facts/{fact.pk}/correct/"
+    corrected = client.post(url, {"text": "I live in \x00Porto"}, HTTP_HX_REQUEST="true")
+    assert corrected.status_code == 400 and "cannot contain a NUL character" in corrected.content.decode()
+    assert client.post(url, {"text": "I live in \x00Porto"}).status_code == 302  # back, with the reason
+    fact.refresh_from_db()
+    assert fact.corrected == "" and fact.statement == "the user lives in Porto"
+
+
 async def test_a_nul_in_the_websocket_path_is_refused_as_not_found(owner, conversation):
     join = WebsocketCommunicator(
         application, f"/ws/chat/{conversation.pk}\x00/", headers=[(b"origin", b"http://127.0.0.1")]

@@ -1,9 +1,11 @@
 """manage.py bench_semantic_cache: does the semantic cache take a different question for the
 same one? On labelled query pairs (default bench/data/semantic_cache_pairs.jsonl: paraphrases,
-and near-misses with a name, number, date, weekday, negation or one content word changed), for
-each embedder: the paraphrases the cache would answer from an earlier query (hits) and the
-near-misses it would wrongly answer (false hits), by the old rule (cosine >= 0.95 alone) and by
-the cache's rule (the embedder's threshold and the same content words)."""
+and near-misses with a name, number, date, weekday, negation, one content word, a pronoun, a
+possessive, a direction, the tense or the modal verb changed), for each embedder: the
+paraphrases the cache would answer from an earlier query (hits) and the near-misses it would
+wrongly answer (false hits), by the old rule (cosine >= 0.95 alone) and by the cache's rules
+(the embedder's threshold, the same words, and the same people, direction, tense and modal:
+memory.finding.semantic_cache.same_search and same_question)."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from django.core.management.base import BaseCommand, CommandError
 from memory.embedders import Embedder, query_text
 from memory.embedders.e5 import E5Embedder
 from memory.embedders.minilm import LocalEmbedder
-from memory.finding.semantic_cache import reply_terms, search_terms
+from memory.finding.semantic_cache import same_question, same_search
 
 PAIRS = Path(__file__).resolve().parents[2] / "data" / "semantic_cache_pairs.jsonl"
 OLD_THRESHOLD = 0.95  # the cache's rule before: one cosine for every embedder, nothing else
@@ -44,7 +46,8 @@ def build_embedder(name: str) -> Embedder:
         return E5Embedder("multilingual-e5-small-q4", *common, 320, 32, settings.EMBEDDING_THREADS)
     if name == "local":
         return LocalEmbedder(
-            "all-MiniLM-L6-v2", *common, 240, 32, settings.EMBEDDING_THREADS, settings.EMBEDDING_RUNTIME
+            "all-MiniLM-L6-v2", *common, 240, 32, settings.EMBEDDING_THREADS,
+            settings.EMBEDDING_ONNX_FILE or None,
         )
     raise CommandError(f"unknown embedder {name!r}: e5 or local")
 
@@ -61,10 +64,10 @@ def measure(pairs: list[dict], sims: list[float], threshold: float) -> dict:
     rules = {
         f"cosine >= {OLD_THRESHOLD} alone (before)": lambda p, s: s >= OLD_THRESHOLD,
         f"search: cosine >= {threshold} + same words": lambda p, s: (
-            s >= threshold and search_terms(p["a"]) == search_terms(p["b"])
+            s >= threshold and same_search(p["a"], p["b"])
         ),
         f"reply: cosine >= {threshold} + same words in order": lambda p, s: (
-            s >= threshold and reply_terms(p["a"]) == reply_terms(p["b"])
+            s >= threshold and same_question(p["a"], p["b"])
         ),
     }
     out = {}
@@ -122,7 +125,7 @@ class Command(BaseCommand):
             )
             if opts["show_misses"]:
                 for p, s in zip(pairs, sims, strict=True):
-                    same = search_terms(p["a"]) == search_terms(p["b"])
+                    same = same_search(p["a"], p["b"])
                     hit = s >= threshold and same
                     if hit != (p["kind"] == "paraphrase"):
                         words = "same" if same else "differ"

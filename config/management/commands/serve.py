@@ -57,7 +57,7 @@ class Command(BaseCommand):
                             help="run background work in separate `manage.py db_worker` processes")
 
     def handle(self, *args, **opts) -> None:
-        from daphne.cli import CommandLineInterface
+        from config.daphne_bodies import BoundedCommandLineInterface
 
         start_embedder_load()
         if settings.RUN_WORKER_IN_SERVER and not opts["no_worker"] and settings.TASKS_BACKEND == "database":
@@ -72,7 +72,7 @@ class Command(BaseCommand):
         if recovered:
             self.stdout.write(f"stored {len(recovered)} reply(s) a stopped server left half-written")
         self.stdout.write(f"serving on http://{opts['host']}:{opts['port']}/ (Ctrl+C to stop)")
-        CommandLineInterface().run(
+        BoundedCommandLineInterface().run(
             # No --proxy-headers: daphne would believe X-Forwarded-For from anyone. The app reads
             # it from TRUSTED_PROXIES only (config/proxies.py).
             daphne_args("-b", opts["host"], "-p", str(opts["port"]))

@@ -19,10 +19,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.db import transaction
 from django.utils import timezone
 
 from memory.errors import MemoryStoreError, NotFound
 from memory.models import Conversation
+from memory.timeouts import cancelled, seconds
 from memory.tokens import count_tokens
 
 logger = logging.getLogger(__name__)
@@ -229,7 +231,10 @@ def _execute_tool(owner, name: str, arguments: Any, conversation, started: float
             raise ToolError(f"unknown tool {str(name)[:60]!r}; available: {', '.join(TOOLS)}")
         args = parse_arguments(arguments)
         args = _validate(t, args)
-        result, summary = t.handler(owner, conversation=conversation, **args)
+        # A savepoint: a statement cancelled for taking too long leaves the turn's transaction
+        # usable.
+        with transaction.atomic():
+            result, summary = t.handler(owner, conversation=conversation, **args)
         result = _bound(result)
         return ToolResult(True, result, "", summary, _ms(started))
     except ToolError as exc:
@@ -239,6 +244,10 @@ def _execute_tool(owner, name: str, arguments: Any, conversation, started: float
     except MemoryStoreError as exc:
         return ToolResult(False, None, str(exc), f"{name}: {exc}"[:200], _ms(started))
     except Exception as exc:  # a tool bug must not end the turn; the model is told, we log it
+        if cancelled(exc):
+            error = (f"{name} took too long (more than {seconds()}) and was stopped; answer with what you "
+                     "have, or try a narrower query")
+            return ToolResult(False, None, error, f"{name}: took too long", _ms(started))
         logger.exception("tool %s failed", name)
         return ToolResult(
             False,

@@ -8,23 +8,31 @@ the topic tree follow in background work, or here with --wait.
 
 from __future__ import annotations
 
+import contextlib
+import shutil
 import sys
-from pathlib import Path
+import tempfile
 
 from django.core.management.base import BaseCommand, CommandError
 
 from memory.management.imports import add_import_arguments, check_file, run_import
 from memory.management.users import load_user
-from memory.transfer import import_jobs
+from memory.transfer import import_jobs, sources
 from memory.transfer.portability import InvalidExport
 
 
-def read_text(path: str) -> str:
+def open_source(path: str, stack: contextlib.ExitStack) -> sources.Source:
+    """The file (standard input for -) as a Source: read as a stream, never whole; standard
+    input is copied to a temporary file first (it is read more than once)."""
     if path == "-":
-        return sys.stdin.read()
+        copy = stack.enter_context(tempfile.SpooledTemporaryFile(max_size=8 * 1024 * 1024))  # noqa: SIM115
+        shutil.copyfileobj(sys.stdin.buffer, copy)
+        file = copy
+    else:
+        file = stack.enter_context(open(path, "rb"))  # noqa: SIM115
     try:
-        return import_jobs.read_upload(Path(path).read_bytes(), path)
-    except import_jobs.InvalidUpload as exc:
+        return sources.open_file(file, path)
+    except sources.InvalidUpload as exc:
         raise CommandError(str(exc)) from None
 
 
@@ -36,10 +44,16 @@ class Command(BaseCommand):
         add_import_arguments(parser, "JSON Lines, conversations.json or export zip; - for standard input")
 
     def handle(self, *args, **opts) -> None:
-        path = check_file(opts["file"])
+        with contextlib.ExitStack() as stack:
+            self.import_file(check_file(opts["file"]), stack, opts)
+
+    def import_file(self, path: str, stack: contextlib.ExitStack, opts) -> None:
         try:
-            # Exports are checked whole before anything (or anyone) is created.
-            parsed = import_jobs.parse(read_text(path))
+            # Exports are checked whole (a conversation or a line at a time) before anything
+            # (or anyone) is created.
+            parsed = import_jobs.parse(open_source(path, stack))
+        except sources.InvalidUpload as exc:
+            raise CommandError(str(exc)) from None
         except InvalidExport as exc:
             raise CommandError(f"{path}: {exc}") from None
         user, created = load_user(opts["user"])
@@ -56,11 +70,11 @@ class Command(BaseCommand):
                 f"{report['bad']} bad lines"
             )
         else:
-            hidden = sum(c.skipped for c in parsed.data)
             self.stdout.write(
                 f"imported {report['added']} messages, skipped {report['skipped']} already present, "
                 f"{report['bad']} bad messages; {report['conversations']} new conversations from "
-                f"{parsed.kind} ({len(parsed.data)} in the file; {hidden} hidden or empty entries left out)"
+                f"{parsed.kind} ({parsed.conversations} in the file; {parsed.hidden} hidden or empty entries "
+                "left out)"
             )
         if parsed.kind != "recollect":  # its summary says it
             for note in report.get("notes", []):

@@ -10,7 +10,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from memory.management.imports import add_import_arguments, check_file, run_import
 from memory.management.users import load_user
-from memory.transfer import import_jobs
+from memory.transfer import import_jobs, sources
 from memory.transfer.importers import detect_kind
 from memory.transfer.portability import InvalidExport
 
@@ -25,7 +25,9 @@ class Command(BaseCommand):
         path = check_file(opts["file"])
         try:
             text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
-            data = json.loads(text)
+            data = sources.loads(text)
+        except InvalidExport as exc:  # nested too deeply to read
+            raise CommandError(f"{path}: {exc}") from None
         except UnicodeDecodeError:
             raise CommandError(f"{path}: not UTF-8 text") from None
         except json.JSONDecodeError as exc:
