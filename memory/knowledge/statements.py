@@ -58,11 +58,14 @@ _CODE_LINE = re.compile(
 _FIRST_SINGULAR = re.compile(r"\b(?:I|I'm|I've|I'd|I'll|my|me)\b")
 
 
+_EMPHASIS = re.compile(r"\*\*|__|(?<!\w)[*_](?=\w)|(?<=\w)[*_](?!\w)")
+
+
 def own_words(text: str) -> list[str]:
     """The paragraphs of a message the speaker wrote: without code, quoted lines, what follows
     a lead-in such as "here is the text:" or "can you proofread this?", and long paragraphs with
     no first person in them (a pasted document)."""
-    text = _QUOTE_LINE.sub(" ", _FENCE.sub(" ", text or ""))
+    text = _EMPHASIS.sub("", _QUOTE_LINE.sub(" ", _FENCE.sub(" ", text or "")))
     paragraphs = [p.strip() for p in re.split(r"\n\s*\n", text) if p.strip()]
     kept: list[str] = []
     for i, paragraph in enumerate(paragraphs):
@@ -97,7 +100,8 @@ _DISCOURSE = re.compile(
     r"hmm|haha|lol|wow|oops|by the way|speaking of (?:which|[^,]{1,40})|on (?:a|another) (?:side )?note|"
     r"as i (?:mentioned|said)(?: earlier| before)?|as mentioned|for (?:instance|example)|in fact|to be honest|fun fact|just so you know|"
     r"i (?:should|forgot to) mention(?: that)?|i wanted to (?:mention|say|share|tell you)(?: that)?|"
-    r"i(?:'m| am) happy to (?:report|share) that|quick update|update|incidentally)\b[,:;!.-]*\s*)+",
+    r"i(?:'m| am) happy to (?:report|share) that|quick update|update|incidentally|to correct myself|"
+    r"(?:wait,?\s+)?i apologi[sz]e for (?:the|my) (?:mistake|confusion)(?: earlier)?|to clarify|just to clarify)\b[,:;!.-]*\s*)+",
     re.I,
 )
 _HEDGE = re.compile(
@@ -229,7 +233,7 @@ _KINDS: list[tuple[str, float, re.Pattern[str]]] = [
         r"\bI(?:'m| am) (?:married|engaged|divorced|single|widowed|a (?:mom|mother|dad|father|parent))\b",
         re.I)),
     ("pet", 2.3, re.compile(rf"\b(?:my|our) (?:(?:\w+ )?(?:{_PET})s?)\b|\bI (?:have|adopted|got) (?:a|an|two|"
-                            rf"three|\d+) (?:\w+ )?(?:{_PET})s?\b", re.I)),
+                            rf"three|\d+) (?:\w+ )?(?:{_PET})s?\b|^I (?:\w+ )?adopted\b", re.I)),
     ("identity", 2.4, re.compile(
         r"^(?:I(?:'m| am) (?:a|an) (?!bit\b|little\b|lot\b|huge fan|big fan|fan\b)[\w-]+|My name is|"
         r"I(?:'m| am) \d{1,2}(?: years old)?\b|I(?:'m| am) (?:originally )?from [A-Z]|I grew up|"
@@ -261,7 +265,7 @@ _KINDS: list[tuple[str, float, re.Pattern[str]]] = [
     ("count", 2.0, re.compile(
         r"^(?:I|I'm|I've|My|We|We've|We're|Our)\b.*?\b(?:\d[\d,.]*|one|two|three|four|five|six|seven|eight|"
         r"nine|ten|eleven|twelve|fifteen|twenty|thirty|forty|fifty|a hundred|a dozen|several)\s+"
-        r"(?:[\w-]+\s+){0,2}?[a-z][\w-]*s\b", re.I)),
+        r"(?:(?:[\w-]+\s+){0,2}?[a-z][\w-]*s\b|dozen\b)", re.I)),
     ("goal", 1.9, re.compile(
         r"^I(?:'m| am) (?:still |now |really |)(?:determined|aiming|aim|working|training|saving) (?:to|for)\b|"
         r"^My goal is|^I want to (?:reach|hit|get to|run|finish|lose|save|learn|become)", re.I)),
@@ -344,7 +348,8 @@ def score_clause(clause: str) -> tuple[str, float]:
     score += 0.8 * min(2, len(_NUMBER.findall(clause)))
     score += 0.5 * min(2, len(_PROPER.findall(clause)))
     score += 0.5 * bool(_DATE_WORD.search(clause))
-    score -= 0.8 * bool(_VAGUE.search(clause))
+    concrete = bool(_NUMBER.search(clause) or _PROPER.search(clause))
+    score -= (0.3 if concrete else 0.8) * bool(_VAGUE.search(clause))
     score -= 0.6 * bool(re.search(r"\b(?:you|your)\b", clause, re.I))
     score -= 0.8 * bool(re.search(r"\b(?:it|this|that|these|those|them|one)\b", clause.split(",")[0]) and
                         words < 8)
@@ -419,8 +424,10 @@ _LEADING = re.compile(
     re.I,
 )
 _FRONTED = re.compile(
-    r"^(?:during|after|before|when|while|since|last|this|on|in|at|yesterday|today|recently|a few|two|three|"
-    r"back in|earlier|over|for)\b[^,]{0,80},\s+(?=(?:I|I'm|I've|I'd|my)\b)",
+    r"^(?:(?:during|after|before|when|while|since|last|this|on|in|at|yesterday|today|recently|a few|two|three|"
+    r"back in|earlier|over|for)\b[^,]{0,80},\s+|(?:last|this|next) (?:week|weekend|month|year|night|summer|"
+    r"winter|spring|fall|\w+day)\s+|(?:yesterday|today|recently|earlier today|this morning|tonight)\s+|"
+    r"(?:a few|two|three|four|five|several|\d+) (?:days|weeks|months|years) ago,?\s+)(?=(?:I|I'm|I've|I'd|my)\b)",
     re.I,
 )
 _PARTS = re.compile(r"(?:,\s*|\s+)(?:and|but|so)\s+(?=(?:I|I'm|I've|I'd|my|we|we've|we're)\b)|;\s+|\s[-–—]\s+")
@@ -434,7 +441,7 @@ def _candidates(sentence: str) -> list[str]:
     if not bare:
         return []
     question = bare.rstrip().endswith("?")
-    if not question and not _REQUEST.match(bare):
+    if not question and not _REQUEST.match(bare) and not _ADDRESSED.search(bare):
         whole = bare
         parts = [_bare(p) for p in _PARTS.split(bare) if p and len(p.split()) >= 3]
         return [whole] + [p for p in parts if p != whole]
@@ -478,7 +485,8 @@ def _judge(clause: str, people: set[str], said: set[str], explicit: list[Clause]
     if _FUTURE.match(clause) and not (_DATE_WORD.search(clause) or _NUMBER.search(clause)):
         return None  # "I'll focus on my niche": an intention of the moment, not a plan
     subject = ""
-    if _FIRST_START.match(clause) or _FRONTED.match(clause):
+    core = _FRONTED.sub("", clause)  # "Last week I adopted…" is read as "I adopted…"
+    if _FIRST_START.match(core):
         pass
     elif _WE_START.match(clause):
         # "We have two kids", "our fridge has 20 dozen eggs": kept only for a life's things.
@@ -488,7 +496,8 @@ def _judge(clause: str, people: set[str], said: set[str], explicit: list[Clause]
         subject = m["name"].split()[0]
     else:
         return None
-    kind, score = score_clause(clause)
+    kind, score = score_clause(core)
+    score += 0.5 * (core != clause)  # a time it names
     if subject and not kind:
         kind, score = "about someone", 2.2 + 0.5 * bool(_NUMBER.search(clause))
     if not kind:
@@ -524,3 +533,15 @@ def facts_of(text: str, people: set[str] | frozenset[str] = frozenset()) -> list
     others = [c for c in found if not c.explicit and c.score >= FACT_THRESHOLD]
     kept = others[:MAX_PER_MESSAGE]
     return explicit + kept
+
+
+def carries_a_request(sentence: str) -> bool:
+    """Whether a sentence asks or requests something of the assistant (its attribute rules are
+    not read: "Can you find flats since I live in Porto?" is read by the clause rules)."""
+    bare = _bare(sentence)
+    return bare.rstrip().endswith("?") or bool(_REQUEST.match(bare)) or bool(_ADDRESSED.search(bare))
+
+
+def explicit_requests(text: str) -> list[Clause]:
+    """Only the explicit "remember that…" facts of a message (what a chat turn saves at once)."""
+    return _remembered(sentences(text))

@@ -44,7 +44,7 @@ _SECOND = [
     (re.compile(r"\bme\b"), "you"),
 ]
 _WE = re.compile(r"\b(?:we|we're|we've|we'd|we'll|us|our|ours|ourselves)\b", re.I)
-_I = re.compile(r"\b(?:I|I'm|I've|I'd|I'll|me|my|mine|myself)\b")
+_I = re.compile(r"\b(?:I|I'm|I've|I'd|I'll|[Mm]e|[Mm]y|[Mm]ine|[Mm]yself)\b")
 
 
 def capitalized(text: str) -> str:
@@ -158,3 +158,25 @@ def third_person(wording: str, subject: str, *, quick: bool = False) -> str:
     if _I.search(text):
         return quoted
     return text
+
+
+def shown_to_owner(wording: str, kind: str = "") -> str:
+    """A fact about the person as they read it on their own pages: their instruction or a
+    clause that speaks as "we" in their own words, quoted; anything else in the second person
+    ("You lead a team of five engineers")."""
+    clause = " ".join(wording.split())
+    if kind == "instruction":
+        return f"You asked: “{capitalized(clause)}”"
+    if _WE.search(clause) and not _I.search(clause):
+        return f"You said: “{capitalized(clause)}”"
+    return second_person(clause)
+
+
+def stated(wording: str, subject: str, kind: str = "", *, quick: bool = False) -> str:
+    """A fact as the model and anyone but its owner read it (memory.knowledge.facts' statement)."""
+    clause = " ".join(wording.split())
+    if kind == "instruction":
+        return f'{subject} asked: "{capitalized(clause)}"'
+    if not _I.search(clause) and not _WE.search(clause):
+        return capitalized(clause)  # already about someone else ("Tom doesn't eat mushrooms")
+    return third_person(clause, subject, quick=quick)

@@ -224,7 +224,7 @@ COPIES: list[Copies] = [
     Copies("memory.ConversationSummary", ("blocks",)),
     Copies("memory.UpkeepRun", ("detail",)),
     Copies("memory.SemanticCacheEntry", ("query", "payload")),
-    Copies("memory.Fact", ("subject", "value", "statement", "corrected")),
+    Copies("memory.Fact", ("subject", "value", "statement", "wording", "corrected")),
     Copies("memory.ImportJob", ("report", "error")),
     # A scrubbed tool call's passages are made again from what is left of it.
     Copies("memory.ToolCall", ("result", "arguments"), store.rebuild_tool_call_passages),

@@ -1,0 +1,177 @@
+"""When a newer statement replaces an older one, and when two say the same, without a model.
+
+"I lead a team of 4 engineers" and, months later, "I now lead a team of five engineers" are the
+same thing with a new value: the newer supersedes the older. "I caught 7 bass with Alex on 7/10"
+and "we caught 9 bass on 7/22" are two trips, and "I have 3 kids" and "I have 2 cats" two things:
+neither supersedes. The test, on the speaker's own words of both:
+
+- each states a value of the same type (a count, an ordinal, an amount of money, a time of day,
+  a weekday, a frequency, a name) and the values differ;
+- the differing values belong to the same thing: a content word next to the value in one
+  (its head: "engineers", "followers", "level", "class") is next to it in the other too;
+- with the values set aside, the two share content words beyond that head (a generic head such
+  as "hours" or "times" alone says nothing), and more of them for names;
+- they do not name two different dates (two events, not one fact updated).
+
+Two statements say the same when their values are the same and, values set aside, their content
+words are mostly the same (`same_meaning`).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+
+_NUMBER_WORDS = {
+    "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9,
+    "ten": 10, "eleven": 11, "twelve": 12, "thirteen": 13, "fourteen": 14, "fifteen": 15, "sixteen": 16,
+    "seventeen": 17, "eighteen": 18, "nineteen": 19, "twenty": 20, "thirty": 30, "forty": 40, "fifty": 50,
+    "sixty": 60, "hundred": 100, "dozen": 12, "twice": 2, "once": 1,
+}
+_ORDINALS = {
+    "first": 1, "second": 2, "third": 3, "fourth": 4, "fifth": 5, "sixth": 6, "seventh": 7, "eighth": 8,
+    "ninth": 9, "tenth": 10,
+}
+_WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+_MONTHS = "january|february|march|april|may|june|july|august|september|october|november|december"
+_VALUE = re.compile(
+    r"(?P<money>[$€£]\s?\d[\d,]*(?:\.\d+)?(?:\s?(?:k|m|million|thousand))?)"
+    r"|(?P<date>\b\d{1,2}/\d{1,2}(?:/\d{2,4})?\b|\b\d{4}-\d{2}-\d{2}\b"
+    rf"|\b(?:{_MONTHS})\s+\d{{1,2}}(?:st|nd|rd|th)?\b|\b\d{{1,2}}(?:st|nd|rd|th)?\s+(?:of\s+)?(?:{_MONTHS})\b)"
+    r"|(?P<time>\b\d{1,2}(?::\d{2})?\s?(?:am|pm|a\.m\.|p\.m\.)|\b\d{1,2}:\d{2}\b)"
+    r"|(?P<frequency>\bevery\s+(?:other\s+|single\s+)?(?:\w+\s+)?(?:day|week|month|year|morning|evening|night|weekend)s?\b"
+    r"|\b(?:once|twice|\w+\s+times)\s+(?:a|per)\s+(?:day|week|month|year)\b|\b(?:daily|weekly|biweekly|monthly)\b)"
+    rf"|(?P<weekday>\b(?:{'|'.join(_WEEKDAYS)})s?\b)"
+    r"|(?P<ordinal>\b(?:" + "|".join(_ORDINALS) + r")\b|\b\d+(?:st|nd|rd|th)\b)"
+    r"|(?P<number>\b\d[\d,]*(?:\.\d+)?(?:\s?-\s?\d[\d,]*(?:\.\d+)?)?\b|\b(?:" + "|".join(_NUMBER_WORDS) + r")\b)"
+    r"|(?P<name>(?-i:(?<![.!?]\s)(?<!^)\b[A-Z][\w'’&-]*(?:\s+(?:of\s+|de\s+|the\s+)?[A-Z][\w'’&-]*)*))",
+    re.I | re.M,
+)
+_STOP = set(
+    "a an the and or but so of to in on at for with from by about as into over after before since "
+    "until i i'm i've i'd i'll me my mine myself we we're we've our us you your it it's its this "
+    "that these those is am are was were be been being have has had having do does did done get got "
+    "gotten getting just really actually now currently already still also even lately recently so "
+    "far then there here very pretty quite lot lots bit some any all more most much many few other "
+    "another new one ones now which who what when where how than too can could will would should "
+    "might must may not no up out around approximately almost nearly total count far right moment at "
+    "least every each".split()
+)
+# Words that take a value but name no thing of their own: "10 hours", "six times".
+_GENERIC = set(
+    "time hour minut day week month year second peopl person thing point way part number amount piec "
+    "item bit lot km mile kg lb pound metr meter kilomet mm cm dollar euro percent".split()
+)
+# Verbs too light to make two statements about one thing.
+_LIGHT = set(
+    "have get got use make go went take buy bought start think plan like love enjoy want need tri "
+    "spent spend see saw know feel found find keep kept put said say tell told manag look been".split()
+)
+_WORD = re.compile(r"[a-z][a-z'-]*")
+
+
+@functools.cache
+def _stemmer():
+    import Stemmer
+
+    return Stemmer.Stemmer("english")
+
+
+@dataclass
+class Reading:
+    """A statement's values by type (with where they are) and its content stems."""
+
+    values: dict[str, list[tuple[str, int, int]]]
+    stems: list[tuple[str, int]]  # (stem, character offset), values left out
+
+    @property
+    def content(self) -> set[str]:
+        return {s for s, _ in self.stems}
+
+
+def _normalize(kind: str, raw: str) -> str:
+    low = raw.lower().strip()
+    if kind == "number":
+        if low in _NUMBER_WORDS:
+            return str(_NUMBER_WORDS[low])
+        return low.replace(",", "").replace(" ", "")
+    if kind == "ordinal":
+        return str(_ORDINALS.get(low, re.sub(r"\D", "", low) or low))
+    if kind == "weekday":
+        return low.rstrip("s") if low.rstrip("s") in _WEEKDAYS else low
+    if kind in ("money", "time"):
+        return low.replace(" ", "").replace(",", "").replace(".", "")
+    if kind == "frequency":
+        words = low.split()
+        return " ".join(str(_NUMBER_WORDS.get(w, w)) for w in words)
+    return " ".join(low.split())
+
+
+def read(text: str) -> Reading:
+    values: dict[str, list[tuple[str, int, int]]] = {}
+    taken: list[tuple[int, int]] = []
+    for m in _VALUE.finditer(text):
+        kind = m.lastgroup or ""
+        raw = m.group(0)
+        if kind == "name":
+            words = raw.split()
+            if words[0] in ("I", "I'm", "I've", "I'd", "I'll"):
+                continue
+        values.setdefault(kind, []).append((_normalize(kind, raw), m.start(), m.end()))
+        taken.append(m.span())
+    stems = []
+    words = [(w.group(0), w.start()) for w in _WORD.finditer(text.lower())]
+    kept = [(w.strip("'-"), at) for w, at in words
+            if w.strip("'-") not in _STOP and not any(a <= at < b for a, b in taken) and len(w) > 1]
+    stemmed = _stemmer().stemWords([w for w, _ in kept])
+    stems = [(s, at) for s, (_, at) in zip(stemmed, kept, strict=True)]
+    return Reading(values, stems)
+
+
+def _heads(reading: Reading, kind: str, window: int = 3) -> set[str]:
+    """The content stems nearest each value of this type, before and after it."""
+    heads: set[str] = set()
+    for _, start, end in reading.values.get(kind, []):
+        before = [s for s, at in reading.stems if at < start][-window:]
+        after = [s for s, at in reading.stems if at >= end][:window]
+        heads.update(before + after)
+    return heads
+
+
+def supersedes(new: str, old: str) -> bool:
+    """Whether statement `new` gives a new value for the same thing as `old` (both the
+    speaker's own words)."""
+    a, b = read(new), read(old)
+    dates_a = {v for v, _, _ in a.values.get("date", [])}
+    dates_b = {v for v, _, _ in b.values.get("date", [])}
+    if dates_a and dates_b and not dates_a & dates_b:
+        return False  # two dated events
+    shared = (a.content & b.content) - _LIGHT
+    for kind in ("number", "ordinal", "money", "time", "weekday", "frequency", "name"):
+        va = {v for v, _, _ in a.values.get(kind, [])}
+        vb = {v for v, _, _ in b.values.get(kind, [])}
+        if not va or not vb or va == vb or (kind == "name" and va & vb):
+            continue
+        heads = (_heads(a, kind) & _heads(b, kind)) - _LIGHT
+        if not heads:
+            continue
+        specific = heads - _GENERIC
+        needed = 3 if kind == "name" else 2
+        if (specific and len(shared) >= needed - 1) or len(shared) >= needed:
+            return True
+    return False
+
+
+def same_meaning(a: str, b: str, threshold: float = 0.75) -> bool:
+    """Whether two statements say the same: the same values, and mostly the same content words."""
+    ra, rb = read(a), read(b)
+    for kind in set(ra.values) | set(rb.values):
+        if kind == "name":
+            continue
+        if {v for v, _, _ in ra.values.get(kind, [])} != {v for v, _, _ in rb.values.get(kind, [])}:
+            return False
+    ca, cb = ra.content, rb.content
+    if not ca or not cb:
+        return " ".join(a.lower().split()) == " ".join(b.lower().split())
+    return len(ca & cb) / len(ca | cb) >= threshold
