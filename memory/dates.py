@@ -138,7 +138,8 @@ def is_planned(text: str) -> bool:
     if re.search(r"\b(?:ago|last|yesterday)\b", text, re.I):
         return False
     if re.search(r"\b(?:will|'ll|going to|gonna|plan(?:ning|ned)?|hop(?:e|ing) to|next|upcoming|coming up|"
-                 r"scheduled|booked|about to|due to|tomorrow|tonight)\b", text, re.I):
+                 r"scheduled|booked|about to|due to|tomorrow|tonight|(?:rescheduled|moved|postponed|pushed back|"
+                 r"brought forward) (?:\w+ ){0,3}?(?:to|for))\b", text, re.I):
         return True
     return not _PAST_WORDS.search(text)
 

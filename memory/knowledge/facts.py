@@ -304,7 +304,8 @@ def store_found(owner, message: Message, subject: str, found: Found, origin: str
         return _correct(owner, subject, found, message)
     subject = found.subject or subject
     said = found.wording or found.clause
-    period = resolve_when(found.clause or said, message.timestamp)
+    planned = True if found.attribute.startswith("plan: ") or found.kind == "plan" else None
+    period = resolve_when(found.clause or said, message.timestamp, planned)
     previous = None
     if found.attribute != ABOUT:
         previous = (
