@@ -107,7 +107,8 @@ _DISCOURSE = re.compile(
 _HEDGE = re.compile(
     r"^I\s+(?:think|guess|suppose|believe|remember|recall|realized|realised|reckon|figure|feel like|"
     r"must (?:say|admit)|have to (?:say|admit)|should (?:say|mention)|just (?:realized|remembered)|"
-    r"(?:just )?(?:checked|counted|noticed)\s+and|was (?:just |)thinking,?|(?:just )?wanted to (?:say|share|"
+    r"(?:just )?(?:checked|counted|noticed)\s+and|was (?:just |)thinking,?|(?:realized|realised|remembered|"
+    r"noticed|learned)\s+how\s+much|(?:just )?wanted to (?:say|share|"
     r"mention|let you know),?)\s+(?:that\s+)?(?=(?:I|my|we|our|My|We|Our)\b)",
 )
 # A statement inside a question: "..., considering I've done 2,000 miles on it?"
@@ -191,7 +192,7 @@ _REACTION = re.compile(
     r"you|we|so|maybe|both)|"
     r"i(?:'m| am) (?:so |really |very |also |)(?:glad|excited|happy|thrilled|grateful|thankful|impressed|"
     r"surprised|sorry|pleased|relieved|amazed|intrigued|eager) (?:to|that|you|about|for|with|by|i)|"
-    r"i (?:found|find) (?:this|that|these|it|your|those)|i see(?:\s*[,.!]|\s+(?:what|how|that|why|your|now|"
+    r"i (?:also |really |)love (?:how|it when|that|the way)\b|i (?:found|find) (?:this|that|these|it|your|those)|i see(?:\s*[,.!]|\s+(?:what|how|that|why|your|now|"
     r"the point))|i(?:'m| am) (?:leaning|thinking) (?:towards?|about)"
     r"|i like (?:that|this|the) idea|i have (?:a|another|one more|some|few|a few) (?:question|questions)|"
     r"i(?:'ve| have|) (?:heard|read|noticed|learned|learnt|realized|realised|saw|seen) (?:that|of|about|great|good|"
@@ -263,13 +264,13 @@ _KINDS: list[tuple[str, float, re.Pattern[str]]] = [
         r"I(?:'ve| have)? (?:just |recently |finally |)(?:started|begun|stopped|quit|switched to|taken up|"
         r"took up|gotten into|got into|been sticking to)\s+(?:\w+ing|my|a|the)\b)\b", re.I)),
     ("count", 2.0, re.compile(
-        r"^(?:I|I'm|I've|My|We|We've|We're|Our)\b.*?\b(?:\d[\d,.]*|one|two|three|four|five|six|seven|eight|"
+        r"^(?:I|I'm|I've|My|We|We've|We're|Our)\b.*?\b(?:\d[\d,.]*|two|three|four|five|six|seven|eight|"
         r"nine|ten|eleven|twelve|fifteen|twenty|thirty|forty|fifty|a hundred|a dozen|several)\s+"
         r"(?:(?:[\w-]+\s+){0,2}?[a-z][\w-]*s\b|dozen\b)", re.I)),
     ("goal", 1.9, re.compile(
         r"^I(?:'m| am) (?:still |now |really |)(?:determined|aiming|aim|working|training|saving) (?:to|for)\b|"
         r"^My goal is|^I want to (?:reach|hit|get to|run|finish|lose|save|learn|become)", re.I)),
-    ("preference", 1.9, re.compile(
+    ("preference", 2.0, re.compile(
         r"^(?:I (?:really |absolutely |just |also |still |)(?:love|like|enjoy|prefer|adore|hate|dislike|"
         r"can't stand|don't like|do not like|don't enjoy)|My (?:all-time )?favou?rite|"
         r"I(?:'m| am) (?:a (?:big |huge )?fan of|into|obsessed with|passionate about|not a fan of))\b", re.I)),
@@ -353,7 +354,7 @@ def score_clause(clause: str) -> tuple[str, float]:
     score -= 0.6 * bool(re.search(r"\b(?:you|your)\b", clause, re.I))
     score -= 0.8 * bool(re.search(r"\b(?:it|this|that|these|those|them|one)\b", clause.split(",")[0]) and
                         words < 8)
-    score -= 1.0 * (words < 4)
+    score -= 1.0 * (words < 4 and weight < 2.2)  # "I got it." says nothing; "I'm vegetarian." does
     score -= 0.03 * max(0, words - 20)
     return kind, score
 
@@ -395,10 +396,10 @@ def _remembered(sentences_: list[str]) -> list[Clause]:
     for i, sentence in enumerate(sentences_):
         body = sentence.strip()
         rest = ""
-        if (m := _REMEMBER_BEFORE.match(body)) or (m := _REMEMBER_PREFIX.match(body)):
+        if _BARE_REMEMBER.match(body):
+            rest = sentences_[i - 1] if i > 0 else ""  # "I'm allergic to peanuts. Please remember that."
+        elif (m := _REMEMBER_BEFORE.match(body)) or (m := _REMEMBER_PREFIX.match(body)):
             rest = m["rest"]
-        elif _BARE_REMEMBER.match(body) and i > 0:
-            rest = sentences_[i - 1]  # "I'm allergic to peanuts. Please remember that."
         elif m := _REMEMBER_AFTER.match(body):
             rest = m["rest"]  # "I'm allergic to peanuts, please remember that."
         rest = _bare(rest.strip().rstrip("?"))
@@ -425,10 +426,14 @@ _LEADING = re.compile(
 )
 _FRONTED = re.compile(
     r"^(?:(?:during|after|before|when|while|since|last|this|on|in|at|yesterday|today|recently|a few|two|three|"
-    r"back in|earlier|over|for)\b[^,]{0,80},\s+|(?:last|this|next) (?:week|weekend|month|year|night|summer|"
+    r"back in|earlier|over|for)\b[^,]{0,80}(?:,[^,]{0,80})?,\s+|(?:last|this|next) (?:week|weekend|month|year|night|summer|"
     r"winter|spring|fall|\w+day)\s+|(?:yesterday|today|recently|earlier today|this morning|tonight)\s+|"
     r"(?:a few|two|three|four|five|several|\d+) (?:days|weeks|months|years) ago,?\s+)(?=(?:I|I'm|I've|I'd|my)\b)",
     re.I,
+)
+_STATED_THEN_ASKED = re.compile(
+    r"^(?P<clause>(?:I|I'm|I've|My|We|We're|We've|Our)\b[^?]{6,}?),?\s+(?:so|and|but)\s+(?=(?:can|could|would|will|"
+    r"do|does|is|are|any|what|how|which|should|where|when)\b)",
 )
 _PARTS = re.compile(r"(?:,\s*|\s+)(?:and|but|so)\s+(?=(?:I|I'm|I've|I'd|my|we|we've|we're)\b)|;\s+|\s[-–—]\s+")
 
@@ -448,6 +453,8 @@ def _candidates(sentence: str) -> list[str]:
     found = []
     if m := _LEADING.match(bare):
         found.append(_bare(m["clause"]) + ".")
+    if m := _STATED_THEN_ASKED.match(bare):  # "I'm a nurse, so can you suggest shoes…?"
+        found.append(m["clause"] + ".")
     pieces = re.split(r"\s[-–—]\s+", bare)
     for piece in pieces[1:]:
         piece = _bare(piece)
@@ -460,8 +467,8 @@ def _candidates(sentence: str) -> list[str]:
 
 
 _INTRODUCED = re.compile(
-    rf"\b(?:my|our) (?:(?:little|big|older|younger|best|old|new|dear|late)\s+)?(?:{_REL}|{_CIRCLE}|{_PET})s?,?\s+"
-    rf"(?P<a>{_NAME})\b|(?P<b>{_NAME}),\s+(?:my|our) (?:\w+\s+)?(?:{_REL}|{_CIRCLE}|{_PET})\b"
+    rf"\b(?:[Mm]y|[Oo]ur) (?:(?:little|big|older|younger|best|old|new|dear|late)\s+)?(?:{_REL}|{_CIRCLE}|{_PET})s?,?\s+"
+    rf"(?P<a>{_NAME})\b|(?P<b>{_NAME}),\s+(?:[Mm]y|[Oo]ur) (?:\w+\s+)?(?:{_REL}|{_CIRCLE}|{_PET})\b"
 )
 
 
@@ -476,7 +483,31 @@ def people_named(text: str) -> set[str]:
     return found
 
 
-def _judge(clause: str, people: set[str], said: set[str], explicit: list[Clause]) -> Clause | None:
+_CONTENT = re.compile(r"[a-z][a-z'-]{3,}")
+_COMMON = set(
+    "that this with have from they them their what when where which while about would could should there "
+    "been were will just really also very much more some like love make made want need have been going "
+    "into your yours mine know think thing things time good great well still even only over back".split()
+)
+
+
+def _content(text: str) -> set[str]:
+    return {w.rstrip("s") for w in _CONTENT.findall(text.lower()) if w not in _COMMON}
+
+
+_GENERAL_LIKING = re.compile(r"^I (?:also |really |just |absolutely )?(?:love|like|enjoy|adore) (?:\w+ing|a good)\b")
+_POINTING = re.compile(r"\b(?:these|those) (?!days\b|years?\b|months?\b|weeks?\b)\w+|\bon the list\b", re.I)
+
+
+def echoes(clause: str, answer: str) -> bool:
+    """Whether a clause mostly repeats the answer it replies to ("I love attending festivals, so
+    I'll check out Tafwyl" after a list of festivals): a reaction, not news about the speaker."""
+    words = _content(clause)
+    return len(words) >= 3 and len(words & _content(answer)) / len(words) >= 0.6
+
+
+def _judge(clause: str, people: set[str], said: set[str], explicit: list[Clause],
+           answer: str = "") -> Clause | None:
     """The clause as a candidate fact (its kind and score), or None when it is none."""
     if clause.rstrip(".!").lower() in said or any(clause.rstrip(".!") in c.text for c in explicit):
         return None
@@ -485,7 +516,7 @@ def _judge(clause: str, people: set[str], said: set[str], explicit: list[Clause]
     if _FUTURE.match(clause) and not (_DATE_WORD.search(clause) or _NUMBER.search(clause)):
         return None  # "I'll focus on my niche": an intention of the moment, not a plan
     subject = ""
-    core = _FRONTED.sub("", clause)  # "Last week I adopted…" is read as "I adopted…"
+    core = _bare(_FRONTED.sub("", clause))  # "Last week I adopted…" is read as "I adopted…"
     if _FIRST_START.match(core):
         pass
     elif _WE_START.match(clause):
@@ -498,6 +529,12 @@ def _judge(clause: str, people: set[str], said: set[str], explicit: list[Clause]
         return None
     kind, score = score_clause(core)
     score += 0.5 * (core != clause)  # a time it names
+    if answer and echoes(clause, answer):
+        score -= 1.0
+    if kind == "preference" and (clause.endswith("!") or _GENERAL_LIKING.match(core)):
+        score -= 0.3  # "I love going to the beach!": a mood more than a preference to keep
+    if _POINTING.search(clause):
+        score -= 0.6  # "one of these festivals", "those games on the list": about the answer
     if subject and not kind:
         kind, score = "about someone", 2.2 + 0.5 * bool(_NUMBER.search(clause))
     if not kind:
@@ -505,9 +542,10 @@ def _judge(clause: str, people: set[str], said: set[str], explicit: list[Clause]
     return Clause(clause[:1].upper() + clause[1:], kind, score, subject=subject)
 
 
-def clauses(text: str, people: set[str] | frozenset[str] = frozenset()) -> list[Clause]:
+def clauses(text: str, people: set[str] | frozenset[str] = frozenset(), answer: str = "") -> list[Clause]:
     """A message's candidate facts, the explicit ones first, then by score. `people`: the names
-    the speaker has called their own before (people_named), whose clauses are facts too."""
+    the speaker has called their own before (people_named), whose clauses are facts too;
+    `answer`: the message it replies to (a clause that mostly repeats it is a reaction)."""
     people = set(people) | people_named(text)
     parts = sentences(text)
     explicit = _remembered(parts)
@@ -516,7 +554,7 @@ def clauses(text: str, people: set[str] | frozenset[str] = frozenset()) -> list[
     for sentence in parts:
         best: Clause | None = None
         for candidate in _candidates(sentence):
-            clause = _judge(_shorten(candidate), people, said, explicit)
+            clause = _judge(_shorten(candidate), people, said, explicit, answer)
             if clause and (best is None or clause.score > best.score):
                 best = clause
         if best:
@@ -525,10 +563,10 @@ def clauses(text: str, people: set[str] | frozenset[str] = frozenset()) -> list[
     return explicit + found
 
 
-def facts_of(text: str, people: set[str] | frozenset[str] = frozenset()) -> list[Clause]:
+def facts_of(text: str, people: set[str] | frozenset[str] = frozenset(), answer: str = "") -> list[Clause]:
     """What a message gives as facts: every explicit request, and its best clause above
     FACT_THRESHOLD (at most MAX_PER_MESSAGE of them)."""
-    found = clauses(text, people)
+    found = clauses(text, people, answer)
     explicit = [c for c in found if c.explicit]
     others = [c for c in found if not c.explicit and c.score >= FACT_THRESHOLD]
     kept = others[:MAX_PER_MESSAGE]
