@@ -178,7 +178,7 @@ def _statements(rng: random.Random) -> list[dict[str, Any]]:
     team, new_team = rng.randint(3, 6), rng.randint(7, 9)
     pet = rng.choice(["Luna", "Pepper", "Miso", "Biscuit"])
     said = [
-        ("identity", f"I'm a data analyst, mostly working with supply chain numbers.", ["analyst"]),
+        ("identity", "I'm a data analyst, mostly working with supply chain numbers.", ["analyst"]),
         ("family", f"My sister {sister} lives in {home} with her two kids.", [sister]),
         ("home", f"I live in {home}, in a flat near the river.", [home]),
         ("work", f"I work at {job} as an analyst.", [job.split()[-1]]),
@@ -203,11 +203,13 @@ def _statements(rng: random.Random) -> list[dict[str, Any]]:
     items.insert(14, {"label": "statement", "kind": "health", "text": "As I said, I'm lactose intolerant.",
                       "holds": ["lactose"], "repeats": "health"})
     items += [
-        {"label": "remember", "kind": "remember", "text": "Please remember that my passport expires in March 2027.",
+        {"label": "remember", "kind": "remember",
+         "text": "Please remember that my passport expires in March 2027.",
          "holds": ["passport"]},
         {"label": "remember", "kind": "remember", "text": "I'm allergic to peanuts, please remember that.",
          "holds": ["peanuts"]},
-        {"label": "update", "kind": "count", "text": f"Quick update: I now lead a team of {new_team} engineers.",
+        {"label": "update", "kind": "count",
+         "text": f"Quick update: I now lead a team of {new_team} engineers.",
          "holds": [str(new_team)], "updates": f"I lead a team of {team} engineers."},
         {"label": "update", "kind": "home", "text": f"I moved to {new_home} last month.", "holds": [new_home],
          "updates": f"I live in {home}, in a flat near the river."},

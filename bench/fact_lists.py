@@ -37,12 +37,15 @@ _NUMBER_WORDS = {
     "one": "1", "two": "2", "three": "3", "four": "4", "five": "5", "six": "6", "seven": "7", "eight": "8",
     "nine": "9", "ten": "10", "eleven": "11", "twelve": "12", "twice": "2", "once": "1",
 }
-_STOP = set(
-    "a an the and or but so of to in on at for with from by about as is are was were be been do does did "
-    "i my me you your we our it its this that what which who how when where why did have has had can "
-    "could would should will there their they them he she his her not no yes also just currently now "
-    "then than more most some any much many before after still get got getting".split()
-)
+_STOP = {
+    "a", "an", "the", "and", "or", "but", "so", "of", "to", "in", "on", "at", "for", "with", "from",
+    "by", "about", "as", "is", "are", "was", "were", "be", "been", "do", "does", "did", "i", "my", "me",
+    "you", "your", "we", "our", "it", "its", "this", "that", "what", "which", "who", "how", "when",
+    "where", "why", "have", "has", "had", "can", "could", "would", "should", "will", "there", "their",
+    "they", "them", "he", "she", "his", "her", "not", "no", "yes", "also", "just", "currently", "now",
+    "then", "than", "more", "most", "some", "any", "much", "many", "before", "after", "still", "get",
+    "got", "getting"
+}
 _TOKEN = re.compile(r"\$?\d[\d,.:]*|[a-z][a-z'-]*")
 
 
@@ -113,7 +116,8 @@ def methods(speakers: bool = False) -> dict[str, Callable[[object], int]]:
     old = baseline_rules()
     if old is not None:
         found["main's rules"] = old.extract_messages
-    found["every user turn" if not speakers else "every turn"] = lambda owner: every_user_turn(owner, speakers)
+    name = "every turn" if speakers else "every user turn"
+    found[name] = lambda owner: every_user_turn(owner, speakers)
     return found
 
 
@@ -131,7 +135,8 @@ class Drawn:
 
 
 def drawn(owner) -> list[Drawn]:
-    rows = Fact.objects.owned_by(owner).live().select_related("message__conversation").prefetch_related("also_in")
+    rows = Fact.objects.owned_by(owner).live().select_related("message__conversation")
+    rows = rows.prefetch_related("also_in")
     out = []
     for f in rows.order_by("said_at", "id"):
         turns = [f.message.external_id or f.message_id] + [m.external_id or m.pk for m in f.also_in.all()]
@@ -205,7 +210,10 @@ def score_haystack(stack: Haystack, facts_: list[Drawn], score: HaystackScore) -
                   for f in facts_)
     score.answered.append(hit)
     if not hit:
-        score.misses.append(f"{stack.id} ({category}): {stack.query['query']} -> {stack.query['answer']}")
+        near = [f for f in facts_ if tokens(str(stack.query["answer"])) <= tokens(f.text)][:3]
+        said = "; ".join(f"{'current' if f.current else 'superseded'}: {f.text[:100]}" for f in near)
+        score.misses.append(f"{stack.id} ({category}): {stack.query['query']} -> {str(stack.query['answer'])[:80]}"
+                            + (f" [{said}]" if said else ""))
 
 
 # --- Knowledge updates -----------------------------------------------------------------------------
@@ -240,10 +248,14 @@ def score_update(stack: Haystack, facts_: list[Drawn], score: UpdateScore) -> No
     new_current = any(f.current for f in new_facts)
     score.new_current += new_current
     if not new_current:
-        score.notes.append(f"{stack.id}: no current fact from the new statement ({stack.query['answer'][:60]})")
+        answer = stack.query["answer"][:60]
+        score.notes.append(f"{stack.id}: no current fact from the new statement ({answer})")
     links = [(f, by_id.get(f.superseded_by)) for f in facts_ if f.superseded_by]
     expected_links = [(o, n) for o, n in links if n is not None and olds & set(o.turns) and new in n.turns]
     score.other_links += len(links) - len(expected_links)
+    for o, n in links:
+        if (o, n) not in expected_links and n is not None:
+            score.notes.append(f"{stack.id}: other link: {o.text[:90]!r} -> {n.text[:90]!r}")
     if olds:
         score.pairs += 1
         score.linked += bool(expected_links)
@@ -307,7 +319,8 @@ def score_export(owner, truth: dict[str, dict], score: ExportScore) -> None:
         item = truth.get(content)
         if not item or item["label"] not in ("statement", "remember", "update"):
             continue
-        facts_here = by_message.get(message_id, []) + [f for f in rows if f.also_in.filter(pk=message_id).exists()]
+        again = [f for f in rows if f.also_in.filter(pk=message_id).exists()]
+        facts_here = by_message.get(message_id, []) + again
         holds = any(all(h.lower() in f.text.lower() for h in item["holds"]) for f in facts_here)
         if item["label"] == "remember":
             score.remember += 1

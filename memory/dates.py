@@ -110,14 +110,17 @@ _WHEN = re.compile(
     rf"|(?:the\s+)?\d{{1,2}}(?:st|nd|rd|th)?\s+(?:of\s+)?{_W_MONTH}(?:,?\s+\d{{4}})?"
     rf"|{_W_MONTH}\s+\d{{1,2}}(?:st|nd|rd|th)?(?:,?\s+\d{{4}})?"
     r"|\d{1,2}/\d{1,2}(?:/\d{2,4})?"
-    rf"|(?:the\s+)?(?:end|beginning|start|middle)\s+of\s+(?:{_W_MONTH}|next\s+(?:week|month|year)|the\s+(?:week|month|year))"
+    rf"|(?:the\s+)?(?:end|beginning|start|middle)\s+of\s+(?:{_W_MONTH}|next\s+(?:week|month|year)|"
+    rf"the\s+(?:week|month|year))"
     rf"|(?:early|late|mid-?)\s*{_W_MONTH}"
-    rf"|(?:last|next|this|coming)\s+(?:{_W_MONTH}|{_W_WEEKDAY}|week(?:end)?|month|year|summer|winter|spring|fall|autumn)"
+    rf"|(?:last|next|this|coming)\s+(?:{_W_MONTH}|{_W_WEEKDAY}|week(?:end)?|month|year|summer|winter|spring|"
+    rf"fall|autumn)"
     rf"|(?:in|during|by|until|since)\s+{_W_MONTH}(?:,?\s+\d{{4}})?"
     rf"|{_W_MONTH}\s+\d{{4}}"
     r"|(?:in|during)\s+(?:19|20)\d{2}"
     rf"|on\s+{_W_WEEKDAY}"
-    r"|(?:a|an|one|two|three|four|five|six|seven|eight|nine|ten|a few|several|\d+)\s+(?:days?|weeks?|months?|years?)\s+ago"
+    r"|(?:a|an|one|two|three|four|five|six|seven|eight|nine|ten|a few|several|\d+)\s+(?:days?|weeks?|months?|"
+    r"years?)\s+ago"
     r"|in\s+(?:a|an|one|two|three|four|five|six|\d+)\s+(?:days?|weeks?|months?)"
     r"|yesterday|today|tonight|tomorrow|last\s+night"
     r")\b",
@@ -138,13 +141,16 @@ def is_planned(text: str) -> bool:
     if re.search(r"\b(?:ago|last|yesterday)\b", text, re.I):
         return False
     if re.search(r"\b(?:will|'ll|going to|gonna|plan(?:ning|ned)?|hop(?:e|ing) to|next|upcoming|coming up|"
-                 r"scheduled|booked|about to|due to|tomorrow|tonight|(?:rescheduled|moved|postponed|pushed back|"
+                 r"scheduled|booked|about to|due to|tomorrow|tonight|(?:rescheduled|moved|postponed|"
+                 r"pushed back|"
                  r"brought forward) (?:\w+ ){0,3}?(?:to|for))\b", text, re.I):
         return True
     return not _PAST_WORDS.search(text)
 
 
-def resolve_when(text: str, said_at: dt.datetime, planned: bool | None = None) -> tuple[dt.datetime, dt.datetime] | None:
+def resolve_when(
+    text: str, said_at: dt.datetime, planned: bool | None = None
+) -> tuple[dt.datetime, dt.datetime] | None:
     """The period the first date expression of `text` names, read against `said_at` (forward
     when `planned`, back otherwise; by the clause's own words when None), as aware datetimes in
     said_at's zone; None when it names none."""
@@ -166,7 +172,8 @@ def _resolve(expression: str, said_at: dt.datetime, planned: bool) -> tuple[dt.d
     base = local.replace(tzinfo=None)
     day0 = base.replace(hour=0, minute=0, second=0, microsecond=0)
     if expression in ("this weekend", "coming weekend", "next weekend"):
-        saturday = day0 + dt.timedelta(days=(5 - day0.weekday()) % 7 + (7 if expression == "next weekend" else 0))
+        ahead = (5 - day0.weekday()) % 7 + (7 if expression == "next weekend" else 0)
+        saturday = day0 + dt.timedelta(days=ahead)
         return _aware(saturday, saturday + dt.timedelta(days=2), local)
     if expression == "last weekend":
         saturday = day0 - dt.timedelta(days=(day0.weekday() - 5) % 7 or 7)
@@ -185,7 +192,8 @@ def _resolve(expression: str, said_at: dt.datetime, planned: bool) -> tuple[dt.d
         words = part[2]
     words = re.sub(r"^(?:early|late|mid-?)\s*", "", words)
     words = re.sub(r"^(?:in|during|by|until|since|on)\s+", "", words)
-    season = {"summer": (6, 3), "winter": (12, 3), "spring": (3, 3), "fall": (9, 3), "autumn": (9, 3)}.get(words)
+    seasons = {"summer": (6, 3), "winter": (12, 3), "spring": (3, 3), "fall": (9, 3), "autumn": (9, 3)}
+    season = seasons.get(words)
     if season:
         month, length = season
         year = base.year

@@ -93,21 +93,27 @@ none true false null nan undefined nil
 """
 # Verbs that open an instruction or a list item ("Use Instagram Stories", "Avoid sugar"), not a
 # name: dropped from the front of a name at a sentence or list item's start.
-_OPENING_VERBS = set("""
-use avoid try make add check create consider keep set get find choose look start take include explore
-visit plan ask follow join read watch listen practice focus limit drink eat go stay book bring pack
-write open click select install run enable disable configure update replace remove buy compare learn
-contact call email share post schedule prepare review research test build apply store save skip wear
-""".split())
+_OPENING_VERBS = {
+    "use", "avoid", "try", "make", "add", "check", "create", "consider", "keep", "set", "get", "find",
+    "choose", "look", "start", "take", "include", "explore", "visit", "plan", "ask", "follow", "join",
+    "read", "watch", "listen", "practice", "focus", "limit", "drink", "eat", "go", "stay", "book",
+    "bring", "pack", "write", "open", "click", "select", "install", "run", "enable", "disable",
+    "configure", "update", "replace", "remove", "buy", "compare", "learn", "contact", "call", "email",
+    "share", "post", "schedule", "prepare", "review", "research", "test", "build", "apply", "store",
+    "save", "skip", "wear"
+}
 _NOT_NAMES = set(_NOT_NAMES_TEXT.split())
 _TITLE = r"(?:Dr|Mr|Mrs|Ms|Prof|Sir|Dame|St)\.?\s+"
 # A capitalised word, any alphabet's letters ("São", "João", "Zoë").
 _CAP = r"(?:[A-Z]|[À-ÖØ-Þ])(?:[^\W\d_]|['’-](?=[^\W\d_]))+"
 _NAME = re.compile(
-    rf"(?:{_TITLE})?{_CAP}(?:\s+(?:of\s+|de\s+|da\s+|do\s+|dos\s+|das\s+|del\s+|van\s+|von\s+|la\s+)?{_CAP}){{0,3}}"
+    rf"(?:{_TITLE})?{_CAP}(?:\s+(?:of\s+|de\s+|da\s+|do\s+|dos\s+|das\s+|del\s+|van\s+|von\s+|"
+    rf"la\s+)?{_CAP}){{0,3}}"
 )
 # A sentence or a Markdown list item, heading or emphasis starts here.
-_SENTENCE_START = re.compile(r"(?:^|[.!?:;\n]\s*|[\"'“(]\s*|^\s*(?:[-*+•]|\d+[.)]|#+)\s+(?:\*\*|__)?|\*\*|__)$", re.M)
+_SENTENCE_START = re.compile(
+    r"(?:^|[.!?:;\n]\s*|[\"'“(]\s*|^\s*(?:[-*+•]|\d+[.)]|#+)\s+(?:\*\*|__)?|\*\*|__)$", re.M
+)
 
 
 @dataclass(frozen=True)
@@ -210,7 +216,8 @@ def extract_counted(text: str, known: set[str] | frozenset[str] = frozenset()) -
         if not words or all(w.lower().strip("'’") in _NOT_NAMES for w in words):
             continue
         line_start = text.rfind("\n", 0, start) + 1
-        at_sentence_start = bool(_SENTENCE_START.search(text[max(line_start, start - 8) : start])) or start == 0
+        before = text[max(line_start, start - 8) : start]
+        at_sentence_start = bool(_SENTENCE_START.search(before)) or start == 0
         # "Use Instagram Stories": an instruction's verb is not part of the name.
         while at_sentence_start and len(words) > 1 and words[0].lower() in _OPENING_VERBS:
             words = words[1:]
@@ -245,12 +252,15 @@ def known_names(owner, texts: Iterable[str] = ()) -> set[str]:
     sentence): the owner's one-word name entities, the people its facts are about, and those
     of `texts`. A sentence that starts with one of them ("Tom doesn't eat mushrooms") names it."""
     names = set(
-        Entity.objects.owned_by(owner).filter(kind="name", mention_count__gt=0).exclude(normalized__contains=" ")
+        Entity.objects.owned_by(owner).filter(kind="name", mention_count__gt=0)
+        .exclude(normalized__contains=" ")
         .values_list("normalized", flat=True)[:5000]
     )
-    names |= {s.lower() for s in Fact.objects.owned_by(owner).values_list("subject", flat=True).distinct()[:500]}
+    subjects = Fact.objects.owned_by(owner).values_list("subject", flat=True).distinct()[:500]
+    names |= {s.lower() for s in subjects}
     for text in texts:
-        names |= {f.normalized for f, _ in extract_counted(text) if f.kind == "name" and " " not in f.normalized}
+        found = extract_counted(text)
+        names |= {f.normalized for f, _ in found if f.kind == "name" and " " not in f.normalized}
     return names
 
 

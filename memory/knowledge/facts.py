@@ -26,6 +26,7 @@ runs in background work (memory.tasks), never on a turn's path, except a person'
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 import re
 from collections.abc import Iterable
@@ -33,6 +34,7 @@ from dataclasses import dataclass, field
 
 from django.db import transaction
 from django.db.models import Case, Q, When
+from django.db.models.expressions import RawSQL
 from django.db.models.signals import pre_delete
 from django.dispatch import receiver
 
@@ -102,6 +104,11 @@ RULES: list[tuple[str, re.Pattern[str]]] = [
     ("works at", re.compile(rf"{_I_WORK}{_VALUE}{_NAME_END}")),
     ("works at", re.compile(rf"\b(?:my\s+new\s+job|I\s+now\s+work)\s+(?:is\s+)?(?:at|for)\s+{_VALUE}\b")),
     ("works at", re.compile(rf"\bI\s+(?:just\s+|have\s+)?(?P<value>{_NO_JOB})\b", re.I)),
+    ("works at", re.compile(r"\bI\s+(?:just\s+|now\s+|recently\s+)?"
+                            r"(?:work|started(?:\s+a\s+new\s+job|\s+working)?|"
+                            r"got\s+a\s+job|joined)\s+(?:at|for)\s+(?P<value>(?:the|a|"
+                            r"an)\s+[a-z][\w' -]{2,40}?)"
+                            r"(?=\s+(?:as|since|in|and|but)\b|\s*[.,;!]|$)")),
     ("partner", re.compile(rf"{_MY_PARTNER}{_VALUE}{_NAME_END}")),
     ("partner", re.compile(rf"{_DATING}{_VALUE}{_NAME_END}")),
     ("partner", re.compile(_SINGLE, re.I)),
@@ -156,7 +163,8 @@ def attribute_facts(sentence: str) -> list[Found]:
         if any(f.attribute == name for f in found):
             continue
         found.append(Found(name, value, sentence, kind=_ATTRIBUTE_KINDS.get(attribute, attribute)))
-    if m := _LIKES.search(sentence):
+    if (m := _LIKES.search(sentence)) and not statements.is_reaction(sentence) and \
+            m["value"].split()[0] not in ("to", "best", "it", "that", "this", "them", "how", "the"):
         liked = not re.match(r"(?:now\s+)?(?:hate|dislike|can't)|don't|no longer", m["how"])
         found.append(Found(f"likes {m['value'].lower()}", "likes" if liked else "dislikes", sentence,
                            kind="preference", wording=sentence))
@@ -172,6 +180,8 @@ def attribute_wording(attribute: str, value: str) -> str:
     """An exclusive attribute in the speaker's words ("I live in Hamburg", "My partner is Alex")."""
     if attribute == "lives in":
         return f"I live in {value}"
+    if attribute == "works at" and re.match(r"(?:the|a|an)\s", value):
+        return f"I work at {value}"
     if attribute in ("works at", "partner") and not value[:1].isupper():
         return f"I{value}" if value.startswith("'") else f"I {value}"  # "I lost my job", "I'm single"
     if attribute == "works at":
@@ -185,16 +195,17 @@ def attribute_wording(attribute: str, value: str) -> str:
     return f"I {attribute} {value}"
 
 
-def extract(text: str, people: Iterable[str] = ()) -> list[Found]:
+def extract(text: str, people: Iterable[str] = (), answer: str = "") -> list[Found]:
     """The facts a message states: its attribute facts (exclusive: home, work, partner,
-    favourites, plans, likes), then the clauses memory.knowledge.statements keeps, each once."""
+    favourites, plans, likes), then the clauses memory.knowledge.statements keeps, each once.
+    `answer`: the assistant's message it replies to (what only echoes it is a reaction)."""
     found: list[Found] = []
     for sentence in statements.sentences(text):
         if statements.carries_a_request(sentence):
             continue
         found += attribute_facts(sentence)
     covered = " ".join(f.clause for f in found).lower()
-    for clause in statements.facts_of(text, set(people)):
+    for clause in statements.facts_of(text, set(people), answer):
         if not clause.explicit and clause.text.rstrip(".!").lower() in covered:
             continue  # the sentence already gave its attribute
         kind = "instruction" if clause.instruction else clause.kind
@@ -244,7 +255,8 @@ def _correct(owner, subject: str, found: Found, message: Message) -> Fact | None
     target = facts.order_by("-valid_from", "-id").first()
     if target is None:
         return None
-    said = attribute_wording(target.attribute, found.value) if not target.attribute.startswith("likes ") else ""
+    likes = target.attribute.startswith("likes ")
+    said = "" if likes else attribute_wording(target.attribute, found.value)
     corrected = Found(target.attribute, found.value, found.clause, kind=target.kind, wording=said)
     new = Fact.objects.create(
         owner=owner, message=message, subject=subject, subject_key=_key(subject),
@@ -278,19 +290,19 @@ class Ledger:
         return self.rows[key]
 
     def same(self, subject: str, said: str) -> Fact | None:
-        return next((f for f in self.current(subject) if f.wording and updates.same_meaning(said, f.wording)), None)
+        rows = self.current(subject)
+        return next((f for f in rows if f.wording and updates.same_meaning(said, f.wording)), None)
 
-    def replaced(self, subject: str, said: str, when: dt.datetime) -> Fact | None:
-        """The newest current statement that `said` gives a new value of (and is not newer)."""
-        for fact in self.current(subject):
-            if fact.wording and fact.valid_from <= when and updates.supersedes(said, fact.wording):
-                return fact
-        return None
+    def replaced(self, subject: str, said: str, when: dt.datetime) -> list[Fact]:
+        """The current statements (not newer) that `said` gives a new value of."""
+        return [f for f in self.current(subject)
+                if f.wording and f.valid_from <= when and updates.supersedes(said, f.wording)]
 
-    def added(self, fact: Fact, replaced: Fact | None) -> None:
+    def added(self, fact: Fact, replaced: list[Fact]) -> None:
         rows = self.current(fact.subject)
-        if replaced is not None and replaced in rows:
-            rows.remove(replaced)
+        for old in replaced:
+            if old in rows:
+                rows.remove(old)
         if fact.kind != "instruction":
             rows.insert(0, fact)
 
@@ -306,7 +318,8 @@ def store_found(owner, message: Message, subject: str, found: Found, origin: str
     said = found.wording or found.clause
     planned = True if found.attribute.startswith("plan: ") or found.kind == "plan" else None
     period = resolve_when(found.clause or said, message.timestamp, planned)
-    previous = None
+    previous: Fact | None = None
+    replaced: list[Fact] = []
     if found.attribute != ABOUT:
         previous = (
             Fact.objects.owned_by(owner).current().about(subject).filter(attribute=found.attribute)
@@ -324,7 +337,7 @@ def store_found(owner, message: Message, subject: str, found: Found, origin: str
             if same.message_id != message.pk:
                 same.also_in.add(message)
             return None
-        previous = ledger.replaced(subject, said, message.timestamp)
+        replaced = ledger.replaced(subject, said, message.timestamp)
     fact = Fact.objects.create(
         owner=owner, message=message, subject=subject, subject_key=_key(subject),
         attribute=found.attribute, value=found.value[:300], statement=_statement(found, subject, quick),
@@ -332,10 +345,10 @@ def store_found(owner, message: Message, subject: str, found: Found, origin: str
         refers_from=period[0] if period else None, refers_to=period[1] if period else None,
         origin=origin, score=found.score,
     )
-    if previous is not None:
-        supersede(previous, fact)
+    for old in [previous] if previous is not None else replaced:
+        supersede(old, fact)
     if found.attribute == ABOUT and ledger is not None:
-        ledger.added(fact, previous)
+        ledger.added(fact, replaced)
     return fact
 
 
@@ -375,15 +388,19 @@ def extract_messages(owner, message_ids: Iterable[str] | None = None, progress=N
     stored = 0
     ledger = Ledger(owner)
     people = known_people(owner)
-    for message in messages.order_by("timestamp", "position").iterator(chunk_size=500):
+    rows = messages.select_related("parent").order_by("timestamp", "position")
+    for message in rows.iterator(chunk_size=500):
         subject = subject_of(message)
         if progress:
             progress(1)
         if subject is None:
             continue
         people |= statements.people_named(" ".join(statements.own_words(message.content)))
+        parent = message.parent
+        answer = parent.content if parent is not None and parent.role == Role.ASSISTANT and \
+            subject_of(parent) is None else ""
         with transaction.atomic():
-            for found in extract(message.content, people):
+            for found in extract(message.content, people, answer):
                 stored += store_found(owner, message, subject, found, ledger=ledger) is not None
     return stored
 
@@ -538,14 +555,19 @@ def write_index(owner, writer, text: str, share: float = INDEX_SHARE) -> list[st
 MODEL_SYSTEM = (
     "You keep a list of lasting facts about people from their messages. Messages to read follow, "
     "each as [n] speaker (date): text. For each message that states something lasting about "
-    "someone (who they are, relations, home, work, plans with dates, preferences, possessions, "
-    "events in their life), write one line: [n] subject | attribute | value | fact. subject: the "
-    "speaker's name as given (or a person the message names); attribute: one of lives in, works "
-    "at, partner, favourite <thing>, plan: <thing>, likes <thing>, or about; value: the place, "
-    "employer, name, date or thing (empty for about); fact: one short third-person sentence. "
-    "Skip greetings, questions, small talk and praise. If no message states a fact, answer NONE."
+    "someone (who they are, family and the names in it, pets, home, work, education, health, diet "
+    "and allergies, possessions, recurring commitments, counts, preferences, plans with dates), "
+    "write one line: [n] subject | attribute | value | fact. subject: the speaker's name as given "
+    "(or a person the message names); attribute: one of lives in, works at, partner, favourite "
+    "<thing>, plan: <thing>, likes <thing>, or about; value: the place, employer, name, date or "
+    "thing (empty for about); fact: at most 25 words, in the speaker's own first person ('I lead a "
+    "team of five engineers'), or about the person named ('Tom doesn't eat mushrooms'). Never a "
+    "fact: text the speaker pasted (code, documents, letters), requests or instructions to the "
+    "assistant, questions, greetings, thanks, reactions to an answer, the assistant's advice. If "
+    "no message states a fact, answer NONE."
 )
 MODEL_BATCH = 20
+MODEL_READ = "facts_model"  # a message's metadata key: the model that read it for facts
 MODEL_EXCERPT_CHARS = 600
 _MODEL_LINE = re.compile(r"^\s*\[(\d{1,3})\]\s*([^|]{1,200})\|([^|]{1,200})\|([^|]{0,300})\|(.{3,400})$")
 _EXCLUSIVE = ("lives in", "works at", "partner")
@@ -584,8 +606,12 @@ def parse_model_facts(answer: str, messages: list[Message]) -> list[tuple[Messag
         named = re.search(rf"\b{re.escape(subject)}\b", message.content, re.I)
         if _key(subject) != _key(speaker) and not named:
             continue
-        found = Found(attribute, value, statement, extra={"statement": statement})
-        proposed.append((message, subject, found))
+        # The same "never a fact" rules as the rules' own clauses, and grounded in the
+        # speaker's own words (not in what they pasted).
+        if not statements.acceptable(statement, message.content):
+            continue
+        found = Found(attribute, value, statement, kind="model", wording=statement)
+        proposed.append((message, speaker if _key(subject) == _key(speaker) else subject, found))
     return proposed
 
 
@@ -602,7 +628,7 @@ def propose_with_model(owner, message_ids: Iterable[str], client=None) -> dict[s
     if not summaries.is_configured():
         return {"proposed": 0}
     # A message the model has read already is read again only once edited.
-    unread = Q(edited=True) | ~Q(pk__in=Fact.objects.filter(origin="model").values("message_id"))
+    unread = Q(edited=True) | ~Q(metadata__has_key=MODEL_READ)
     messages = [
         m for m in Message.objects.owned_by(owner).logical().visible().sources()
         .filter(unread, pk__in=[str(i) for i in message_ids]).order_by("timestamp", "position")
@@ -626,12 +652,18 @@ def propose_with_model(owner, message_ids: Iterable[str], client=None) -> dict[s
             continue
         proposed = parse_model_facts(answer, batch)
         with transaction.atomic():
+            # Read: not asked again unless edited (even when it gave no fact). Merged in SQL, so a
+            # concurrent edit's own metadata stays.
+            Message.objects.filter(pk__in=[m.pk for m in batch]).update(
+                metadata=RawSQL("metadata || %s::jsonb", [json.dumps({MODEL_READ: settings.FACTS_MODEL})])
+            )
             read = {m.pk for m, _, _ in proposed}
             replaced = Fact.objects.filter(message_id__in=read, pinned=False, corrected="").filter(
                 Q(origin="model") | Q(origin="rules", attribute=ABOUT)
             )
             for fact in replaced:
                 fact.delete()
+            ledger = Ledger(owner)
             for message, subject, found in proposed:
-                stored += store_found(owner, message, subject, found, origin="model") is not None
+                stored += store_found(owner, message, subject, found, origin="model", ledger=ledger) is not None
     return {"proposed": stored, "failed_batches": failed}

@@ -98,10 +98,12 @@ _TAIL = re.compile(
 _DISCOURSE = re.compile(
     r"^(?:(?:oh|ah|um|well|so|and|but|also|anyway|anyways|btw|plus|actually|honestly|okay|ok|yeah|yes|no|"
     r"hmm|haha|lol|wow|oops|by the way|speaking of (?:which|[^,]{1,40})|on (?:a|another) (?:side )?note|"
-    r"as i (?:mentioned|said)(?: earlier| before)?|as mentioned|for (?:instance|example)|in fact|to be honest|fun fact|just so you know|"
+    r"as i (?:mentioned|said)(?: earlier| before)?|as mentioned|for (?:instance|example)|in fact|"
+    r"to be honest|fun fact|just so you know|"
     r"i (?:should|forgot to) mention(?: that)?|i wanted to (?:mention|say|share|tell you)(?: that)?|"
     r"i(?:'m| am) happy to (?:report|share) that|quick update|update|incidentally|to correct myself|"
-    r"(?:wait,?\s+)?i apologi[sz]e for (?:the|my) (?:mistake|confusion)(?: earlier)?|to clarify|just to clarify)\b[,:;!.-]*\s*)+",
+    r"(?:wait,?\s+)?i apologi[sz]e for (?:the|my) (?:mistake|confusion)(?: earlier)?|to clarify|"
+    r"just to clarify)\b[,:;!.-]*\s*)+",
     re.I,
 )
 _HEDGE = re.compile(
@@ -114,7 +116,8 @@ _HEDGE = re.compile(
 # A statement inside a question: "..., considering I've done 2,000 miles on it?"
 _EMBEDDED = re.compile(
     r"(?:,\s*|\s-\s|\s)(?:considering(?: that)?|since|given(?: that)?|because|as|especially since|"
-    r"remember when|the one where|which|where|now that|seeing as)\s+(?P<clause>(?:I|I'm|I've|I'd|my|we|we're|we've|our)\b[^?]*)\?*$",
+    r"remember when|the one where|which|where|now that|seeing as)\s+(?P<clause>(?:I|I'm|I've|I'd|my|we|we're|"
+    r"we've|our)\b[^?]*)\?*$",
     re.I,
 )
 
@@ -151,7 +154,8 @@ def _shorten(clause: str) -> str:
     words = clause.split()
     if len(words) <= MAX_WORDS:
         return clause
-    cut = re.search(r"^(.{40,}?)(?:,\s+(?:and|but|so|which|because|since)\b|;|\s[-–—]\s|,\s+(?:I|it)\b)", clause)
+    cut = re.search(r"^(.{40,}?)(?:,\s+(?:and|but|so|which|because|since)\b|;|\s[-–—]\s|,\s+(?:I|it)\b)",
+                    clause)
     if cut and len(cut[1].split()) <= MAX_WORDS:
         return cut[1]
     return " ".join(words[:MAX_WORDS]).rstrip(",;:")
@@ -169,7 +173,7 @@ _REQUEST = re.compile(
     r"i (?:want|need|would like|'d like) you to|i(?:'d| would) (?:like|love|appreciate) (?:some|a|an|more|"
     r"your|to (?:know|learn|hear|see|get|find|ask|understand|try|explore|read))|i(?:'m| am) (?:looking|"
     r"searching) for|i was (?:wondering|hoping)|i(?:'m| am) wondering|i wonder|i need (?:some|a|an|help|"
-    r"advice|tips|ideas|suggestions|recommendations|to (?:know|figure|find|come up|decide|make sure|"
+    r"advice|tips|ideas|suggestions|recommendations|to (?:know|figure|find|come up|decide|"
     r"write|create|prepare|plan|organi[sz]e|learn|understand))|i want to (?:know|learn|understand|find|"
     r"make sure|see|get some)|i(?:'m| am) (?:curious|interested) (?:about|to|in (?:learning|knowing|"
     r"finding|hearing|getting))|i(?:'m| am) trying to (?:decide|figure|find|understand|come up|choose|"
@@ -178,25 +182,31 @@ _REQUEST = re.compile(
 )
 _REACTION = re.compile(
     r"^(?:thanks|thank you|thx|ty|cheers|hi|hello|hey|great|awesome|cool|nice|perfect|wonderful|amazing|"
-    r"sounds|that(?:'s| is| sounds| was)|this (?:is|sounds|was|looks)|these (?:are|sound)|those (?:are|sound)|"
+    r"sounds|that(?:'s| is| sounds| was)|this (?:is|sounds|was|looks)|these (?:are|sound)|those (?:are|"
+    r"sound)|"
     r"it(?:'s| is) (?:great|good|nice|interesting|helpful|fascinating|amazing|reassuring|frustrating|"
     r"important)|good (?:idea|point|to know|luck)|i agree|i disagree|i understand|i appreciate|"
     r"i hope|i wish|i(?:'m| am) (?:not sure|unsure|confused|still not sure)|i had no idea|i didn't know|"
     r"i never knew|i can't wait|i (?:really |totally |completely )?(?:like|love|appreciate|agree with) "
     r"(?:the|that|this|these|those|your|it|how|what|all|each|both|them|some of)\b|"
-    r"i(?:'ll| will) (?:definitely |probably |also |certainly |surely |be sure to |)(?:try|check|look|consider|"
+    r"i(?:'ll| will) (?:definitely |probably |also |certainly |surely |be sure to |)(?:try|check|look|"
+    r"consider|"
     r"give|keep|take|go|use|add|start|make sure|have to|think|do|need|be|get|follow|stick|look into|"
     r"reach out|let you know|remember)|"
+    r"i(?:'m| am) definitely\b|i (?:think|feel|believe|guess|suppose)\b(?!\s+(?:that\s+)?(?:i|my)\b)|"
     r"i(?:'m| am) (?:definitely |really |)going to (?:try|check|give|look|start|use|add|make|follow|do|"
     r"take|have to|keep|consider)|i think (?:i'll|i will|i'm going to|that|this|it|these|those|the|it's|"
     r"you|we|so|maybe|both)|"
     r"i(?:'m| am) (?:so |really |very |also |)(?:glad|excited|happy|thrilled|grateful|thankful|impressed|"
     r"surprised|sorry|pleased|relieved|amazed|intrigued|eager) (?:to|that|you|about|for|with|by|i)|"
-    r"i (?:also |really |)love (?:how|it when|that|the way)\b|i (?:found|find) (?:this|that|these|it|your|those)|i see(?:\s*[,.!]|\s+(?:what|how|that|why|your|now|"
+    r"i (?:also |really |)love (?:how|it when|that|the way)\b|i (?:found|find) (?:this|that|these|it|your|"
+    r"those)|i see(?:\s*[,.!]|\s+(?:what|how|that|why|your|now|"
     r"the point))|i(?:'m| am) (?:leaning|thinking) (?:towards?|about)"
     r"|i like (?:that|this|the) idea|i have (?:a|another|one more|some|few|a few) (?:question|questions)|"
-    r"i(?:'ve| have|) (?:heard|read|noticed|learned|learnt|realized|realised|saw|seen) (?:that|of|about|great|good|"
-    r"they|it|how|somewhere|online|stories)|i (?:assume|imagine|bet|doubt|feel that|am sure)|i(?:'m| am) (?:sure|certain) (?:that|it|"
+    r"i(?:'ve| have|) (?:heard|read|noticed|learned|learnt|realized|realised|saw|seen) (?:that|of|about|"
+    r"great|good|"
+    r"they|it|how|somewhere|online|stories)|i (?:assume|imagine|bet|doubt|feel that|am sure)|i(?:'m|"
+    r" am) (?:sure|certain) (?:that|it|"
     r"they|you))\b",
     re.I,
 )
@@ -215,10 +225,13 @@ _CIRCLE = (
     r"friend|best friend|colleague|coworker|co-worker|manager|boss|roommate|flatmate|neighbou?r|teammate|"
     r"mentor|therapist|doctor|dentist|trainer|coach|teacher|professor|landlord|classmate"
 )
+_COLLEAGUE = r"colleague|coworker|co-worker|manager|boss|teammate|mentor|clients?|employees?|reports"
+_FRIEND = r"friend|best friend|roommate|flatmate|neighbou?r|classmate|landlord|coach|trainer|teacher"
 _PET = r"dog|cat|puppy|kitten|pet|horse|rabbit|bunny|hamster|parrot|guinea pig|fish|turtle|lizard|snake"
 _KINDS: list[tuple[str, float, re.Pattern[str]]] = [
     ("health", 2.6, re.compile(
-        r"\b(?:I(?:'m| am| was| have| had|'ve been| suffer| struggle| take| see| get)\b[^.;]{0,30}?\b(?:allergic|"
+        r"\b(?:I(?:'m| am| was| have| had|'ve been| suffer| struggle| take| see|"
+        r" get)\b[^.;]{0,30}?\b(?:allergic|"
         r"allerg(?:y|ies)|intoleran(?:t|ce)|celiac|coeliac|diabet(?:es|ic)|asthma|adhd|autis\w+|migraines?|"
         r"arthritis|anxiety|depression|diagnosed|pregnant|surgery|injur(?:y|ed)|blood pressure|medication|"
         r"therapy|therapist|chronic|disorder|insomnia|eczema|dr\.? [A-Z]\w+)|my (?:allerg(?:y|ies)|"
@@ -228,7 +241,8 @@ _KINDS: list[tuple[str, float, re.Pattern[str]]] = [
         r"\b(?:I(?:'m| am| have been|'ve been) (?:a |now |strictly |mostly |)(?:vegan|vegetarian|pescatarian|"
         r"gluten[- ]free|dairy[- ]free|keto|on a diet|lactose intolerant)|(?:don't|doesn't|do not|does not|"
         r"can't|cannot|never|won't) (?:eat|drink|touch)|I(?:'m| am) (?:trying to |)(?:avoid|cut(?:ting)? "
-        r"(?:out|back on)|reduc)\w* (?:my )?(?:sugar|meat|dairy|gluten|carbs|caffeine|alcohol|salt))\b", re.I)),
+        r"(?:out|back on)|reduc)\w* (?:my )?(?:sugar|meat|dairy|gluten|carbs|caffeine|alcohol|salt))\b",
+        re.I)),
     ("family", 2.3, re.compile(
         rf"\b(?:my|our) (?:(?:\w+ )?(?:{_REL}))\b|\bI have (?:a |an |\w+ )?(?:{_REL})\b|"
         r"\bI(?:'m| am) (?:married|engaged|divorced|single|widowed|a (?:mom|mother|dad|father|parent))\b",
@@ -241,26 +255,32 @@ _KINDS: list[tuple[str, float, re.Pattern[str]]] = [
         r"I was born|I work as|I identify as|I(?:'m| am) (?:retired|a student|self-employed|unemployed))",
         re.I)),
     ("home", 2.2, re.compile(
-        r"\b(?:I (?:\w+ )?(?:live|lived|moved|relocated)|I(?:'ve| have) been living|I(?:'m| am) (?:now )?living|"
+        r"\b(?:I (?:\w+ )?(?:live|lived|moved|relocated)|I(?:'ve| have) been living|I(?:'m|"
+        r" am) (?:now )?living|"
         r"my (?:new )?(?:apartment|house|home|flat|place|neighbou?rhood|hometown|condo|studio apartment|"
         r"backyard|garden))\b", re.I)),
     ("work", 2.2, re.compile(
         rf"\b(?:I (?:\w+ )?(?:work|worked)\b|I(?:'m| am) (?:working|employed|a manager|the)|I lead\b|I led\b|"
         r"I manage\b|I(?:'ve| have) been working|I (?:got|was) (?:hired|promoted|laid off|fired|a job|"
-        r"the job|a promotion|an offer)|I (?:started|start|quit|left|joined) (?:a |my |the )?(?:new )?"
+        r"the job|a promotion|an offer)|I (?:just |recently |finally |)(?:started|start|quit|left|"
+        r"joined) (?:a |my |the )?(?:new )?"
         r"(?:job|role|position|company|team)|I(?:'m| am) (?:starting|joining)|I retired|"
-        rf"my (?:new )?(?:job|employer|company|team|role|position|office|startup|business|clients?|"
-        rf"(?:{_CIRCLE})))\b", re.I)),
+        rf"my (?:new |old |previous |former |current )?(?:job|employer|company|team|role|position|office|"
+        rf"startup|"
+        rf"business|{_COLLEAGUE}))\b", re.I)),
+    ("people", 2.2, re.compile(rf"\bmy (?:(?:best|old|close|new|good)\s+)?(?:{_FRIEND})s?\b", re.I)),
     ("education", 2.2, re.compile(
         r"\b(?:I graduated|I(?:'m| am) (?:studying|majoring|enrolled|in (?:college|school|grad school))|"
         r"I studied|my (?:degree|major|thesis|dissertation|university|college|phd|master'?s|diploma|"
-        r"classes|course|exams?|professor)|I(?:'m| am) (?:taking|doing) (?:a|an|my) \w+ (?:course|class|degree))\b",
+        r"classes|course|exams?|professor)|I(?:'m| am) (?:taking|doing) (?:a|an|my) \w+ (?:course|class|"
+        r"degree))\b",
         re.I)),
     ("routine", 2.0, re.compile(
         r"\b(?:every (?:day|morning|evening|night|week|weekend|month|year|other \w+|\w+day|two weeks|"
         r"few \w+)|on (?:mondays|tuesdays|wednesdays|thursdays|fridays|saturdays|sundays|weekends|weekdays)|"
         r"(?:once|twice|\w+ times) a (?:day|week|month|year)|daily|weekly|monthly|routine|"
         r"I (?:usually|always|normally|tend to)\b.*\b(?:\d|am|pm|morning|evening|night|weekend|\w+days?)|"
+        r"\b(?:usually|normally|always)\b.*\b\d{1,2}(?::\d{2})?\s?(?:am|pm)\b|"
         r"I(?:'ve| have)? (?:just |recently |finally |)(?:started|begun|stopped|quit|switched to|taken up|"
         r"took up|gotten into|got into|been sticking to)\s+(?:\w+ing|my|a|the)\b)\b", re.I)),
     ("count", 2.0, re.compile(
@@ -268,17 +288,25 @@ _KINDS: list[tuple[str, float, re.Pattern[str]]] = [
         r"nine|ten|eleven|twelve|fifteen|twenty|thirty|forty|fifty|a hundred|a dozen|several)\s+"
         r"(?:(?:[\w-]+\s+){0,2}?[a-z][\w-]*s\b|dozen\b)", re.I)),
     ("goal", 1.9, re.compile(
-        r"^I(?:'m| am) (?:still |now |really |)(?:determined|aiming|aim|working|training|saving) (?:to|for)\b|"
+        r"^I(?:'m| am) (?:still |now |really |)(?:determined|aiming|aim|working|training|saving) (?:to|"
+        r"for)\b|"
         r"^My goal is|^I want to (?:reach|hit|get to|run|finish|lose|save|learn|become)", re.I)),
     ("preference", 2.0, re.compile(
         r"^(?:I (?:really |absolutely |just |also |still |)(?:love|like|enjoy|prefer|adore|hate|dislike|"
         r"can't stand|don't like|do not like|don't enjoy)|My (?:all-time )?favou?rite|"
-        r"I(?:'m| am) (?:a (?:big |huge )?fan of|into|obsessed with|passionate about|not a fan of))\b", re.I)),
+        r"I(?:'m| am) (?:a (?:big |huge )?fan of|into|obsessed with|passionate about|not a fan of))\b",
+        re.I)),
     ("plan", 1.9, re.compile(
-        r"^(?:I(?:'m| am) (?:\w+ly |just |also |still |now |)(?:planning|going|hoping|about|scheduled|due) to|I plan to|I(?:'m| am) "
+        r"^(?:I(?:'m| am) (?:\w+ly |just |also |still |now |)(?:planning|going|hoping|about|scheduled|"
+        r"due) to|I plan to|I(?:'m| am) "
         r"(?:flying|travell?ing|moving|visiting|heading|getting married|starting)\b|My (?:\w+ )?(?:trip|"
         r"flight|wedding|appointment|interview|vacation|holiday|party|exam|surgery|move|visit|birthday)|"
-        r"I(?:'ve| have) (?:booked|scheduled|signed up)|I(?:'ll| will) be (?:\w+ing|in|at|away|moving))",
+        r"I(?:'ve| have) (?:booked|scheduled|signed up)|I(?:'ll| will) be (?:\w+ing|in|at|away|moving)|"
+        r"I(?:'m| am) \w+ing\b.*\b(?:next|tomorrow|tonight|this (?:week|weekend|month|summer|fall|winter|"
+        r"spring)|"
+        r"at the (?:end|start|beginning) of|in (?:January|February|March|April|May|June|July|August|"
+        r"September|"
+        r"October|November|December)|on (?:Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday)))",
         re.I)),
     ("possession", 1.8, re.compile(
         r"\b(?:I (?:just |recently |finally |also |)(?:have|own|bought|got|purchased|ordered|picked up|"
@@ -288,16 +316,18 @@ _KINDS: list[tuple[str, float, re.Pattern[str]]] = [
 ]
 _NAME = r"[A-Z][a-zà-ÿ]+(?:\s+[A-Z][a-zà-ÿ]+)?"
 _NAMED_SUBJECT = re.compile(
-    rf"^(?P<name>(?!(?:He|She|They|It|We|You|His|Her|Their)\b){_NAME})(?:'s \w+)?\s+(?:(?:just|recently|now|still|also|really|actually|usually|always|"
+    rf"^(?P<name>(?!(?:He|She|They|It|We|You|His|Her|Their)\b){_NAME})(?:'s \w+)?\s+(?:(?:just|recently|now|"
+    rf"still|also|really|actually|usually|always|"
     r"never)\s+)?(?:doesn't|does not|can't|cannot|won't|isn't|is|was|has|had|loves|likes|hates|lives|"
     r"works|eats|plays|wants|needs|got|started|moved|turned|graduated|studies|teaches|runs|owns|prefers|"
     r"enjoys|adores|visited|joined|left|became)\b"
 )
 _NOT_A_NAME = {
-    "This", "That", "These", "Those", "There", "Here", "It", "What", "Which", "Who", "How", "When", "Where",
-    "Why", "Everything", "Everyone", "Nothing", "Someone", "Something", "Anyone", "Each", "Every", "Some",
-    "Most", "All", "One", "Another", "Today", "Tomorrow", "Yesterday", "Life", "Work", "Time", "The", "A",
-    "An", "And", "But", "So", "Also", "Then", "Now", "Yes", "No", "Mine", "Yours", "Ours",
+    "This", "That", "These", "Those", "There", "Here", "It", "What", "Which", "Who", "How", "When",
+    "Where", "Why", "Everything", "Everyone", "Nothing", "Someone", "Something", "Anyone", "Each",
+    "Every", "Some", "Most", "All", "One", "Another", "Today", "Tomorrow", "Yesterday", "Life", "Work",
+    "Time", "The", "A", "An", "And", "But", "So", "Also", "Then", "Now", "Yes", "No", "Mine", "Yours",
+    "Ours"
 }
 _FIRST_START = re.compile(r"^(?:I|I'm|I've|I'd|I'll|My)\b")
 _WE_START = re.compile(r"^(?:We|We're|We've|Our)\b")
@@ -324,7 +354,8 @@ _PAST = re.compile(
 _VAGUE = re.compile(
     r"^I(?:'ve| have) been (?:trying|thinking|meaning|wanting|looking|hoping|struggling|wondering|"
     r"considering|feeling)\b|^I(?:'m| am) (?:trying|thinking|hoping|struggling|wondering|considering|"
-    r"feeling|worried|concerned|a bit|a little|kind of|sort of|not)\b|^I (?:was|am) thinking\b",
+    r"feeling|worried|concerned|a bit|a little|kind of|sort of|not|still having|having a hard time|having trouble)\b|"
+    r"^I (?:was|am) thinking\b",
     re.I,
 )
 
@@ -363,14 +394,15 @@ def score_clause(clause: str) -> tuple[str, float]:
 
 _REMEMBER_BEFORE = re.compile(
     r"^(?:(?:please|pls|and|also|oh|so)\s*,?\s*)*(?:(?:can|could|would) you\s+)?(?:please\s+)?(?:remember|"
-    r"note that|make a note(?: that)?|keep in mind|don't forget|do not forget|never forget|bear in mind|memori[sz]e)"
+    r"(?<=please )note that|make a note(?: that)?|keep in mind|don't forget|do not forget|never forget|"
+    r"bear in mind|memori[sz]e)"
     r"(?:\s+(?:this|that))?(?:\s+for (?:me|later|the future|future reference))?"
     r"(?:\s+(?:that|this))?\s*[:,-]?\s+(?P<rest>(?!to\s)\S.*)$",
     re.I,
 )
 _REMEMBER_PREFIX = re.compile(
     r"^(?:(?:please|pls|and|also|oh|so)\s*,?\s*)*(?:for (?:future|your) reference|for the record|"
-    r"from now on|going forward|in (?:the )?future|fyi|just so you know for later)\s*[:,-]?\s+(?P<rest>\S.*)$",
+    r"from now on|just so you know for later)\s*[:,-]?\s+(?P<rest>\S.*)$",
     re.I,
 )
 _REMEMBER_AFTER = re.compile(
@@ -391,13 +423,17 @@ _IMPERATIVE = re.compile(
 )
 
 
-def _remembered(sentences_: list[str]) -> list[Clause]:
+def _remembered(sentences_: list[str], used: set[int] | None = None) -> list[Clause]:
+    """The explicit requests of these sentences; `used` gets the indices of the sentences they
+    took (the request and the sentence it points back to)."""
+    used = set() if used is None else used
     found: list[Clause] = []
     for i, sentence in enumerate(sentences_):
         body = sentence.strip()
         rest = ""
         if _BARE_REMEMBER.match(body):
             rest = sentences_[i - 1] if i > 0 else ""  # "I'm allergic to peanuts. Please remember that."
+            used.add(i - 1)
         elif (m := _REMEMBER_BEFORE.match(body)) or (m := _REMEMBER_PREFIX.match(body)):
             rest = m["rest"]
         elif m := _REMEMBER_AFTER.match(body):
@@ -413,6 +449,7 @@ def _remembered(sentences_: list[str]) -> list[Clause]:
             rest = sentence.strip()  # "From now on, answer in Spanish." in the person's words
         found.append(Clause(rest[:1].upper() + rest[1:], "remember", 10.0, explicit=True,
                             instruction=instruction))
+        used.add(i)
     return found
 
 
@@ -420,22 +457,29 @@ def _remembered(sentences_: list[str]) -> list[Clause]:
 
 
 _LEADING = re.compile(
-    r"^(?:since|as|because|given that|now that|considering(?: that)?)\s+(?P<clause>(?:I|I'm|I've|my|we|we're|we've|our)"
+    r"^(?:since|as|because|given that|now that|considering(?: that)?)\s+(?P<clause>(?:I|I'm|I've|my|we|we're|"
+    r"we've|our)"
     r"\b[^,]{8,}),\s+",
     re.I,
 )
 _FRONTED = re.compile(
-    r"^(?:(?:during|after|before|when|while|since|last|this|on|in|at|yesterday|today|recently|a few|two|three|"
-    r"back in|earlier|over|for)\b[^,]{0,80}(?:,[^,]{0,80})?,\s+|(?:last|this|next) (?:week|weekend|month|year|night|summer|"
+    r"^(?:(?:during|after|before|when|while|since|last|this|on|in|at|yesterday|today|recently|a few|two|"
+    r"three|"
+    r"back in|earlier|over|for)\b[^,]{0,80}(?:,[^,]{0,80})?,\s+|(?:last|this|next) (?:week|weekend|month|"
+    r"year|night|summer|"
     r"winter|spring|fall|\w+day)\s+|(?:yesterday|today|recently|earlier today|this morning|tonight)\s+|"
-    r"(?:a few|two|three|four|five|several|\d+) (?:days|weeks|months|years) ago,?\s+)(?=(?:I|I'm|I've|I'd|my)\b)",
+    r"(?:a few|two|three|four|five|several|\d+) (?:days|weeks|months|years) ago,?\s+)(?=(?:I|I'm|I've|I'd|"
+    r"my)\b)",
     re.I,
 )
 _STATED_THEN_ASKED = re.compile(
-    r"^(?P<clause>(?:I|I'm|I've|My|We|We're|We've|Our)\b[^?]{6,}?),?\s+(?:so|and|but)\s+(?=(?:can|could|would|will|"
+    r"^(?P<clause>(?:I|I'm|I've|My|We|We're|We've|Our)\b[^?]{6,}?),?\s+(?:so|and|but)\s+(?=(?:can|could|"
+    r"would|will|"
     r"do|does|is|are|any|what|how|which|should|where|when)\b)",
 )
-_PARTS = re.compile(r"(?:,\s*|\s+)(?:and|but|so)\s+(?=(?:I|I'm|I've|I'd|my|we|we've|we're)\b)|;\s+|\s[-–—]\s+")
+_PARTS = re.compile(
+    r"(?:,\s*|\s+)(?:and|but|so)\s+(?=(?:I|I'm|I've|I'd|my|we|we've|we're)\b)|;\s+|"
+    r"\s[-–—]\s+")
 
 
 def _candidates(sentence: str) -> list[str]:
@@ -467,7 +511,8 @@ def _candidates(sentence: str) -> list[str]:
 
 
 _INTRODUCED = re.compile(
-    rf"\b(?:[Mm]y|[Oo]ur) (?:(?:little|big|older|younger|best|old|new|dear|late)\s+)?(?:{_REL}|{_CIRCLE}|{_PET})s?,?\s+"
+    rf"\b(?:[Mm]y|[Oo]ur) (?:(?:little|big|older|younger|best|old|new|dear|late)\s+)?(?:{_REL}|{_CIRCLE}|"
+    rf"{_PET})s?,?\s+"
     rf"(?P<a>{_NAME})\b|(?P<b>{_NAME}),\s+(?:[Mm]y|[Oo]ur) (?:\w+\s+)?(?:{_REL}|{_CIRCLE}|{_PET})\b"
 )
 
@@ -484,19 +529,27 @@ def people_named(text: str) -> set[str]:
 
 
 _CONTENT = re.compile(r"[a-z][a-z'-]{3,}")
-_COMMON = set(
-    "that this with have from they them their what when where which while about would could should there "
-    "been were will just really also very much more some like love make made want need have been going "
-    "into your yours mine know think thing things time good great well still even only over back".split()
-)
+_COMMON = {
+    "that", "this", "with", "have", "from", "they", "them", "their", "what", "when", "where", "which",
+    "while", "about", "would", "could", "should", "there", "been", "were", "will", "just", "really",
+    "also", "very", "much", "more", "some", "like", "love", "make", "made", "want", "need", "going",
+    "into", "your", "yours", "mine", "know", "think", "thing", "things", "time", "good", "great",
+    "well", "still", "even", "only", "over", "back"
+}
 
 
 def _content(text: str) -> set[str]:
     return {w.rstrip("s") for w in _CONTENT.findall(text.lower()) if w not in _COMMON}
 
 
-_GENERAL_LIKING = re.compile(r"^I (?:also |really |just |absolutely )?(?:love|like|enjoy|adore) (?:\w+ing|a good)\b")
-_POINTING = re.compile(r"\b(?:these|those) (?!days\b|years?\b|months?\b|weeks?\b)\w+|\bon the list\b", re.I)
+_GENERAL_LIKING = re.compile(
+    r"^I (?:also |really |just |absolutely )?(?:love|like|enjoy|adore) (?:\w+ing|"
+    r"a good)\b")
+_POINTING = re.compile(
+    r"\b(?:these|those) (?!days\b|years?\b|months?\b|weeks?\b)\w+|\bon the list\b|"
+    r"\bthis (?!week|weekend|month|year|summer|winter|spring|fall|autumn|morning|afternoon|evening|time|past)\w+",
+    re.I,
+)
 
 
 def echoes(clause: str, answer: str) -> bool:
@@ -535,6 +588,8 @@ def _judge(clause: str, people: set[str], said: set[str], explicit: list[Clause]
         score -= 0.3  # "I love going to the beach!": a mood more than a preference to keep
     if _POINTING.search(clause):
         score -= 0.6  # "one of these festivals", "those games on the list": about the answer
+    if kind == "plan" and re.search(r"\bgoing to [a-z]+", core) and not _DATE_WORD.search(core):
+        score -= 0.6  # "I'm going to build a website": an intention of the moment, not a dated plan
     if subject and not kind:
         kind, score = "about someone", 2.2 + 0.5 * bool(_NUMBER.search(clause))
     if not kind:
@@ -548,10 +603,13 @@ def clauses(text: str, people: set[str] | frozenset[str] = frozenset(), answer: 
     `answer`: the message it replies to (a clause that mostly repeats it is a reaction)."""
     people = set(people) | people_named(text)
     parts = sentences(text)
-    explicit = _remembered(parts)
+    used: set[int] = set()
+    explicit = _remembered(parts, used)
     said = {c.text.rstrip(".!").lower() for c in explicit}
     found: list[Clause] = []
-    for sentence in parts:
+    for i, sentence in enumerate(parts):
+        if i in used:
+            continue
         best: Clause | None = None
         for candidate in _candidates(sentence):
             clause = _judge(_shorten(candidate), people, said, explicit, answer)
@@ -583,3 +641,26 @@ def carries_a_request(sentence: str) -> bool:
 def explicit_requests(text: str) -> list[Clause]:
     """Only the explicit "remember that…" facts of a message (what a chat turn saves at once)."""
     return _remembered(sentences(text))
+
+
+def acceptable(fact: str, message: str) -> bool:
+    """Whether a fact a model proposes passes the rules' "never a fact" tests: not a request,
+    question, greeting or reaction, not about the conversation, short, and drawn from the
+    speaker's own words of `message` (most of its content words are there, not only in what was
+    pasted)."""
+    bare = _bare(fact)
+    if not bare or bare.rstrip().endswith("?") or _REQUEST.match(bare) or _REACTION.match(bare):
+        return False
+    if _ADDRESSED.search(bare) or len(bare.split()) > MAX_WORDS + 8:
+        return False
+    words = _content(bare)
+    own = _content(" ".join(own_words(message)))
+    return bool(words) and len(words & own) / len(words) >= 0.5
+
+
+def is_reaction(sentence: str) -> bool:
+    """Whether a sentence reacts to an answer or asks for something rather than telling
+    ("That sounds amazing, I love sunrise shots!", "I'm excited to see which one I like best")."""
+    bare = _bare(sentence)
+    return (not _FIRST_START.match(bare) or bare.endswith("!") or bool(_REACTION.match(bare))
+            or bool(_REQUEST.match(bare)) or bool(_ADDRESSED.search(bare)))

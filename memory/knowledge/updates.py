@@ -44,30 +44,37 @@ _VALUE = re.compile(
     r"|\b(?:once|twice|\w+\s+times)\s+(?:a|per)\s+(?:day|week|month|year)\b|\b(?:daily|weekly|biweekly|monthly)\b)"
     rf"|(?P<weekday>\b(?:{'|'.join(_WEEKDAYS)})s?\b)"
     r"|(?P<ordinal>\b(?:" + "|".join(_ORDINALS) + r")\b|\b\d+(?:st|nd|rd|th)\b)"
-    r"|(?P<number>\b\d[\d,]*(?:\.\d+)?(?:\s?-\s?\d[\d,]*(?:\.\d+)?)?\b|\b(?:" + "|".join(_NUMBER_WORDS) + r")\b)"
+    r"|(?P<number>\b\d[\d,]*(?:\.\d+)?(?:\s?-\s?\d[\d,]*(?:\.\d+)?)?\b"
+    r"|\b(?:" + "|".join(_NUMBER_WORDS) + r")\b)"
     r"|(?P<name>(?-i:(?<![.!?]\s)(?<!^)\b[A-Z][\w'’&-]*(?:\s+(?:of\s+|de\s+|the\s+)?[A-Z][\w'’&-]*)*))",
     re.I | re.M,
 )
-_STOP = set(
-    "a an the and or but so of to in on at for with from by about as into over after before since "
-    "until i i'm i've i'd i'll me my mine myself we we're we've our us you your it it's its this "
-    "that these those is am are was were be been being have has had having do does did done get got "
-    "gotten getting just really actually now currently already still also even lately recently so "
-    "far then there here very pretty quite lot lots bit some any all more most much many few other "
-    "another new one ones now which who what when where how than too can could will would should "
-    "might must may not no up out around approximately almost nearly total count far right moment at "
-    "least every each".split()
-)
+_STOP = {
+    "a", "an", "the", "and", "or", "but", "so", "of", "to", "in", "on", "at", "for", "with", "from",
+    "by", "about", "as", "into", "over", "after", "before", "since", "until", "i", "i'm", "i've", "i'd",
+    "i'll", "me", "my", "mine", "myself", "we", "we're", "we've", "our", "us", "you", "your", "it",
+    "it's", "its", "this", "that", "these", "those", "is", "am", "are", "was", "were", "be", "been",
+    "being", "have", "has", "had", "having", "do", "does", "did", "done", "get", "got", "gotten",
+    "getting", "just", "really", "actually", "now", "currently", "already", "still", "also", "even",
+    "lately", "recently", "far", "then", "there", "here", "very", "pretty", "quite", "lot", "lots",
+    "bit", "some", "any", "all", "more", "most", "much", "many", "few", "other", "another", "new",
+    "one", "ones", "which", "who", "what", "when", "where", "how", "than", "too", "can", "could",
+    "will", "would", "should", "might", "must", "may", "not", "no", "up", "out", "around",
+    "approximately", "almost", "nearly", "total", "count", "right", "moment", "least", "every", "each"
+}
 # Words that take a value but name no thing of their own: "10 hours", "six times".
-_GENERIC = set(
-    "time hour minut day week month year second peopl person thing point way part number amount piec "
-    "item bit lot km mile kg lb pound metr meter kilomet mm cm dollar euro percent".split()
-)
+_GENERIC = {
+    "time", "hour", "minut", "day", "week", "month", "year", "second", "peopl", "person", "thing",
+    "point", "way", "part", "number", "amount", "piec", "item", "bit", "lot", "km", "mile", "kg", "lb",
+    "pound", "metr", "meter", "kilomet", "mm", "cm", "dollar", "euro", "percent"
+}
 # Verbs too light to make two statements about one thing.
-_LIGHT = set(
-    "have get got use make go went take buy bought start think plan like love enjoy want need tri "
-    "spent spend see saw know feel found find keep kept put said say tell told manag look been".split()
-)
+_LIGHT = {
+    "have", "get", "got", "use", "make", "go", "went", "take", "buy", "bought", "start", "think",
+    "plan", "like", "love", "enjoy", "want", "need", "tri", "spent", "spend", "see", "saw", "know",
+    "feel", "found", "find", "keep", "kept", "put", "said", "say", "tell", "told", "manag", "look",
+    "been"
+}
 _WORD = re.compile(r"[a-z][a-z'-]*")
 
 
@@ -163,15 +170,19 @@ def supersedes(new: str, old: str) -> bool:
     return False
 
 
-def same_meaning(a: str, b: str, threshold: float = 0.75) -> bool:
-    """Whether two statements say the same: the same values, and mostly the same content words."""
+def same_meaning(a: str, b: str) -> bool:
+    """Whether two statements say the same: the same values, and, values set aside, the content
+    words of the shorter mostly in the longer ("I'm lactose intolerant" and "As I said, I'm
+    lactose intolerant, so I skip desserts"; "I lead 3 engineers" and "I've been leading 3
+    engineers for a year")."""
     ra, rb = read(a), read(b)
     for kind in set(ra.values) | set(rb.values):
         if kind == "name":
             continue
         if {v for v, _, _ in ra.values.get(kind, [])} != {v for v, _, _ in rb.values.get(kind, [])}:
             return False
-    ca, cb = ra.content, rb.content
-    if not ca or not cb:
+    ca, cb = ra.content - _LIGHT, rb.content - _LIGHT
+    if min(len(ca), len(cb)) < 2:
         return " ".join(a.lower().split()) == " ".join(b.lower().split())
-    return len(ca & cb) / len(ca | cb) >= threshold
+    shared = len(ca & cb)
+    return shared / len(ca | cb) >= 0.75 or shared / min(len(ca), len(cb)) >= (0.6 if ra.values else 0.8)

@@ -93,6 +93,9 @@ def _third_singular(verb: str) -> str | None:
     return None
 
 
+_THEY = {"m": "they're", "ve": "they've", "d": "they'd", "ll": "they'll"}
+_HAS = {"m": "is", "ve": "has", "d": "would", "ll": "will"}
+_PARTICIPLE = re.compile(r"\s+(?:been|gone|had|done|seen|\w+ed)\b")
 _FIRST_I = re.compile(r"\bI(?:'(?P<contraction>m|ve|d|ll)\b|\s+(?P<word>[A-Za-z']+))")
 
 
@@ -117,11 +120,10 @@ def third_person(wording: str, subject: str, *, quick: bool = False) -> str:
         position = m.end()
         if m["contraction"]:
             if done:
-                out.append({"m": "they're", "ve": "they've", "d": "they'd", "ll": "they'll"}[m["contraction"]])
+                out.append(_THEY[m["contraction"]])
                 continue
-            had = m["contraction"] == "d" and re.match(r"\s+(?:been|gone|had|done|seen|\w+ed)\b", text[m.end():])
-            out.append(f"{subject} " + ("had" if had else {"m": "is", "ve": "has", "d": "would", "ll": "will"}[
-                m["contraction"]]))
+            had = m["contraction"] == "d" and _PARTICIPLE.match(text[m.end():])
+            out.append(f"{subject} " + ("had" if had else _HAS[m["contraction"]]))
             done = True
             continue
         word = m["word"]

@@ -43,7 +43,8 @@ def run_import(command: BaseCommand, user, parsed: import_jobs.Parsed, path: str
         tasks.queue_import(job.pk)
         command.stderr.write(
             f"{job.passages_total:,} passages to embed in background work (a running `manage.py serve` "
-            "or `db_worker`; progress on the explorer's Memory page), then topics are built and facts learned; keyword "
+            "or `db_worker`; progress on the explorer's Memory page), then topics are built and facts "
+            "learned; keyword "
             "search finds the messages now"
         )
         return job

@@ -125,9 +125,9 @@ def cascade_and_redraw(collector, field, sub_objs, using):
     models.CASCADE(collector, field, sub_objs, using)
     for owner_id, ids in others.items():
         if ids:
+            said = sorted(ids)
             transaction.on_commit(
-                lambda o=owner_id, i=sorted(ids): sources_lost.send(Fact, owner_id=o, message_ids=i),
-                using=using,
+                lambda o=owner_id, i=said: sources_lost.send(Fact, owner_id=o, message_ids=i), using=using
             )
 
 
@@ -206,7 +206,8 @@ class Fact(models.Model):
         with transaction.atomic():
             Fact.objects.filter(superseded_by_id=self.pk).update(valid_to=None, superseded_by=None)
             self.also_in.clear()
-            self.kind, self.statement, self.wording, self.value, self.corrected = self.FORGOTTEN, "", "", "", ""
+            self.kind = self.FORGOTTEN
+            self.statement = self.wording = self.value = self.corrected = ""
             self.subject, self.subject_key, self.attribute = "", "", ""
             self.superseded_by, self.pinned, self.valid_to = None, False, timezone.now()
             self.save()

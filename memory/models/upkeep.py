@@ -166,8 +166,9 @@ class ImportJob(models.Model):
     """One import of chat history (ChatGPT's, Claude's, JSON Lines or a Recollect export), done
     in steps so nobody waits for vectors: its messages are stored first (keyword search, the
     chat and the explorer have them at once), then background work embeds them, then the topic
-    tree is built, then the facts are drawn (memory.transfer.import_jobs). The counts are its progress; a run that stops
-    (a server restart) is resumed by the next, which claims the job once its runner is gone."""
+    tree is built, then the facts are drawn (memory.transfer.import_jobs). The counts are its
+    progress; a run that stops (a server restart) is resumed by the next, which claims the job
+    once its runner is gone."""
 
     class Status(models.TextChoices):
         STORING = "storing", "storing messages"

@@ -149,7 +149,8 @@ class Command(BaseCommand):
         parser.add_argument("--threshold", type=float, default=THRESHOLD,
                             help=f"cosine at which a fact matches a reference fact (default {THRESHOLD})")
         parser.add_argument("--methods", default="",
-                            help="comma-separated subset of the methods (facts, main's rules, every user turn)")
+                            help="comma-separated subset of the methods "
+                                 "(facts, main's rules, every user turn)")
         parser.add_argument("--show", type=int, default=0, metavar="N",
                             help="print the first N facts with their best reference fact, and the misses")
         parser.add_argument("--json", action="store_true",
@@ -168,8 +169,10 @@ class Command(BaseCommand):
         out = self.stderr if opts["json"] else self.stdout
         self.show = opts["show"]
         self.wanted = {m.strip() for m in opts["methods"].split(",") if m.strip()}
-        results: dict = {"threshold": opts["threshold"], "load_average": [round(x, 2) for x in os.getloadavg()]}
-        conversations = load(opts["folders"] or [str(eval_recall.DEFAULT_DATASET)]) if "locomo" in suites else []
+        load_average = [round(x, 2) for x in os.getloadavg()]
+        results: dict = {"threshold": opts["threshold"], "load_average": load_average}
+        folders = opts["folders"] or [str(eval_recall.DEFAULT_DATASET)]
+        conversations = load(folders) if "locomo" in suites else []
         started = time.perf_counter()
         with eval_recall.scratch_database(opts["scratch_db"], keep=opts["keep"]):
             if "locomo" in suites:
@@ -188,7 +191,8 @@ class Command(BaseCommand):
     def _methods(self, speakers: bool = False) -> dict:
         found = fact_lists.methods(speakers)
         if "main's rules" not in found:
-            self.stderr.write(f"main's rules: git show {fact_lists.BASELINE_COMMIT} failed; that baseline is left out")
+            self.stderr.write(f"main's rules: git show {fact_lists.BASELINE_COMMIT} failed; "
+                              "that baseline is left out")
         return {k: v for k, v in found.items() if not self.wanted or k in self.wanted}
 
     def _draw(self, method, user) -> list[fact_lists.Drawn]:
@@ -206,10 +210,12 @@ class Command(BaseCommand):
             for name, method in self._methods().items():
                 fact_lists.score_haystack(stack, self._draw(method, user), scores[name])
         rows = {name: score.row() for name, score in scores.items()}
-        out.write(f"\nLongMemEval haystacks: {len(stacks)} questions, {scores['facts'].turns if 'facts' in scores else 0} "
+        turns = sum(stack.turns for stack in stacks)
+        out.write(f"\nLongMemEval haystacks: {len(stacks)} questions, {turns} "
                   "turns (answer coverage over the single-session-user, knowledge-update and "
                   "single-session-preference questions)")
-        out.write(f"{'method':<18}{'answer coverage':>16}{'filler share':>14}{'facts/100 turns':>17}{'facts':>7}")
+        out.write(f"{'method':<18}{'answer coverage':>16}{'filler share':>14}{'facts/100 turns':>17}"
+                  f"{'facts':>7}")
         for name, r in rows.items():
             coverage = "" if r["answer_coverage"] is None else f"{r['answer_coverage']:.1%}"
             out.write(f"{name:<18}{coverage:>16}{r['filler_share']:>14.1%}{r['facts_per_100_turns']:>17.1f}"
@@ -230,7 +236,8 @@ class Command(BaseCommand):
                 fact_lists.score_update(stack, self._draw(method, user), scores[name])
         rows = {name: score.row() for name, score in scores.items()}
         out.write(f"\nKnowledge updates: {len(stacks)} questions")
-        out.write(f"{'method':<18}{'new current':>12}{'old linked':>12}{'old instead':>13}{'other links':>13}")
+        out.write(f"{'method':<18}{'new current':>12}{'old linked':>12}{'old instead':>13}"
+                  f"{'other links':>13}")
         for name, r in rows.items():
             out.write(f"{name:<18}{r['new_value_current']:>12.1%}{r['old_linked_as_superseded']:>12.1%}"
                       f"{r['old_still_current_instead']:>13.1%}{r['other_supersessions']:>13}")
@@ -331,7 +338,8 @@ class Command(BaseCommand):
                     matched += int(((reference_rows @ fact_rows.T).max(axis=1) >= threshold).sum())
         p, r, f = prf(kept, relevant)
         return {
-            "list_precision": round(sum(c >= threshold for c in cosines) / len(cosines), 4) if cosines else 0.0,
+            "list_precision": round(sum(c >= threshold for c in cosines) / len(cosines), 4)
+            if cosines else 0.0,
             "coverage": round(matched / max(1, total_refs), 4),
             "facts": count, "per_100_turns": round(100 * count / max(1, len(turns)), 1),
             "precision": round(p, 4), "recall": round(r, 4), "f1": round(f, 4),
