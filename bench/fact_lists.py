@@ -251,7 +251,16 @@ def score_update(stack: Haystack, facts_: list[Drawn], score: UpdateScore) -> No
         answer = stack.query["answer"][:60]
         score.notes.append(f"{stack.id}: no current fact from the new statement ({answer})")
     links = [(f, by_id.get(f.superseded_by)) for f in facts_ if f.superseded_by]
-    expected_links = [(o, n) for o, n in links if n is not None and olds & set(o.turns) and new in n.turns]
+
+    def leads_to_new(fact: Drawn | None, steps: int = 0) -> bool:
+        """A chain of supersessions (old -> ... -> new) links the old value to the new one."""
+        if fact is None or steps > 10:
+            return False
+        return new in fact.turns or leads_to_new(by_id.get(fact.superseded_by), steps + 1)
+
+    expected_links = [(o, n) for o, n in links if olds & set(o.turns) and leads_to_new(n)]
+    chained = {id(n) for _, n in expected_links}
+    expected_links += [(o, n) for o, n in links if id(o) in chained and leads_to_new(n)]
     score.other_links += len(links) - len(expected_links)
     for o, n in links:
         if (o, n) not in expected_links and n is not None:

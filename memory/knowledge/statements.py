@@ -493,6 +493,10 @@ def _candidates(sentence: str) -> list[str]:
     if not question and not _REQUEST.match(bare) and not _ADDRESSED.search(bare):
         whole = bare
         parts = [_bare(p) for p in _PARTS.split(bare) if p and len(p.split()) >= 3]
+        # "I'm planning to stay on Oahu, so the bay sounds perfect": the statement before the tail.
+        head = re.split(r",\s+(?:so|and|but|which|because|since|as|where)\s+(?!I\b|I'|my\b|we\b)", whole)[0]
+        if head != whole and len(head.split()) >= 4:
+            parts.append(head)
         return [whole] + [p for p in parts if p != whole]
     found = []
     if m := _LEADING.match(bare):
@@ -556,7 +560,7 @@ def echoes(clause: str, answer: str) -> bool:
     """Whether a clause mostly repeats the answer it replies to ("I love attending festivals, so
     I'll check out Tafwyl" after a list of festivals): a reaction, not news about the speaker."""
     words = _content(clause)
-    return len(words) >= 3 and len(words & _content(answer)) / len(words) >= 0.6
+    return len(words) >= 3 and len(words & _content(answer)) / len(words) >= 0.7
 
 
 def _judge(clause: str, people: set[str], said: set[str], explicit: list[Clause],
@@ -582,7 +586,7 @@ def _judge(clause: str, people: set[str], said: set[str], explicit: list[Clause]
         return None
     kind, score = score_clause(core)
     score += 0.5 * (core != clause)  # a time it names
-    if answer and echoes(clause, answer):
+    if answer and not _NUMBER.search(core) and echoes(clause, answer):
         score -= 1.0
     if kind == "preference" and (clause.endswith("!") or _GENERAL_LIKING.match(core)):
         score -= 0.3  # "I love going to the beach!": a mood more than a preference to keep

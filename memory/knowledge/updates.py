@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 _NUMBER_WORDS = {
     "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9,
@@ -60,11 +60,13 @@ _STOP = {
     "bit", "some", "any", "all", "more", "most", "much", "many", "few", "other", "another", "new",
     "one", "ones", "which", "who", "what", "when", "where", "how", "than", "too", "can", "could",
     "will", "would", "should", "might", "must", "may", "not", "no", "up", "out", "around",
-    "approximately", "almost", "nearly", "total", "count", "right", "moment", "least", "every", "each"
+    "approximately", "almost", "nearly", "total", "count", "right", "moment", "least", "every", "each",
+    "last", "next", "past", "ago", "today", "yesterday", "tomorrow", "since", "until"
 }
 # Words that take a value but name no thing of their own: "10 hours", "six times".
 _GENERIC = {
-    "time", "hour", "minut", "day", "week", "month", "year", "second", "peopl", "person", "thing",
+    "time", "hour", "minut", "day", "week", "month", "year", "second", "peopl", "thing", "weekend",
+    "weekday", "morning", "even", "night",
     "point", "way", "part", "number", "amount", "piec", "item", "bit", "lot", "km", "mile", "kg", "lb",
     "pound", "metr", "meter", "kilomet", "mm", "cm", "dollar", "euro", "percent"
 }
@@ -76,6 +78,11 @@ _LIGHT = {
     "been"
 }
 _WORD = re.compile(r"[a-z][a-z'-]*")
+# "I met…", "I attended…": an event, in the simple past.
+_SIMPLE_PAST = re.compile(
+    r"^(?:[A-Z][^,]{0,60},\s+)?I (?:also |just |recently |finally |then |)(?:met|attended|went|visited|saw|"
+    r"took|caught|ran|won|lost|bought|got|flew|drove|stayed|tried|watched|read|finished|completed|\w+ed)\b"
+)
 
 
 @functools.cache
@@ -91,6 +98,7 @@ class Reading:
 
     values: dict[str, list[tuple[str, int, int]]]
     stems: list[tuple[str, int]]  # (stem, character offset), values left out
+    adjectives: set[str] = field(default_factory=set)  # stems of words that can only be adjectives
 
     @property
     def content(self) -> set[str]:
@@ -115,6 +123,7 @@ def _normalize(kind: str, raw: str) -> str:
     return " ".join(low.split())
 
 
+@functools.lru_cache(maxsize=20000)
 def read(text: str) -> Reading:
     values: dict[str, list[tuple[str, int, int]]] = {}
     taken: list[tuple[int, int]] = []
@@ -133,15 +142,35 @@ def read(text: str) -> Reading:
             if w.strip("'-") not in _STOP and not any(a <= at < b for a, b in taken) and len(w) > 1]
     stemmed = _stemmer().stemWords([w for w, _ in kept])
     stems = [(s, at) for s, (_, at) in zip(stemmed, kept, strict=True)]
-    return Reading(values, stems)
+    adjectives = {s for s, (w, _) in zip(stemmed, kept, strict=True) if _only_adjective(w)}
+    return Reading(values, stems, adjectives)
 
 
-def _heads(reading: Reading, kind: str, window: int = 3) -> set[str]:
-    """The content stems nearest each value of this type, before and after it."""
+@functools.lru_cache(maxsize=20000)
+def _only_adjective(word: str) -> bool:
+    """'different', 'total': words that describe a counted thing rather than name it."""
+    from memory.knowledge.wording import lexicon
+
+    lemmas = lexicon().getAllLemmas(word)
+    return bool(lemmas) and set(lemmas) <= {"ADJ", "ADV"}
+
+
+_NEAR = {"number": (2, 2), "ordinal": (2, 2), "money": (2, 2), "name": (1, 2)}
+
+
+def _heads(reading: Reading, kind: str) -> set[str]:
+    """The content stems that say what each value of this type is of: for a count or a name,
+    the two after it ("10 hours", "four bikes") and the one before it ("level 100", "trip to
+    Paris"); for a time, day or frequency, the three on either side (the activity it times)."""
     heads: set[str] = set()
+    ahead, behind = _NEAR.get(kind, (3, 3))
     for _, start, end in reading.values.get(kind, []):
-        before = [s for s, at in reading.stems if at < start][-window:]
-        after = [s for s, at in reading.stems if at >= end][:window]
+        before = [s for s, at in reading.stems if at < start][-ahead:]
+        after = [s for s, at in reading.stems if at >= end][:behind]
+        if kind in _NEAR:
+            after = [w for w in after if w not in reading.adjectives] or after
+            if after and after[0] not in _GENERIC:
+                after = after[:1]  # "four bikes": what is counted; "10 hours on the sculpture": both
         heads.update(before + after)
     return heads
 
@@ -150,21 +179,22 @@ def supersedes(new: str, old: str) -> bool:
     """Whether statement `new` gives a new value for the same thing as `old` (both the
     speaker's own words)."""
     a, b = read(new), read(old)
-    dates_a = {v for v, _, _ in a.values.get("date", [])}
-    dates_b = {v for v, _, _ in b.values.get("date", [])}
-    if dates_a and dates_b and not dates_a & dates_b:
-        return False  # two dated events
-    shared = (a.content & b.content) - _LIGHT
+    if b.values.get("date") and {v for v, _, _ in a.values.get("date", [])} != {v for v, _, _ in b.values["date"]}:
+        return False  # what happened on a day stays true: another day is another event
+    past = _SIMPLE_PAST.match(new) and _SIMPLE_PAST.match(old)
+    shared = (a.content & b.content) - _LIGHT - _GENERIC
     for kind in ("number", "ordinal", "money", "time", "weekday", "frequency", "name"):
         va = {v for v, _, _ in a.values.get(kind, [])}
         vb = {v for v, _, _ in b.values.get(kind, [])}
-        if not va or not vb or va == vb or (kind == "name" and va & vb):
-            continue
+        if not va or not vb or va == vb or (kind == "name" and (va & vb or past)):
+            continue  # (two things that happened at different places are two events)
         heads = (_heads(a, kind) & _heads(b, kind)) - _LIGHT
         if not heads:
             continue
         specific = heads - _GENERIC
         needed = 3 if kind == "name" else 2
+        # A head of its own ("bikes", "followers", "level") needs little more; a unit ("hours",
+        # "times") needs the rest of the statement to be about the same thing.
         if (specific and len(shared) >= needed - 1) or len(shared) >= needed:
             return True
     return False

@@ -66,12 +66,17 @@ def _lexicon():
     return lemminflect
 
 
+def lexicon():
+    """lemminflect, loaded once per process."""
+    return _lexicon()
+
+
 def lexicon_ready() -> bool:
     """Whether the verb lexicon is loaded (it takes a few seconds once per process)."""
     return "lemminflect" in sys.modules and _lexicon.cache_info().currsize > 0
 
 
-def _third_singular(verb: str) -> str | None:
+def _third_singular(verb: str, past: bool = False) -> str | None:
     """The verb after 'I' as after 'she' ('panic' -> 'panics', 'got' -> 'got'); None when the
     word is no verb the lexicon knows."""
     low = verb.lower()
@@ -86,16 +91,20 @@ def _third_singular(verb: str) -> str | None:
     if not lemmas:
         return None
     forms = lexicon.getAllInflections(lemmas[0], upos="VERB")
-    if low in forms.get("VBD", ()) or low in forms.get("VBN", ()):
-        return low  # a past tense reads the same after any subject
-    if low in forms.get("VB", ()) or low in forms.get("VBP", ()):
-        return (forms.get("VBZ") or (None,))[0]
+    present = low in forms.get("VB", ()) or low in forms.get("VBP", ())
+    if low in forms.get("VBD", ()) and (past or not present):
+        return low  # a past tense reads the same after any subject ("I put in 10 hours")
+    if present:
+        return (forms.get("VBZ") or (None,))[0]  # "I run" -> "runs" (run is a participle too)
+    if low in forms.get("VBN", ()):
+        return low
     return None
 
 
 _THEY = {"m": "they're", "ve": "they've", "d": "they'd", "ll": "they'll"}
 _HAS = {"m": "is", "ve": "has", "d": "would", "ll": "will"}
 _PARTICIPLE = re.compile(r"\s+(?:been|gone|had|done|seen|\w+ed)\b")
+_PAST_HINT = re.compile(r"\b(?:yesterday|last|ago|already|earlier|once|then)\b", re.I)
 _FIRST_I = re.compile(r"\bI(?:'(?P<contraction>m|ve|d|ll)\b|\s+(?P<word>[A-Za-z']+))")
 
 
@@ -144,7 +153,7 @@ def third_person(wording: str, subject: str, *, quick: bool = False) -> str:
             "am", "have", "do", "don't", "haven't", "was", "wasn't", "go"
         }:
             return quoted
-        verb = _third_singular(words[-1])
+        verb = _third_singular(words[-1], past=bool(_PAST_HINT.search(text)))
         if verb is None:
             return quoted
         words[-1] = verb

@@ -75,7 +75,7 @@ async def test_remember_that_is_saved_at_once_and_shown_under_the_reply(owner, c
     events = await exchange(ws, f"{marker}. I'm allergic to peanuts, please remember that.")
     await ws.disconnect()
     done = events[-1]
-    assert done["type"] == "chat.reply_done" and done["status"] == "complete"
+    assert done["type"] == "reply_done" and done["status"] == "complete"
     assert "Saved to memory:" in done["html"] and "You&#x27;re allergic to peanuts." in done["html"]
     fact = await Fact.objects.aget(owner=owner, kind="remember")
     assert fact.wording == "I'm allergic to peanuts." and fact.statement == "the user is allergic to peanuts."
