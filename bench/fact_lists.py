@@ -212,7 +212,8 @@ def score_haystack(stack: Haystack, facts_: list[Drawn], score: HaystackScore) -
     if not hit:
         near = [f for f in facts_ if tokens(str(stack.query["answer"])) <= tokens(f.text)][:3]
         said = "; ".join(f"{'current' if f.current else 'superseded'}: {f.text[:100]}" for f in near)
-        score.misses.append(f"{stack.id} ({category}): {stack.query['query']} -> {str(stack.query['answer'])[:80]}"
+        answer = str(stack.query["answer"])[:80]
+        score.misses.append(f"{stack.id} ({category}): {stack.query['query']} -> {answer}"
                             + (f" [{said}]" if said else ""))
 
 

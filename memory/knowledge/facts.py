@@ -665,5 +665,6 @@ def propose_with_model(owner, message_ids: Iterable[str], client=None) -> dict[s
                 fact.delete()
             ledger = Ledger(owner)
             for message, subject, found in proposed:
-                stored += store_found(owner, message, subject, found, origin="model", ledger=ledger) is not None
+                fact = store_found(owner, message, subject, found, origin="model", ledger=ledger)
+                stored += fact is not None
     return {"proposed": stored, "failed_batches": failed}

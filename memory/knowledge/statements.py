@@ -354,7 +354,8 @@ _PAST = re.compile(
 _VAGUE = re.compile(
     r"^I(?:'ve| have) been (?:trying|thinking|meaning|wanting|looking|hoping|struggling|wondering|"
     r"considering|feeling)\b|^I(?:'m| am) (?:trying|thinking|hoping|struggling|wondering|considering|"
-    r"feeling|worried|concerned|a bit|a little|kind of|sort of|not|still having|having a hard time|having trouble)\b|"
+    r"feeling|worried|concerned|a bit|a little|kind of|sort of|not|still having|having a hard time|"
+    r"having trouble)\b|"
     r"^I (?:was|am) thinking\b",
     re.I,
 )
@@ -551,7 +552,8 @@ _GENERAL_LIKING = re.compile(
     r"a good)\b")
 _POINTING = re.compile(
     r"\b(?:these|those) (?!days\b|years?\b|months?\b|weeks?\b)\w+|\bon the list\b|"
-    r"\bthis (?!week|weekend|month|year|summer|winter|spring|fall|autumn|morning|afternoon|evening|time|past)\w+",
+    r"\bthis (?!week|weekend|month|year|summer|winter|spring|fall|autumn|morning|afternoon|evening|time|"
+    r"past)\w+",
     re.I,
 )
 

@@ -61,7 +61,7 @@ _STOP = {
     "one", "ones", "which", "who", "what", "when", "where", "how", "than", "too", "can", "could",
     "will", "would", "should", "might", "must", "may", "not", "no", "up", "out", "around",
     "approximately", "almost", "nearly", "total", "count", "right", "moment", "least", "every", "each",
-    "last", "next", "past", "ago", "today", "yesterday", "tomorrow", "since", "until"
+    "last", "next", "past", "ago", "today", "yesterday", "tomorrow"
 }
 # Words that take a value but name no thing of their own: "10 hours", "six times".
 _GENERIC = {
@@ -179,7 +179,8 @@ def supersedes(new: str, old: str) -> bool:
     """Whether statement `new` gives a new value for the same thing as `old` (both the
     speaker's own words)."""
     a, b = read(new), read(old)
-    if b.values.get("date") and {v for v, _, _ in a.values.get("date", [])} != {v for v, _, _ in b.values["date"]}:
+    days = {v for v, _, _ in a.values.get("date", [])}
+    if b.values.get("date") and days != {v for v, _, _ in b.values["date"]}:
         return False  # what happened on a day stays true: another day is another event
     past = _SIMPLE_PAST.match(new) and _SIMPLE_PAST.match(old)
     shared = (a.content & b.content) - _LIGHT - _GENERIC

@@ -52,7 +52,9 @@ async def test_a_turn_is_shown_the_current_facts_and_can_ask_what_they_replaced(
     assert section[0] == "the user:"
     text = "\n".join(section)
     assert "- the user lives in Hamburg (since 2024-05-10; was: Munich) [msg " in text
-    assert "- the user's trip is planned for July 2 (since 2024-04-01; about 2024-07-02..2024-07-03; was: 10 June) [msg " in text
+    trip = ("- the user's trip is planned for July 2 (since 2024-04-01; about 2024-07-02..2024-07-03; "
+            "was: 10 June)")
+    assert f"{trip} [msg " in text
     assert "- the user works at Globex (since 2024-03-10; was: Acme Bank)" in text
     assert "London" not in text and "Acme Bank as" not in text  # superseded: not current
     result = json.loads(second["messages"][-1]["content"])
@@ -82,7 +84,9 @@ async def test_remember_that_is_saved_at_once_and_shown_under_the_reply(owner, c
     assert f'#fact-{fact.pk}"' in done["html"] and "Undo" in done["html"]
 
 
-async def test_a_reply_to_a_message_without_a_request_to_remember_saves_nothing(owner, conversation, scripted_llm):
+async def test_a_reply_to_a_message_without_a_request_to_remember_saves_nothing(
+    owner, conversation, scripted_llm
+):
     from memory.models import Fact
 
     marker = "plaintest"

@@ -105,3 +105,14 @@ def test_a_row_swapped_in_by_htmx_still_goes_back_to_its_page_without_javascript
     row = html(owner_client.post(reverse("explorer:fact_pin", args=[london.pk]), {"pinned": "true"},
                                  HTTP_HX_REQUEST="true", HTTP_HX_CURRENT_URL="http://testserver/explorer/facts/"))
     assert 'name="next" value="/explorer/facts/"' in row
+
+
+def test_the_overview_lists_people_first_and_an_entity_page_says_1_mention(owner, owner_client, conversation):
+    tell(owner, conversation, [(0, "We moved the scripts to Python and Python is fine."),
+                               (1, "I rewrote the parser in Python."), (2, "My sister Ana lives in Porto.")])
+    facts.extract_messages(owner)
+    entities.rebuild(owner)
+    page = html(owner_client.get(reverse("explorer:overview")))
+    assert page.index(">Ana</a>") < page.index(">Python</a>")
+    ana = Entity.objects.owned_by(owner).get(normalized="ana")
+    assert " 1 mention · " in html(owner_client.get(reverse("explorer:entity", args=[ana.pk])))

@@ -104,7 +104,9 @@ def test_the_progress_polls_while_the_import_runs_and_stops_when_it_is_done(owne
     assert "Embedding passages: 50 of 200 (25%)" in part and "search finds them by keyword now" in part
     assert 'max="200" value="50"' in part and "left." in part
     assert 'hx-trigger="every 2s"' in part
-    ImportJob.objects.filter(pk=job.pk).update(status=ImportJob.Status.FACTS, passages_embedded=200, facts_read=4)
+    ImportJob.objects.filter(pk=job.pk).update(
+        status=ImportJob.Status.FACTS, passages_embedded=200, facts_read=4
+    )
     part = owner_client.get(reverse("explorer:import_progress") + f"?job={job.pk}").content.decode()
     assert "learning facts" in part and "Topics built; learning facts: 4 of 10 messages read." in part
     assert 'max="10" value="4"' in part

@@ -72,7 +72,8 @@ def test_code_literals_are_not_names():
 
 
 def test_an_instructions_opening_verb_is_not_part_of_a_name():
-    text = "1. **Use Instagram Stories** to share news.\n2. **Avoid** posting at night.\n- Try Google Maps offline."
+    text = ("1. **Use Instagram Stories** to share news.\n2. **Avoid** posting at night.\n"
+            "- Try Google Maps offline.")
     assert names(text) == {"Instagram Stories", "Google Maps"}
 
 

@@ -16,13 +16,15 @@ def kept(text: str, people: set[str] | frozenset[str] = frozenset()) -> list[str
 @pytest.mark.parametrize(
     ("kind", "message", "holds"),
     [
-        ("identity", "I'm a paediatric nurse, so can you suggest comfortable shoes for long shifts?", "nurse"),
+        ("identity", "I'm a paediatric nurse, so can you suggest comfortable shoes for long shifts?",
+         "nurse"),
         ("family", "My sister Ana lives in Porto with her two kids.", "Ana"),
         ("family", "Help me plan a birthday. My daughter Mia turns six in May.", "Mia"),
         ("pet", "My cat Luna sheds a lot in spring. What vacuum would you recommend?", "Luna"),
         ("home", "I live in Leeds, in a flat near the station.", "Leeds"),
         ("work", "I work at the Porto city council as a planner.", "Porto city council"),
-        ("education", "I graduated with a degree in Business Administration last year.", "Business Administration"),
+        ("education", "I graduated with a degree in Business Administration last year.",
+         "Business Administration"),
         ("health", "I'm lactose intolerant, so no milk-based recipes please.", "lactose intolerant"),
         ("health", "I see Dr. Smith every week for my anxiety.", "Dr. Smith"),
         ("diet", "I'm vegetarian. What should I cook tonight?", "vegetarian"),
@@ -32,7 +34,8 @@ def kept(text: str, people: set[str] | frozenset[str] = frozenset()) -> list[str
         ("count", "We have 3 kids and a dog, so we need a big car.", "3 kids"),
         ("preference", "I prefer tea to coffee, especially green tea.", "tea"),
         ("plan", "I'm going to Valencia in April for a long weekend.", "Valencia"),
-        ("event", "Can you recommend a cobbler? I caught 7 largemouth bass at Lake Michigan on 7/10.", "7 largemouth bass"),
+        ("event", "Can you recommend a cobbler? I caught 7 largemouth bass at Lake Michigan on 7/10.",
+         "7 largemouth bass"),
     ],
 )
 def test_a_fact_of_each_kind_is_drawn(kind, message, holds):
@@ -86,10 +89,12 @@ def test_from_now_on_an_instruction_is_kept_in_the_persons_words():
     [
         ("pasted documentation", "Here is the full text, what stands out?\n\nI am writing to inform you that "
          "the committee met on 3 May. I have reviewed the budget and I recommend approval. " * 3),
-        ("pasted letter", "Can you proofread this cover letter?\n\nDear hiring team,\n\nI am writing to apply "
+        ("pasted letter", "Can you proofread this cover letter?\n\nDear hiring team,\n\n"
+         "I am writing to apply "
          "for the analyst position. I have five years of experience and I led a team of four."),
         ("code", "Why does this fail?\n\n```python\nmy_list = [1, 2, 3]\nI = my_list[5]\n```"),
-        ("a long paste without a lead-in", ("The logging module lets users configure handlers. Users will not "
+        ("a long paste without a lead-in", ("The logging module lets users configure handlers. "
+                                            "Users will not "
                                             "care about errors in the logging system. ") * 12),
         ("a request", "Help me write a short Spanish note to my landlord about the heater."),
         ("a request", "Give me a 5-year-old answer: why is the sky blue?"),
@@ -115,14 +120,15 @@ def test_what_is_never_a_fact(what, message):
 def test_the_assistants_advice_is_never_a_fact(owner, conversation):
     from memory.storage.store import NewMessage, store_messages
 
-    store_messages(owner, conversation, [NewMessage(role="assistant", content="I recommend you live in Porto.")],
-                   embed=False)
+    advice = NewMessage(role="assistant", content="I recommend you live in Porto.")
+    store_messages(owner, conversation, [advice], embed=False)
     assert facts.extract_messages(owner) == 0
 
 
 def test_a_fact_is_short():
-    text = ("I've been working on an abstract ocean sculpture at home for weeks with clay from the shop down the "
-            "street, and I've spent around 5-6 hours on it so far, mostly on the waves and the driftwood texture, "
+    text = ("I've been working on an abstract ocean sculpture at home for weeks with clay from the shop "
+            "down the street, and I've spent around 5-6 hours on it so far, mostly on the waves and the "
+            "driftwood texture, "
             "which is harder than I thought it would be.")
     [found] = facts.extract(text)
     assert len(found.wording.split()) <= statements.MAX_WORDS

@@ -90,7 +90,8 @@ def test_the_models_duplicates_merge_the_same_way(owner, conversation, scripted_
     scripted_llm.script({"text": "[1] the user | about | | I'm lactose intolerant."}, match=PROMPT)
     facts.refresh_messages(owner, [m.pk for m in first])
     again = tell(owner, conversation, [(9, "As I said before, I'm lactose intolerant, so no cheese.")])
-    scripted_llm.script({"text": "[1] the user | about | | I'm lactose intolerant, so no cheese."}, match=PROMPT)
+    answer = "[1] the user | about | | I'm lactose intolerant, so no cheese."
+    scripted_llm.script({"text": answer}, match=PROMPT)
     facts.refresh_messages(owner, [m.pk for m in again])
     [fact] = Fact.objects.owned_by(owner).live().filter(wording__icontains="lactose")
     assert fact.message_id == first[0].pk and list(fact.also_in.all()) == [again[0]]

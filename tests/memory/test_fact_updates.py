@@ -15,6 +15,8 @@ from memory.lifecycle import forgetting
 from memory.models import Fact
 from tests.memory.test_facts import day, tell
 
+D = dt.date
+
 pytestmark = pytest.mark.django_db
 
 
@@ -22,7 +24,8 @@ pytestmark = pytest.mark.django_db
     ("old", "new"),
     [
         ("I lead a team of 4 engineers in my new role.", "I now lead a team of five engineers."),
-        ("My highest score in Ticket to Ride is 124 points.", "I just got my highest score in Ticket to Ride - 132 points!"),
+        ("My highest score in Ticket to Ride is 124 points.",
+         "I just got my highest score in Ticket to Ride - 132 points!"),
         ("I usually go to the gym at 7:00 pm.", "I usually go to the gym at 6:00 pm now."),
         ("I have a cocktail-making class on Thursday.", "I have a cocktail-making class on Fridays."),
         ("I see Dr. Smith every two weeks.", "I see Dr. Smith every week."),
@@ -81,14 +84,14 @@ def test_forgetting_one_source_draws_the_fact_again_from_the_other(
 
 @pytest.mark.parametrize(
     ("text", "said", "span"),
-    [
-        ("I'm running a half marathon at the end of June.", dt.date(2024, 5, 4), (dt.date(2024, 6, 1), dt.date(2024, 7, 1))),
-        ("We have book club in September.", dt.date(2025, 8, 12), (dt.date(2025, 9, 1), dt.date(2025, 10, 1))),
-        ("I'm going to Valencia in April.", dt.date(2024, 11, 20), (dt.date(2025, 4, 1), dt.date(2025, 5, 1))),
-        ("I went to Valencia in April.", dt.date(2024, 11, 20), (dt.date(2024, 4, 1), dt.date(2024, 5, 1))),
-        ("I ran my first marathon last April.", dt.date(2024, 11, 20), (dt.date(2024, 4, 1), dt.date(2024, 5, 1))),
-        ("I redeemed a coupon last Sunday.", dt.date(2023, 5, 29), (dt.date(2023, 5, 28), dt.date(2023, 5, 29))),
-        ("I'm seeing the dentist next Friday.", dt.date(2024, 5, 4), (dt.date(2024, 5, 10), dt.date(2024, 5, 11))),
+    [  # (the day said, and the first and the day after the last day of what it names)
+        ("I'm running a half marathon at the end of June.", D(2024, 5, 4), (D(2024, 6, 1), D(2024, 7, 1))),
+        ("We have book club in September.", D(2025, 8, 12), (D(2025, 9, 1), D(2025, 10, 1))),
+        ("I'm going to Valencia in April.", D(2024, 11, 20), (D(2025, 4, 1), D(2025, 5, 1))),
+        ("I went to Valencia in April.", D(2024, 11, 20), (D(2024, 4, 1), D(2024, 5, 1))),
+        ("I ran my first marathon last April.", D(2024, 11, 20), (D(2024, 4, 1), D(2024, 5, 1))),
+        ("I redeemed a coupon last Sunday.", D(2023, 5, 29), (D(2023, 5, 28), D(2023, 5, 29))),
+        ("I'm seeing the dentist next Friday.", D(2024, 5, 4), (D(2024, 5, 10), D(2024, 5, 11))),
     ],
 )
 def test_a_date_is_read_forward_for_plans_and_back_for_what_happened(text, said, span):
@@ -101,4 +104,4 @@ def test_a_fact_keeps_the_period_its_words_name(owner, conversation):
     tell(owner, conversation, [(0, "I'm going to Valencia in April for a long weekend.")])
     facts.extract_messages(owner)
     fact = Fact.objects.owned_by(owner).get()
-    assert (fact.refers_from.date(), fact.refers_to.date()) == (dt.date(2024, 4, 1), dt.date(2024, 5, 1))
+    assert (fact.refers_from.date(), fact.refers_to.date()) == (D(2024, 4, 1), D(2024, 5, 1))

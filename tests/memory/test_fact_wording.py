@@ -19,7 +19,8 @@ from memory.knowledge import wording
         ("I'm allergic to peanuts.", "the user is allergic to peanuts.", "You're allergic to peanuts."),
         ("I have three kids.", "the user has three kids.", "You have three kids."),
         ("I was born in Leeds.", "the user was born in Leeds.", "You were born in Leeds."),
-        ("My sister Ana lives in Porto.", "the user's sister Ana lives in Porto.", "Your sister Ana lives in Porto."),
+        ("My sister Ana lives in Porto.", "the user's sister Ana lives in Porto.",
+         "Your sister Ana lives in Porto."),
         ("I usually go to the gym at 6 pm.", "the user usually goes to the gym at 6 pm.",
          "You usually go to the gym at 6 pm."),
         ("I think I spent 10 hours on it.", "the user thinks they spent 10 hours on it.",
@@ -41,5 +42,6 @@ def test_a_clause_that_cannot_be_rewritten_is_quoted():
 
 
 def test_a_named_speaker_is_the_subject():
-    assert wording.third_person("I moved to Lisbon with my kids.", "Melanie") == "Melanie moved to Lisbon with their kids."
+    moved = wording.third_person("I moved to Lisbon with my kids.", "Melanie")
+    assert moved == "Melanie moved to Lisbon with their kids."
     assert wording.stated("Tom doesn't eat mushrooms.", "Tom") == "Tom doesn't eat mushrooms."
