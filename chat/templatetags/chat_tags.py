@@ -33,6 +33,8 @@ def saved_facts(message):
     the reply as "Saved to memory: …")."""
     if message.role != "assistant" or not message.parent_id:
         return []
+    if hasattr(message, "saved_facts"):  # read for the whole page at once (chat.views._thread)
+        return message.saved_facts
     return facts.explicitly_saved(message.owner_id, message.parent_id)
 
 

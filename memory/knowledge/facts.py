@@ -425,6 +425,23 @@ def remember_now(owner, message: Message) -> list[Fact]:
     return explicitly_saved(owner.pk, message.pk)
 
 
+def explicitly_saved_for(owner_id: int, message_ids: Iterable[str]) -> dict[str, list[Fact]]:
+    """explicitly_saved for many messages in one query (a page of a conversation)."""
+    ids = {str(i) for i in message_ids}
+    if not ids:
+        return {}
+    rows = (
+        Fact.objects.filter(owner_id=owner_id, kind__in=EXPLICIT).live()
+        .filter(Q(message_id__in=ids) | Q(also_in__in=ids)).distinct()
+        .prefetch_related("also_in").order_by("id")
+    )
+    saved: dict[str, list[Fact]] = {}
+    for fact in rows:
+        for message_id in {fact.message_id, *(m.pk for m in fact.also_in.all())} & ids:
+            saved.setdefault(message_id, []).append(fact)
+    return saved
+
+
 def explicitly_saved(owner_id: int, message_id: str) -> list[Fact]:
     """The facts a message asked to be remembered (stored from it, or said before and found)."""
     return list(
