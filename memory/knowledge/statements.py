@@ -255,7 +255,7 @@ _KINDS: list[tuple[str, float, re.Pattern[str]]] = [
         r"I was born|I work as|I identify as|I(?:'m| am) (?:retired|a student|self-employed|unemployed))",
         re.I)),
     ("home", 2.2, re.compile(
-        r"\b(?:I (?:\w+ )?(?:live|lived|moved|relocated)|I(?:'ve| have) been living|I(?:'m|"
+        r"\b(?:(?:I|we) (?:\w+ )?(?:live|lived|moved|relocated)|I(?:'ve| have) been living|I(?:'m|"
         r" am) (?:now )?living|"
         r"my (?:new )?(?:apartment|house|home|flat|place|neighbou?rhood|hometown|condo|studio apartment|"
         r"backyard|garden))\b", re.I)),

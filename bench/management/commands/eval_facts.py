@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import statistics
 import time
 from collections.abc import Iterator
@@ -51,7 +50,6 @@ SUITES = ("locomo", "longmemeval", "updates", "export")
 # both): the level that only 5% of the annotated facts reach with their nearest fact about other
 # people in other conversations (related topics, never the same fact); see docs/evaluation.md.
 THRESHOLD = 0.9
-_FIRST_PERSON = re.compile(r"\b(I|I'm|I've|I'd|I'll|my|me|mine|myself|we|we're|our|us)\b")
 
 
 @dataclass
@@ -110,11 +108,6 @@ def prf(kept: set[str], relevant: set[str]) -> tuple[float, float, float]:
     recall = hit / len(relevant) if relevant else 0.0
     f1 = 2 * precision * recall / (precision + recall) if hit else 0.0
     return precision, recall, f1
-
-
-def first_person_or_named(text: str, names: set[str]) -> bool:
-    """The baseline's test: the turn speaks of its speaker or names a person of the conversation."""
-    return bool(_FIRST_PERSON.search(text)) or any(re.search(rf"\b{re.escape(n)}\b", text) for n in names)
 
 
 def unit_rows(vectors) -> np.ndarray:
