@@ -42,6 +42,7 @@ from memory import tasks
 from memory.context import budget, index_builder
 from memory.context.tools import ToolResult, execute_tool
 from memory.finding import semantic_cache
+from memory.knowledge import facts
 from memory.lifecycle import forgetting
 from memory.models import Conversation, Message
 from memory.organizing import summaries
@@ -560,6 +561,13 @@ def _store_reply(owner, conversation: Conversation, user_message: Message, reply
             outcome.arguments_text = gone.scrub_json_text(outcome.arguments_text)
             outcome.summary, outcome.error = gone.scrub_text(outcome.summary), gone.scrub_text(outcome.error)
     assistant = store_reply(owner, conversation, user_message, reply, snapshot)
+    # "Remember that…": saved now, so the reply shows it (the rest of the facts are upkeep's).
+    # A failure here costs the note under the reply, never the reply.
+    try:
+        with transaction.atomic():
+            facts.remember_now(owner, user_message)
+    except Exception:
+        logger.exception("could not save what message %s asked to remember", user_message.pk)
     drafts.finish(reply.id)
     if gone:
         forgetting.scrub(owner, gone)

@@ -19,8 +19,9 @@ from chat import branches, drafts
 from chat.models import ReplyDraft
 from config.limits import LimitReached
 from config.models import ActionAllowance
+from memory.knowledge import facts
 from memory.lifecycle import deleting, echoes
-from memory.models import Conversation, Message
+from memory.models import Conversation, Message, Role
 from memory.storage import store
 
 
@@ -108,6 +109,11 @@ def _thread(conv: Conversation, leaf: Message | None) -> dict:
     and the reply being written to its last message, as far as its draft was last saved."""
     path, truncated = branches.recent_path(conv, leaf, THREAD_LIMIT)
     siblings = branches.siblings_for(conv, path)
+    # What each message asked to be remembered, shown under its reply: one query for the page.
+    saved = facts.explicitly_saved_for(conv.owner_id, [m.pk for m in path if m.role == Role.USER])
+    for m in path:
+        if m.role == Role.ASSISTANT:
+            m.saved_facts = saved.get(m.parent_id, [])
     draft = (
         ReplyDraft.objects.filter(conversation=conv, parent_id=path[-1].pk)
         .only("pk", "parent_id", "text")

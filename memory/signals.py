@@ -17,3 +17,4 @@ passages_unembedded = Signal()
 # listens changes with it or not at all (the conversation's rolling summary drops the blocks
 # from the one covering `position` onwards). Arguments: owner_id, conversation_id, position.
 memory_changed = Signal()
+

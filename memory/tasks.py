@@ -34,6 +34,7 @@ from memory import signals
 from memory.context import rolling_summary
 from memory.knowledge import entities, facts
 from memory.models import ImportJob, Message, TaskLease, UpkeepRun
+from memory.models.knowledge import sources_lost as fact_sources_lost
 from memory.organizing import periods, summaries, topic_updates, topics
 from memory.storage import store
 from memory.transfer import import_jobs
@@ -274,7 +275,7 @@ IMPORT_PRIORITY = -10
 
 def run_import_job(job: ImportJob, *, deadline: float | None = None, progress=None) -> bool:
     """Take a claimed import job as far as `deadline` (time.monotonic()) allows: store an
-    upload's messages, embed, build the topic tree. True once it is done."""
+    upload's messages, embed, build the topic tree, draw the facts. True once it is done."""
     try:
         if job.status == ImportJob.Status.STORING:
             import_jobs.store_payload(job)
@@ -285,6 +286,10 @@ def run_import_job(job: ImportJob, *, deadline: float | None = None, progress=No
             _record(job.owner_id, "import_topics", lambda: {
                 "entities_indexed_messages": entities.rebuild(owner), **topics.rebuild(owner)
             })
+            import_jobs.to_facts(job)
+        if job.status == ImportJob.Status.FACTS:
+            owner = _owner(job.owner_id)
+            _record(job.owner_id, "import_facts", lambda: {"facts": import_jobs.learn_facts(job, owner)})
             import_jobs.finish(job)
             queue_summaries(job.owner_id)
         return True
@@ -523,6 +528,11 @@ def queue_rebuild(owner_id: int) -> bool:
 @receiver(signals.messages_changed, dispatch_uid="memory.queue_upkeep")
 def _messages_changed(sender, owner_id: int, message_ids: list[str], **kwargs) -> None:
     queue_upkeep(owner_id, message_ids)
+
+
+@receiver(fact_sources_lost, dispatch_uid="memory.queue_facts")
+def _sources_lost(sender, owner_id: int, message_ids: list[str], **kwargs) -> None:
+    queue_facts(owner_id, message_ids)
 
 
 @receiver(signals.passages_unembedded, dispatch_uid="memory.queue_embedding")

@@ -9,6 +9,7 @@ from django.utils.timesince import timesince
 
 from chat import rendering
 from memory.context.tools import readable_json
+from memory.knowledge import facts
 
 register = template.Library()
 
@@ -24,6 +25,22 @@ def logical_tool_calls(message):
     if message.role != "assistant":  # only replies make tool calls: no query for the others
         return []
     return [c for c in message.tool_calls.all() if not c.is_chunk]
+
+
+@register.filter
+def saved_facts(message):
+    """What the person asked to be remembered in the message this reply answers (shown under
+    the reply as "Saved to memory: …")."""
+    if message.role != "assistant" or not message.parent_id:
+        return []
+    if hasattr(message, "saved_facts"):  # read for the whole page at once (chat.views._thread)
+        return message.saved_facts
+    return facts.explicitly_saved(message.owner_id, message.parent_id)
+
+
+@register.filter
+def fact_shown(fact):
+    return facts.shown(fact)
 
 
 @register.filter

@@ -31,3 +31,20 @@ def facts_section(user, entity=None, subject: str = "", limit: int | None = None
         current, superseded = current[:limit], superseded[: max(1, limit // 2)]
     more = max(0, total - limit) if limit else 0
     return {"current": list(current), "superseded": list(superseded), "more": more}
+
+
+@register.filter
+def shown(fact: Fact) -> str:
+    """The fact as its owner reads it ("You lead a team of five engineers")."""
+    return memory_facts.shown(fact)
+
+
+@register.filter
+def subject_label(fact: Fact) -> str:
+    return "You" if fact.subject_key == memory_facts.USER else fact.subject
+
+
+@register.filter
+def drawn(fact: Fact) -> str:
+    """What was drawn before the person corrected it, as they read it."""
+    return memory_facts.shown(fact, corrected=False)

@@ -82,9 +82,12 @@ def fact_correct(request: HttpRequest, fact_id: int) -> HttpResponse:
 @login_required
 @require_POST
 def fact_forget(request: HttpRequest, fact_id: int) -> HttpResponse:
-    """The fact goes for good; what it had superseded holds again."""
-    _get_fact_for_user(request.user, fact_id).delete()
+    """The fact goes for good; what it had superseded holds again. Under a reply in the chat
+    ("Saved to memory: … Undo"), the line says it was removed."""
+    _get_fact_for_user(request.user, fact_id).forget()
     if request.htmx:
+        if request.POST.get("undo"):
+            return render(request, "explorer/_fact_undone.html")
         return HttpResponse("")
     flash.success(request, "Fact forgotten.")
     return _back(request)

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
-from django.db.models import Count, F, OuterRef, Q, QuerySet, Subquery, Sum
+from django.db.models import Case, Count, F, OuterRef, Q, QuerySet, Subquery, Sum, When
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
@@ -17,6 +17,7 @@ from django.views.decorators.http import require_GET
 
 from explorer.counting import Tally, bounded_count
 from memory.finding import semantic_cache
+from memory.knowledge import facts
 from memory.models import (
     ContextSnapshot,
     Conversation,
@@ -104,15 +105,18 @@ def temporal_overview(user, now: dt.datetime | None = None) -> list[dict[str, An
 
 
 def _people_places_and_things(user, limit: int = 8) -> list[Entity]:
-    """The names memory holds most about, each with the message that last mentioned it."""
+    """The names memory holds most about, people first (those the person calls their own, "my
+    sister Ana", and those facts are about), each with the message that last mentioned it."""
     latest = (
         EntityMention.objects.filter(entity=OuterRef("pk"), message__deleted=False)
         .order_by("-message__timestamp", "-id")
     )
+    people = sorted(n.lower() for n in facts.known_people(user))[:500]
     return list(
         Entity.objects.owned_by(user)
         .filter(kind="name", mention_count__gt=0)
-        .order_by("-mention_count", "name", "id")
+        .annotate(person=Case(When(normalized__in=people, then=0), default=1))
+        .order_by("person", "-mention_count", "name", "id")
         .annotate(
             latest_id=Subquery(latest.values("message_id")[:1]),
             latest_snippet=Subquery(latest.values("message__snippet")[:1]),

@@ -20,7 +20,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.db.models import Count, Exists, Max, Min, OuterRef
 
-from memory.models import Entity, EntityEdge, EntityMention, Message
+from memory.models import Entity, EntityEdge, EntityMention, Fact, Message
 
 MAX_ENTITIES_PER_MESSAGE = 24
 MAX_EDGE_ENTITIES = 12  # pairs per message stay bounded (66 at most)
@@ -89,12 +89,31 @@ system yeah yep yup nope wow whoa congrats congratulations bye goodbye oh ah aw 
 omg lol haha hmm sorry glad last next mon tue tues wed weds thu thur thurs fri sat feb mar apr
 jun jul aug sep sept oct nov dec absolutely definitely totally really lately go btw woohoo yay
 hooray even it's that's there's here's what's we're you're they're he's she's
+none true false null nan undefined nil
 """
+# Verbs that open an instruction or a list item ("Use Instagram Stories", "Avoid sugar"), not a
+# name: dropped from the front of a name at a sentence or list item's start.
+_OPENING_VERBS = {
+    "use", "avoid", "try", "make", "add", "check", "create", "consider", "keep", "set", "get", "find",
+    "choose", "look", "start", "take", "include", "explore", "visit", "plan", "ask", "follow", "join",
+    "read", "watch", "listen", "practice", "focus", "limit", "drink", "eat", "go", "stay", "book",
+    "bring", "pack", "write", "open", "click", "select", "install", "run", "enable", "disable",
+    "configure", "update", "replace", "remove", "buy", "compare", "learn", "contact", "call", "email",
+    "share", "post", "schedule", "prepare", "review", "research", "test", "build", "apply", "store",
+    "save", "skip", "wear"
+}
 _NOT_NAMES = set(_NOT_NAMES_TEXT.split())
 _TITLE = r"(?:Dr|Mr|Mrs|Ms|Prof|Sir|Dame|St)\.?\s+"
-_CAP = r"[A-Z][a-zA-Z'’-]+"
-_NAME = re.compile(rf"(?:{_TITLE})?{_CAP}(?:\s+(?:of\s+|de\s+|van\s+|von\s+)?{_CAP}){{0,3}}")
-_SENTENCE_START = re.compile(r"(?:^|[.!?:;\n]\s*|[\"'“(]\s*)$")
+# A capitalised word, any alphabet's letters ("São", "João", "Zoë").
+_CAP = r"(?:[A-Z]|[À-ÖØ-Þ])(?:[^\W\d_]|['’-](?=[^\W\d_]))+"
+_NAME = re.compile(
+    rf"(?:{_TITLE})?{_CAP}(?:\s+(?:of\s+|de\s+|da\s+|do\s+|dos\s+|das\s+|del\s+|van\s+|von\s+|"
+    rf"la\s+)?{_CAP}){{0,3}}"
+)
+# A sentence or a Markdown list item, heading or emphasis starts here.
+_SENTENCE_START = re.compile(
+    r"(?:^|[.!?:;\n]\s*|[\"'“(]\s*|^\s*(?:[-*+•]|\d+[.)]|#+)\s+(?:\*\*|__)?|\*\*|__)$", re.M
+)
 
 
 @dataclass(frozen=True)
@@ -147,8 +166,10 @@ def extract(text: str) -> list[Found]:
     return [f for f, _ in extract_counted(text)]
 
 
-def extract_counted(text: str) -> list[tuple[Found, int]]:
-    """extract(), with how often each entity occurs in `text`."""
+def extract_counted(text: str, known: set[str] | frozenset[str] = frozenset()) -> list[tuple[Found, int]]:
+    """extract(), with how often each entity occurs in `text`. A single capitalised word at a
+    sentence start ("Tom doesn't eat mushrooms") is a name when `known` holds it (lower case):
+    a name memory has met where only a name is capitalised."""
     text = text[:20000]  # a 1 MB paste does not need every entity found on the hot path
     text = _RECOLLECT_ID.sub(lambda m: " " * len(m.group(0)), text)
     counts: Counter[Found] = Counter()
@@ -194,12 +215,20 @@ def extract_counted(text: str) -> list[tuple[Found, int]]:
         # A span of only such words ("Last Friday", "Tues") is a time, not a name.
         if not words or all(w.lower().strip("'’") in _NOT_NAMES for w in words):
             continue
+        line_start = text.rfind("\n", 0, start) + 1
+        before = text[max(line_start, start - 8) : start]
+        at_sentence_start = bool(_SENTENCE_START.search(before)) or start == 0
+        # "Use Instagram Stories": an instruction's verb is not part of the name.
+        while at_sentence_start and len(words) > 1 and words[0].lower() in _OPENING_VERBS:
+            words = words[1:]
         name = " ".join(words)
-        at_sentence_start = (
-            bool(_SENTENCE_START.search(text[max(0, start - 3) : start])) or start == 0
-        )
-        if len(words) == 1 and (at_sentence_start or len(name) < 3):
-            continue  # one capitalised word at a sentence start is just a sentence start
+        if len(words) == 1:
+            lower = name.lower()
+            if at_sentence_start or len(name) < 3:
+                if lower not in known:
+                    continue  # one capitalised word at a sentence start is just a sentence start
+            elif lower in _OPENING_VERBS or re.search(rf"(?<![\w'’]){re.escape(lower)}(?![\w'’])", text):
+                continue  # a common word, capitalised here ("Window", "Avoid"), said in lower case too
         counts[Found(name[:300], "name")] += 1
     return counts.most_common(MAX_ENTITIES_PER_MESSAGE)
 
@@ -218,16 +247,35 @@ def key_entities(texts: Iterable[str], limit: int = 12) -> list[str]:
 # --- storing -----------------------------------------------------------------------------------
 
 
-def index_messages(owner, messages: Sequence[Message]) -> int:
+def known_names(owner, texts: Iterable[str] = ()) -> set[str]:
+    """Single-word names memory has met where only a name is capitalised (in the middle of a
+    sentence): the owner's one-word name entities, the people its facts are about, and those
+    of `texts`. A sentence that starts with one of them ("Tom doesn't eat mushrooms") names it."""
+    names = set(
+        Entity.objects.owned_by(owner).filter(kind="name", mention_count__gt=0)
+        .exclude(normalized__contains=" ")
+        .values_list("normalized", flat=True)[:5000]
+    )
+    subjects = Fact.objects.owned_by(owner).values_list("subject", flat=True).distinct()[:500]
+    names |= {s.lower() for s in subjects}
+    for text in texts:
+        found = extract_counted(text)
+        names |= {f.normalized for f, _ in found if f.kind == "name" and " " not in f.normalized}
+    return names
+
+
+def index_messages(owner, messages: Sequence[Message], known: set[str] | None = None) -> int:
     """Extract and store the entities of `messages` (logical, visible); replaces their old
     mentions and edges, so an edited message is re-indexed by calling this again. Returns
-    mentions stored."""
+    mentions stored. Entities no visible message names any more go."""
     # Text that only repeats memory (offline-recall answers, quoted tool results) names
     # nothing new: its names and ids would only echo memory back into the graph.
     messages = [m for m in messages if not m.is_chunk and m.owner_id == owner.pk and m.is_source]
     if not messages:
         return 0
-    found = {m.pk: extract_counted(m.content) for m in messages}
+    if known is None:
+        known = known_names(owner, [m.content for m in messages])
+    found = {m.pk: extract_counted(m.content, known) for m in messages}
     when = {m.pk: m.timestamp for m in messages}
     with transaction.atomic():
         touched = remove_mentions(owner, list(found), refresh=False)
@@ -237,6 +285,7 @@ def index_messages(owner, messages: Sequence[Message]) -> int:
                 wanted.setdefault((f.normalized, f.kind), f.name)
         if not wanted:
             refresh_counts(owner, touched)
+            prune_orphans(owner, touched)
             return 0
         ids = _entity_ids(owner, wanted)
         mentions = []
@@ -253,6 +302,7 @@ def index_messages(owner, messages: Sequence[Message]) -> int:
         EntityMention.objects.bulk_create(mentions, ignore_conflicts=True, batch_size=1000)
         _add_edges(owner, _pairs((m.message_id, m.entity_id, m.count) for m in mentions), when)
         refresh_counts(owner, touched | {m.entity_id for m in mentions})
+        prune_orphans(owner, touched - {m.entity_id for m in mentions})
     return len(mentions)
 
 
@@ -408,12 +458,14 @@ def rebuild(owner, *, progress=None, batch: int = 500) -> int:
         Entity.objects.filter(owner_id=owner.pk).delete()
     Message.objects.visible_to(owner).flag_quotes()
     qs = Message.objects.visible_to(owner).logical().sources().order_by("timestamp", "position")
+    # Names met anywhere in the history count at any sentence start, however early.
+    known = known_names(owner, qs.values_list("content", flat=True).iterator(chunk_size=1000))
     done = 0
     while True:
         rows = list(qs[done : done + batch])
         if not rows:
             break
-        index_messages(owner, rows)
+        index_messages(owner, rows, known)
         done += len(rows)
         if progress:
             progress(len(rows))

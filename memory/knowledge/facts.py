@@ -1,202 +1,60 @@
 """Facts without a model: what people say that lasts, picked by rules, dated, superseded.
 
-A fact is one clause (a sentence or two) of a source message that states something lasting about
-its speaker: who they are, their relations, home, work, plans, preferences, possessions and the
-events of their life. Two kinds of rule pick them:
+A fact is one thing about a person, in a clause of their own (memory.knowledge.statements picks
+the clauses a person would keep, and leaves out pasted text, requests, questions, greetings and
+reactions to an answer). It keeps the speaker's own words in the first person (`wording`): the
+person reads it in the second person, anyone else in the third (memory.knowledge.wording). Two
+kinds of rule draw them:
 
 - attribute rules read an exclusive attribute out of a sentence ("I moved to Lisbon" -> lives in
   Lisbon, "my favourite colour is green", "the trip is now on 12 June", "actually it's ..."); a
-  newer fact on the same subject and attribute supersedes the older one (its valid_to closes and
-  superseded_by links to the newer fact; both stay, nothing is deleted on a contradiction);
-- a statement score weighs what marks a message that tells something about its speaker rather
-  than reacting to the other person: first-person statements, past events, states ("I'm a ...",
-  "I have ..."), the words of a life (job, family, home, pets, hobbies), a time it names, its
-  length; against questions, greetings, praise and replies about "you". A message above
-  STATEMENT_THRESHOLD gives one fact (attribute "about"), its best clause.
+  newer fact on the same subject and attribute supersedes the older one;
+- every other clause is a statement (attribute "about", with its kind: health, family, work,
+  count, plan…); a newer statement that gives a new value for the same thing supersedes the
+  older one ("I now lead five engineers" after "I lead 4 engineers"; memory.knowledge.updates),
+  and one that says the same as a current fact adds its message to that fact instead of a copy.
+
+Superseding closes the older fact's valid_to and links superseded_by to the newer one; both
+stay, nothing is deleted on a contradiction. A date a fact names is read against the day it was
+said, forward for what is planned (memory.dates.resolve_when).
 
 Only MessageQuerySet.sources() are read: text that repeats memory is never a fact. Extraction
-runs in background work (memory.tasks), never on a turn's path.
+runs in background work (memory.tasks), never on a turn's path, except a person's explicit
+"remember that…", which the turn stores at once (`remember_now`).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
-import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from django.db import connection, transaction
 from django.db.models import Q
+from django.db.models.expressions import RawSQL
 from django.db.models.signals import pre_delete
 from django.dispatch import receiver
 
-from memory.dates import query_period
+from memory.dates import resolve_when
+from memory.knowledge import statements, updates, wording
 from memory.models import STATEMENT_LAST, Fact, FactQuerySet, Message, Role
 from memory.tokens import count_tokens
 
 logger = logging.getLogger(__name__)
 
-ABOUT = "about"  # the attribute of a statement no newer one replaces
+ABOUT = "about"  # a statement: no exclusive attribute, superseded only by a new value of its own
 CORRECTION = "correction"
-STATEMENT_THRESHOLD = 0.0
 MAX_STATEMENT_CHARS = 320
-
-_FIRST = re.compile(r"\b(I|I'm|I've|I'd|I'll|Im|my|me|mine|myself|we|we're|we've|our|us)\b")
-_SECOND = re.compile(r"\b(you|your|you're|you've|yours)\b", re.I)
-_LIFE = re.compile(
-    r"\b(job|work(?:ing|ed|s)?|career|business|company|boss|school|college|university|class(?:es)?|"
-    r"degree|studying|moved?|moving|live[sd]?|living|home|house|apartment|city|family|kids?|children|"
-    r"son|daughter|wife|husband|partner|boyfriend|girlfriend|married|wedding|divorce|mom|mother|dad|"
-    r"father|parents?|brother|sister|grandma|grandmother|friends?|dog|cat|pets?|puppy|born|birthday|"
-    r"adopt\w*|volunteer\w*|joined|started|starting|finished|graduat\w*|bought|got|signed|lost|won|"
-    r"hired|fired|quit|trip|travel\w*|visit\w*|vacation|camping|hobby|passion|favou?rite|love[sd]?|"
-    r"plan(?:s|ning|ned)?|going to|gonna|want to|hoping|decided|learn\w*|paint\w*|book|read|reading|"
-    r"game|music|band|concert|instrument|play(?:ing|ed)?|sport|team|race|marathon|run(?:ning)?|hike|"
-    r"hiking|church|faith|health|doctor|hospital|surgery|injur\w*|car|project|store|studio|shop|"
-    r"recipe|cook\w*|bake\w*|garden\w*|collect\w*)\b",
-    re.I,
-)
-_TIME = re.compile(
-    r"\b(yesterday|today|tomorrow|last (?:week|weekend|month|year|night|monday|tuesday|wednesday|"
-    r"thursday|friday|saturday|sunday)|next (?:week|month|year|weekend)|recently|ago|"
-    r"this (?:week|month|weekend|year)|since|years?|months?|weeks?|January|February|March|April|May|"
-    r"June|July|August|September|October|November|December)\b",
-    re.I,
-)
-_PAST = re.compile(
-    r"\b(?:I|we)\s+(?:just\s+|finally\s+|recently\s+|also\s+|actually\s+)?(?:\w+ed|went|got|took|"
-    r"made|had|did|saw|met|found|bought|began|started|won|lost|ran|gave|left|came|wrote|read|built|"
-    r"became|brought|taught|held|sold|threw|grew|drew|felt)\b",
-    re.I,
-)
-_STATE = re.compile(
-    r"\b(?:I'm|I am|I've been|I have|I've got|I own|I live|I work|my \w+ (?:is|are|was))\b", re.I
-)
-_OPENING = re.compile(
-    r"^\s*(hey|hi|hello|wow|thanks|thank you|that's|that is|sounds|glad|awesome|cool|great|aww+|"
-    r"yeah|haha|congrats|congratulations|so cool|nice|sorry|oh|omg|ha|lol|totally|definitely|"
-    r"absolutely|agreed|sure)\b",
-    re.I,
-)
-_PRAISE = re.compile(
-    r"\b(proud of you|you got this|good luck|keep (?:it up|going)|take care|bye|see you|"
-    r"talk (?:to you )?(?:soon|later)|can't wait to (?:see|hear)|so happy for you|you're (?:so|doing)|"
-    r"that's (?:so |really )?(?:great|awesome|amazing|cool))\b",
-    re.I,
-)
-_NAME = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][a-z]{2,}\b")
-_PHOTO = re.compile(r"\[shares a photo:[^\]]*\]")
-_SENTENCE = re.compile(r"(?<=[.!?])\s+")
-
-# Weights of the statement score, per sentence kind counted over a message's statements (not its
-# questions); set on conversations of two people telling each other about their lives.
-_WEIGHTS = {
-    "length": 1.5, "photo": -0.25, "sentences": -0.1, "questions": -1.4, "first": 0.25,
-    "second": -0.2, "time": 0.9, "past": 0.5, "state": 0.55, "opening": -0.2, "praise": -0.35,
-    "name": 0.15, "life": 0.2, "first_opening": -0.35,
-}
-_BIAS = -7.0
+USER = "the user"
 
 
 def sentences(text: str) -> list[str]:
-    text = _PHOTO.sub(" ", text or "")
-    return [s.strip() for s in _SENTENCE.split(" ".join(text.split())) if s.strip()]
-
-
-def _sentence_marks(s: str) -> dict[str, float]:
-    question = s.endswith("?")
-    return {
-        "question": question,
-        "first": bool(_FIRST.search(s)) and not question,
-        "second": bool(_SECOND.search(s)),
-        "life": min(3, len(_LIFE.findall(s))),
-        "time": bool(_TIME.search(s)),
-        "past": bool(_PAST.search(s)),
-        "state": bool(_STATE.search(s)),
-        "opening": bool(_OPENING.match(s)),
-        "praise": bool(_PRAISE.search(s)),
-        "name": bool(_NAME.search(s)),
-    }
-
-
-def statement_score(text: str) -> float:
-    """How much a message reads as its speaker telling something about themselves (log-odds;
-    above STATEMENT_THRESHOLD it gives a fact)."""
-    parts = sentences(text)
-    marks = [_sentence_marks(s) for s in parts] or [_sentence_marks("")]
-    said = [m for m in marks if not m["question"]]
-    features = {
-        "length": math.log(1 + len(_PHOTO.sub("", text or ""))),
-        "photo": 1.0 if _PHOTO.search(text or "") else 0.0,
-        "sentences": min(len(parts), 5),
-        "questions": sum(m["question"] for m in marks) / len(marks),
-        "life": sum(m["life"] for m in said),
-        "first_opening": 1.0 if marks[0]["opening"] else 0.0,
-    }
-    for key in ("first", "second", "time", "past", "state", "opening", "praise", "name"):
-        features[key] = min(3, sum(m[key] for m in said))
-    return _BIAS + sum(_WEIGHTS[k] * v for k, v in features.items())
-
-
-def _clause_rank(s: str) -> float:
-    m = _sentence_marks(s)
-    return (
-        (-5 if m["question"] else 0) + 2 * m["first"] + 0.4 * m["life"] + 0.8 * m["time"]
-        + 0.6 * m["past"] + 0.6 * m["state"] - 0.5 * m["opening"] - 0.8 * m["praise"]
-        - 0.5 * m["second"] + min(len(s.split()), 30) / 30
-    )
-
-
-def best_clause(text: str) -> str:
-    """The sentence (and the one after it, while short) that best states something lasting."""
-    parts = sentences(text)
-    if not parts:
-        return ""
-    i = max(range(len(parts)), key=lambda j: _clause_rank(parts[j]))
-    clause = parts[i]
-    if i + 1 < len(parts) and not parts[i + 1].endswith("?") and len(clause) + len(parts[i + 1]) < 200:
-        clause = f"{clause} {parts[i + 1]}"
-    return clause[:MAX_STATEMENT_CHARS]
-
-
-# --- First person to third ------------------------------------------------------------------
-
-_VERB_S = {"have": "has", "do": "does", "go": "goes", "am": "is", "was": "was"}
-_PRESENT = re.compile(
-    r"^(love|like|want|work|live|hope|think|enjoy|need|plan|feel|prefer|hate|know|own|play|"
-    r"teach|study|run|keep|miss|believe|volunteer|paint|write|read|make|try|wish|use|cook|dance)$"
-)
-_PERSON = [
-    (re.compile(r"\bI'm\b|\bI am\b"), "{s} is"),
-    (re.compile(r"\bI've\b"), "{s} has"),
-    (re.compile(r"\bI'd\b"), "{s} would"),
-    (re.compile(r"\bI'll\b"), "{s} will"),
-    (re.compile(r"\bmyself\b", re.I), "themselves"),
-    (re.compile(r"\bmine\b", re.I), "theirs"),
-    (re.compile(r"\bmy\b"), "their"),
-    (re.compile(r"\bMy\b"), "Their"),
-    (re.compile(r"\bme\b"), "them"),
-]
-
-
-def third_person(text: str, subject: str) -> str:
-    """'I moved to Lisbon with my sister' -> 'Ana moved to Lisbon with their sister'."""
-    for pattern, replacement in _PERSON:
-        text = pattern.sub(replacement.format(s=subject), text)
-
-    def verb(m: re.Match) -> str:
-        word = m[2]
-        if word in _VERB_S:
-            word = _VERB_S[word]
-        elif _PRESENT.match(word):
-            word = word + ("es" if word.endswith(("sh", "ch", "ss", "o")) else "s")
-            word = re.sub(r"([^aeiou])ys$", r"\1ies", word)
-        return f"{subject}{m[1]}{word}"
-
-    text = re.sub(r"\bI(\s+(?:really\s+|still\s+|also\s+|just\s+)?)(\w+)", verb, text)
-    return text[:1].upper() + text[1:]
+    """The sentences a speaker wrote themselves (what follows "here is…", code and long pastes
+    left out)."""
+    return statements.sentences(text)
 
 
 # --- Attribute rules ------------------------------------------------------------------------
@@ -246,6 +104,11 @@ RULES: list[tuple[str, re.Pattern[str]]] = [
     ("works at", re.compile(rf"{_I_WORK}{_VALUE}{_NAME_END}")),
     ("works at", re.compile(rf"\b(?:my\s+new\s+job|I\s+now\s+work)\s+(?:is\s+)?(?:at|for)\s+{_VALUE}\b")),
     ("works at", re.compile(rf"\bI\s+(?:just\s+|have\s+)?(?P<value>{_NO_JOB})\b", re.I)),
+    ("works at", re.compile(r"\bI\s+(?:just\s+|now\s+|recently\s+)?"
+                            r"(?:work|started(?:\s+a\s+new\s+job|\s+working)?|"
+                            r"got\s+a\s+job|joined)\s+(?:at|for)\s+(?P<value>(?:the|a|"
+                            r"an)\s+[a-z][\w' -]{2,40}?)"
+                            r"(?=\s+(?:as|since|in|and|but)\b|\s*[.,;!]|$)")),
     ("partner", re.compile(rf"{_MY_PARTNER}{_VALUE}{_NAME_END}")),
     ("partner", re.compile(rf"{_DATING}{_VALUE}{_NAME_END}")),
     ("partner", re.compile(_SINGLE, re.I)),
@@ -276,6 +139,9 @@ class Found:
     old: str = ""  # a correction's "not X"
     refers: tuple[dt.datetime, dt.datetime] | None = None
     extra: dict = field(default_factory=dict)
+    kind: str = ""
+    wording: str = ""  # the speaker's own words, first person
+    subject: str = ""  # someone the clause is about other than the speaker ("Tom")
 
 
 def attribute_facts(sentence: str) -> list[Found]:
@@ -296,24 +162,56 @@ def attribute_facts(sentence: str) -> list[Found]:
         name = {"favourite": f"favourite {key}", "plan": f"plan: {key}"}.get(attribute, attribute)
         if any(f.attribute == name for f in found):
             continue
-        found.append(Found(name, value, sentence))
-    if m := _LIKES.search(sentence):
+        found.append(Found(name, value, sentence, kind=_ATTRIBUTE_KINDS.get(attribute, attribute)))
+    if (m := _LIKES.search(sentence)) and not statements.is_reaction(sentence) and \
+            m["value"].split()[0] not in ("to", "best", "it", "that", "this", "them", "how", "the"):
         liked = not re.match(r"(?:now\s+)?(?:hate|dislike|can't)|don't|no longer", m["how"])
-        found.append(Found(f"likes {m['value'].lower()}", "likes" if liked else "dislikes", sentence))
+        found.append(Found(f"likes {m['value'].lower()}", "likes" if liked else "dislikes", sentence,
+                           kind="preference", wording=sentence))
+    for f in found:
+        f.wording = f.wording or attribute_wording(f.attribute, f.value)
     return found
 
 
-def extract(text: str) -> list[Found]:
-    """The facts a message states about its speaker: its attribute facts, else (a message above
-    the statement threshold) its best clause."""
-    found = [f for s in sentences(text) for f in attribute_facts(s)]
-    if found:
-        return found
-    score = statement_score(text)
-    if score < STATEMENT_THRESHOLD:
-        return []
-    clause = best_clause(text)
-    return [Found(ABOUT, "", clause, score=score)] if clause else []
+_ATTRIBUTE_KINDS = {"lives in": "home", "works at": "work", "partner": "family", "favourite": "preference"}
+
+
+def attribute_wording(attribute: str, value: str) -> str:
+    """An exclusive attribute in the speaker's words ("I live in Hamburg", "My partner is Alex")."""
+    if attribute == "lives in":
+        return f"I live in {value}"
+    if attribute == "works at" and re.match(r"(?:the|a|an)\s", value):
+        return f"I work at {value}"
+    if attribute in ("works at", "partner") and not value[:1].isupper():
+        return f"I{value}" if value.startswith("'") else f"I {value}"  # "I lost my job", "I'm single"
+    if attribute == "works at":
+        return f"I work at {value}"
+    if attribute == "partner":
+        return f"My partner is {value}"
+    if attribute.startswith("plan: "):
+        return f"My {attribute.removeprefix('plan: ')} is planned for {value}"
+    if attribute.startswith("favourite "):
+        return f"My {attribute} is {value}"
+    return f"I {attribute} {value}"
+
+
+def extract(text: str, people: Iterable[str] = (), answer: str = "") -> list[Found]:
+    """The facts a message states: its attribute facts (exclusive: home, work, partner,
+    favourites, plans, likes), then the clauses memory.knowledge.statements keeps, each once.
+    `answer`: the assistant's message it replies to (what only echoes it is a reaction)."""
+    found: list[Found] = []
+    for sentence in statements.sentences(text):
+        if statements.carries_a_request(sentence):
+            continue
+        found += attribute_facts(sentence)
+    covered = " ".join(f.clause for f in found).lower()
+    for clause in statements.facts_of(text, set(people), answer):
+        if not clause.explicit and clause.text.rstrip(".!").lower() in covered:
+            continue  # the sentence already gave its attribute
+        kind = "instruction" if clause.instruction else clause.kind
+        found.append(Found(ABOUT, "", clause.text, score=clause.score, kind=kind, wording=clause.text,
+                           subject=clause.subject))
+    return found
 
 
 # --- Storing, supersession --------------------------------------------------------------------
@@ -325,33 +223,20 @@ def subject_of(message: Message) -> str | None:
     speaker = (message.metadata or {}).get("speaker")
     if isinstance(speaker, str) and speaker.strip():
         return " ".join(speaker.split())[:200]
-    return "the user" if message.role == Role.USER else None
+    return USER if message.role == Role.USER else None
 
 
 def _key(subject: str) -> str:
     return " ".join(subject.lower().split())
 
 
-def _period(clause: str, said_at: dt.datetime) -> tuple[dt.datetime, dt.datetime] | None:
-    return query_period(clause, now=said_at)
-
-
-def _statement(found: Found, subject: str) -> str:
-    """The fact in a sentence about its subject ("Ana's partner is Sam", "Ana lost their job")."""
+def _statement(found: Found, subject: str, quick: bool = False) -> str:
+    """The fact in a sentence about its subject ("the user's partner is Sam", "Ana lost their
+    job", "Tom doesn't eat mushrooms"): the model's own sentence, or the wording in the third person."""
     if found.extra.get("statement"):
         return found.extra["statement"][:MAX_STATEMENT_CHARS]  # the model's own sentence
-    attribute, value = found.attribute, found.value
-    if attribute == ABOUT or attribute.startswith("likes "):
-        return third_person(found.clause, subject)
-    if not value[:1].isupper() and attribute in ("works at", "partner"):
-        return third_person(f"I {value}", subject)  # "lost my job", "broke up with Sam"
-    if attribute.startswith("plan: "):
-        return f"{subject}'s {attribute.removeprefix('plan: ')} is planned for {value}"
-    if attribute.startswith("favourite "):
-        return f"{subject}'s {attribute} is {value}"
-    if attribute == "partner":
-        return f"{subject}'s partner is {value}"
-    return f"{subject} {attribute} {value}"
+    text = found.wording or found.clause
+    return wording.stated(text, subject, found.kind, quick=quick)[:MAX_STATEMENT_CHARS]
 
 
 def supersede(old: Fact, new: Fact) -> None:
@@ -370,61 +255,199 @@ def _correct(owner, subject: str, found: Found, message: Message) -> Fact | None
     target = facts.order_by("-valid_from", "-id").first()
     if target is None:
         return None
+    likes = target.attribute.startswith("likes ")
+    said = "" if likes else attribute_wording(target.attribute, found.value)
+    corrected = Found(target.attribute, found.value, found.clause, kind=target.kind, wording=said)
     new = Fact.objects.create(
         owner=owner, message=message, subject=subject, subject_key=_key(subject),
-        attribute=target.attribute, value=found.value,
-        statement=_statement(Found(target.attribute, found.value, found.clause), subject),
-        said_at=message.timestamp, valid_from=message.timestamp,
+        attribute=target.attribute, value=found.value, statement=_statement(corrected, subject),
+        wording=said, kind=target.kind, said_at=message.timestamp, valid_from=message.timestamp,
         refers_from=target.refers_from, refers_to=target.refers_to,
     )
     supersede(target, new)
     return new
 
 
-def store_found(owner, message: Message, subject: str, found: Found, origin: str = "rules") -> Fact | None:
-    """Store one found fact of a message; a newer one on the same subject and exclusive
-    attribute supersedes the current one (the same value said again adds nothing)."""
+class Ledger:
+    """The current statements of an owner's subjects, read once per run and kept up to date as
+    facts are stored, so each new statement is compared with them in memory (duplicates merge,
+    new values supersede) rather than by a query per fact."""
+
+    LIMIT = 5000  # the newest current statements of a subject compared with
+
+    def __init__(self, owner, limit: int = LIMIT) -> None:
+        self.owner = owner
+        self.limit = limit
+        self.rows: dict[str, list[Fact]] = {}
+
+    def current(self, subject: str) -> list[Fact]:
+        key = _key(subject)
+        if key not in self.rows:
+            self.rows[key] = list(
+                Fact.objects.owned_by(self.owner).current().about(subject).filter(attribute=ABOUT)
+                .exclude(kind="instruction").order_by("-valid_from", "-id")[: self.limit]
+            )
+        return self.rows[key]
+
+    def same(self, subject: str, said: str) -> Fact | None:
+        rows = self.current(subject)
+        return next((f for f in rows if f.wording and updates.same_meaning(said, f.wording)), None)
+
+    def replaced(self, subject: str, said: str, when: dt.datetime) -> list[Fact]:
+        """The current statements (not newer) that `said` gives a new value of."""
+        return [f for f in self.current(subject)
+                if f.wording and f.valid_from <= when and updates.supersedes(said, f.wording)]
+
+    def added(self, fact: Fact, replaced: list[Fact]) -> None:
+        rows = self.current(fact.subject)
+        for old in replaced:
+            if old in rows:
+                rows.remove(old)
+        if fact.kind != "instruction":
+            rows.insert(0, fact)
+
+
+def store_found(owner, message: Message, subject: str, found: Found, origin: str = "rules",
+                ledger: Ledger | None = None, quick: bool = False) -> Fact | None:
+    """Store one found fact of a message: a newer one on the same subject and exclusive attribute
+    (or, for a statement, the same thing with a new value) supersedes the current one; the same
+    value said again adds this message to the fact that has it. None when nothing new is stored."""
     if found.attribute == CORRECTION:
         return _correct(owner, subject, found, message)
-    period = _period(found.clause, message.timestamp)
-    previous = None
+    subject = found.subject or subject
+    said = found.wording or found.clause
+    planned = True if found.attribute.startswith("plan: ") or found.kind == "plan" else None
+    period = resolve_when(found.clause or said, message.timestamp, planned)
+    previous: Fact | None = None
+    replaced: list[Fact] = []
     if found.attribute != ABOUT:
         previous = (
             Fact.objects.owned_by(owner).current().about(subject).filter(attribute=found.attribute)
             .order_by("-valid_from", "-id").first()
         )
         if previous and previous.value.lower() == found.value.lower():
+            previous.also_in.add(message)
             return None
         if previous and previous.valid_from > message.timestamp:
             previous = None  # an older message read late does not undo a newer fact
+    elif found.kind != "instruction":
+        ledger = ledger or Ledger(owner)
+        same = ledger.same(subject, said)
+        if same is not None:
+            if same.message_id != message.pk:
+                same.also_in.add(message)
+            return None
+        replaced = ledger.replaced(subject, said, message.timestamp)
     fact = Fact.objects.create(
         owner=owner, message=message, subject=subject, subject_key=_key(subject),
-        attribute=found.attribute, value=found.value[:300], statement=_statement(found, subject),
-        said_at=message.timestamp, valid_from=message.timestamp,
+        attribute=found.attribute, value=found.value[:300], statement=_statement(found, subject, quick),
+        wording=said[:2000], kind=found.kind[:32], said_at=message.timestamp, valid_from=message.timestamp,
         refers_from=period[0] if period else None, refers_to=period[1] if period else None,
         origin=origin, score=found.score,
     )
-    if previous is not None:
-        supersede(previous, fact)
+    for old in [previous] if previous is not None else replaced:
+        supersede(old, fact)
+    if found.attribute == ABOUT and ledger is not None:
+        ledger.added(fact, replaced)
     return fact
 
 
-def extract_messages(owner, message_ids: Iterable[str] | None = None) -> int:
+def shown(fact: Fact, corrected: bool = True) -> str:
+    """The fact as its owner reads it: their correction, or about themselves in the second
+    person ("You lead a team of five engineers"); about anyone else as stated."""
+    if corrected and fact.corrected:
+        return fact.corrected
+    if fact.subject_key != USER or not fact.wording:
+        return wording.capitalized(fact.statement)
+    return wording.shown_to_owner(fact.wording, fact.kind)
+
+
+def known_people(owner) -> set[str]:
+    """The names the owner has called their own ("my sister Ana", "our cat Luna") in facts
+    already drawn, and the people facts are about."""
+    names = set(
+        Fact.objects.owned_by(owner).exclude(subject_key=USER).order_by()
+        .values_list("subject", flat=True).distinct()[:500]
+    )
+    for said in Fact.objects.owned_by(owner).filter(kind__in=("family", "pet", "work", "remember")) \
+            .order_by("-id").values_list("wording", flat=True)[:2000]:
+        names |= statements.people_named(said)
+    return names
+
+
+def extract_messages(owner, message_ids: Iterable[str] | None = None, progress=None) -> int:
     """Facts of these messages (all the owner's messages when None), oldest first so a later
     statement supersedes an earlier one. Messages that already have facts are skipped; only
-    sources() are read. Returns how many facts were stored."""
-    messages = Message.objects.owned_by(owner).logical().visible().sources().filter(facts__isnull=True)
+    sources() are read. Returns how many facts were stored; `progress(n)` is told as messages
+    are read."""
+    messages = Message.objects.owned_by(owner).logical().visible().sources().filter(
+        facts__isnull=True, repeated_facts__isnull=True
+    )
     if message_ids is not None:
         messages = messages.filter(pk__in=list(message_ids))
     stored = 0
-    for message in messages.order_by("timestamp", "position").iterator(chunk_size=500):
+    ledger = Ledger(owner)
+    people = known_people(owner)
+    rows = messages.select_related("parent").order_by("timestamp", "position")
+    for message in rows.iterator(chunk_size=500):
         subject = subject_of(message)
+        if progress:
+            progress(1)
         if subject is None:
             continue
+        people |= statements.people_named(" ".join(statements.own_words(message.content)))
+        parent = message.parent
+        answer = parent.content if parent is not None and parent.role == Role.ASSISTANT and \
+            subject_of(parent) is None else ""
         with transaction.atomic():
-            for found in extract(message.content):
-                stored += store_found(owner, message, subject, found) is not None
+            for found in extract(message.content, people, answer):
+                stored += store_found(owner, message, subject, found, ledger=ledger) is not None
     return stored
+
+
+EXPLICIT = ("remember", "instruction")
+
+
+def remember_now(owner, message: Message) -> list[Fact]:
+    """A person's explicit "remember that…" in a chat turn, stored at once (cheap: one message's
+    rules, no model), so the reply can say what was saved. Other facts of the message are left
+    to background upkeep. A message read before (a regenerated reply) is not read again."""
+    subject = subject_of(message)
+    if subject is None:
+        return []
+    if not Fact.objects.owned_by(owner).filter(Q(message=message) | Q(also_in=message)).exists():
+        ledger = Ledger(owner, limit=500)
+        with transaction.atomic():
+            for clause in statements.explicit_requests(message.content):
+                kind = "instruction" if clause.instruction else clause.kind
+                found = Found(ABOUT, "", clause.text, score=clause.score, kind=kind, wording=clause.text)
+                store_found(owner, message, subject, found, ledger=ledger, quick=True)
+    return explicitly_saved(owner.pk, message.pk)
+
+
+def explicitly_saved_for(owner_id: int, message_ids: Iterable[str]) -> dict[str, list[Fact]]:
+    """explicitly_saved for many messages in one query (a page of a conversation)."""
+    ids = {str(i) for i in message_ids}
+    if not ids:
+        return {}
+    rows = (
+        Fact.objects.filter(owner_id=owner_id, kind__in=EXPLICIT).live()
+        .filter(Q(message_id__in=ids) | Q(also_in__in=ids)).distinct()
+        .prefetch_related("also_in").order_by("id")
+    )
+    saved: dict[str, list[Fact]] = {}
+    for fact in rows:
+        for message_id in {fact.message_id, *(m.pk for m in fact.also_in.all())} & ids:
+            saved.setdefault(message_id, []).append(fact)
+    return saved
+
+
+def explicitly_saved(owner_id: int, message_id: str) -> list[Fact]:
+    """The facts a message asked to be remembered (stored from it, or said before and found)."""
+    return list(
+        Fact.objects.filter(owner_id=owner_id, kind__in=EXPLICIT).live()
+        .filter(Q(message_id=message_id) | Q(also_in=message_id)).distinct().order_by("id")
+    )
 
 
 def refresh_messages(owner, message_ids: Iterable[str]) -> dict[str, int]:
@@ -636,14 +659,19 @@ def write_index(writer, facts: list[Fact], share: float = INDEX_SHARE) -> list[s
 MODEL_SYSTEM = (
     "You keep a list of lasting facts about people from their messages. Messages to read follow, "
     "each as [n] speaker (date): text. For each message that states something lasting about "
-    "someone (who they are, relations, home, work, plans with dates, preferences, possessions, "
-    "events in their life), write one line: [n] subject | attribute | value | fact. subject: the "
-    "speaker's name as given (or a person the message names); attribute: one of lives in, works "
-    "at, partner, favourite <thing>, plan: <thing>, likes <thing>, or about; value: the place, "
-    "employer, name, date or thing (empty for about); fact: one short third-person sentence. "
-    "Skip greetings, questions, small talk and praise. If no message states a fact, answer NONE."
+    "someone (who they are, family and the names in it, pets, home, work, education, health, diet "
+    "and allergies, possessions, recurring commitments, counts, preferences, plans with dates), "
+    "write one line: [n] subject | attribute | value | fact. subject: the speaker's name as given "
+    "(or a person the message names); attribute: one of lives in, works at, partner, favourite "
+    "<thing>, plan: <thing>, likes <thing>, or about; value: the place, employer, name, date or "
+    "thing (empty for about); fact: at most 25 words, in the speaker's own first person ('I lead a "
+    "team of five engineers'), or about the person named ('Tom doesn't eat mushrooms'). Never a "
+    "fact: text the speaker pasted (code, documents, letters), requests or instructions to the "
+    "assistant, questions, greetings, thanks, reactions to an answer, the assistant's advice. If "
+    "no message states a fact, answer NONE."
 )
 MODEL_BATCH = 20
+MODEL_READ = "facts_model"  # a message's metadata key: the model that read it for facts
 MODEL_EXCERPT_CHARS = 600
 _MODEL_LINE = re.compile(r"^\s*\[(\d{1,3})\]\s*([^|]{1,200})\|([^|]{1,200})\|([^|]{0,300})\|(.{3,400})$")
 _EXCLUSIVE = ("lives in", "works at", "partner")
@@ -682,8 +710,12 @@ def parse_model_facts(answer: str, messages: list[Message]) -> list[tuple[Messag
         named = re.search(rf"\b{re.escape(subject)}\b", message.content, re.I)
         if _key(subject) != _key(speaker) and not named:
             continue
-        found = Found(attribute, value, statement, extra={"statement": statement})
-        proposed.append((message, subject, found))
+        # The same "never a fact" rules as the rules' own clauses, and grounded in the
+        # speaker's own words (not in what they pasted).
+        if not statements.acceptable(statement, message.content):
+            continue
+        found = Found(attribute, value, statement, kind="model", wording=statement)
+        proposed.append((message, speaker if _key(subject) == _key(speaker) else subject, found))
     return proposed
 
 
@@ -700,7 +732,7 @@ def propose_with_model(owner, message_ids: Iterable[str], client=None) -> dict[s
     if not summaries.is_configured():
         return {"proposed": 0}
     # A message the model has read already is read again only once edited.
-    unread = Q(edited=True) | ~Q(pk__in=Fact.objects.filter(origin="model").values("message_id"))
+    unread = Q(edited=True) | ~Q(metadata__has_key=MODEL_READ)
     messages = [
         m for m in Message.objects.owned_by(owner).logical().visible().sources()
         .filter(unread, pk__in=[str(i) for i in message_ids]).order_by("timestamp", "position")
@@ -724,12 +756,19 @@ def propose_with_model(owner, message_ids: Iterable[str], client=None) -> dict[s
             continue
         proposed = parse_model_facts(answer, batch)
         with transaction.atomic():
+            # Read: not asked again unless edited (even when it gave no fact). Merged in SQL, so a
+            # concurrent edit's own metadata stays.
+            Message.objects.filter(pk__in=[m.pk for m in batch]).update(
+                metadata=RawSQL("metadata || %s::jsonb", [json.dumps({MODEL_READ: settings.FACTS_MODEL})])
+            )
             read = {m.pk for m, _, _ in proposed}
             replaced = Fact.objects.filter(message_id__in=read, pinned=False, corrected="").filter(
                 Q(origin="model") | Q(origin="rules", attribute=ABOUT)
             )
             for fact in replaced:
                 fact.delete()
+            ledger = Ledger(owner)
             for message, subject, found in proposed:
-                stored += store_found(owner, message, subject, found, origin="model") is not None
+                fact = store_found(owner, message, subject, found, origin="model", ledger=ledger)
+                stored += fact is not None
     return {"proposed": stored, "failed_batches": failed}

@@ -83,7 +83,7 @@ COPIES: list[Copies] = [
     Copies("memory.ConversationSummary", ("blocks",)),
     Copies("memory.UpkeepRun", ("detail",)),
     Copies("memory.SemanticCacheEntry", ("query", "payload")),
-    Copies("memory.Fact", ("subject", "value", "statement", "corrected"), echo="fact"),
+    Copies("memory.Fact", ("subject", "value", "statement", "wording", "corrected"), echo="fact"),
     Copies("memory.ImportJob", ("report", "error")),
     # A scrubbed tool call's passages are made again from what is left of it.
     Copies("memory.ToolCall", ("result", "arguments"), store.rebuild_tool_call_passages, echo="toolcall"),

@@ -44,12 +44,14 @@ def run_import(command: BaseCommand, user, parsed: import_jobs.Parsed, path: str
         command.stderr.write(
             f"{job.passages_total:,} passages to embed, your own messages first and newest first, in "
             "background work (a running `manage.py serve` "
-            "or `db_worker`; progress on the explorer's Memory page), then topics are built; keyword "
+            "or `db_worker`; progress on the explorer's Memory page), then topics are built and facts "
+            "learned; keyword "
             "search finds the messages now"
         )
         return job
     command.stderr.write("embedding your own messages first, newest first, then the replies")
     with Progress(job.passages_total, "embed", stream=stream) as bar:
         tasks.run_import_job(job, progress=bar.update)
-    command.stderr.write(f"embedded {job.passages_embedded:,} passages; topics built")
+    command.stderr.write(f"embedded {job.passages_embedded:,} passages; topics built; "
+                         f"{job.facts_learned:,} fact{'' if job.facts_learned == 1 else 's'} learned")
     return job

@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 from django.conf import settings
-from django.db import models
+from django.db import models, transaction
 from django.db.models import Case, F, Q, Value, When
+from django.dispatch import Signal
 
 from memory.models.conversations import Message, OwnedQuerySet
 
@@ -92,8 +93,9 @@ STATEMENT_LAST = Case(When(attribute="about", then=Value(1)), default=Value(0))
 
 class FactQuerySet(OwnedQuerySet):
     def live(self) -> FactQuerySet:
-        """Facts whose source message is not deleted (a restored message brings its facts back)."""
-        return self.filter(message__deleted=False)
+        """Facts whose source message is not deleted (a restored message brings its facts back),
+        and that the person has not forgotten."""
+        return self.filter(message__deleted=False).exclude(kind=Fact.FORGOTTEN)
 
     def current(self) -> FactQuerySet:
         """What holds now: live facts nothing has superseded."""
@@ -112,6 +114,29 @@ class FactQuerySet(OwnedQuerySet):
         ).order_by("is_superseded", "-pinned", "-valid_from", "-id")
 
 
+# A fact went with its message (forgotten), and these other messages had said the same: their
+# facts are drawn again from their own words (memory.tasks listens). Arguments: owner_id,
+# message_ids.
+sources_lost = Signal()
+
+
+def cascade_and_redraw(collector, field, sub_objs, using):
+    """on_delete of a fact's message: the fact goes with it (forgetting the message forgets the
+    fact), and the other messages that said the same are announced (sources_lost),
+    so background upkeep draws the fact again from their own words."""
+    others: dict[int, set[str]] = {}
+    for fact in sub_objs:
+        ids = fact.also_in.values_list("pk", flat=True)
+        others.setdefault(fact.owner_id, set()).update(str(i) for i in ids)
+    models.CASCADE(collector, field, sub_objs, using)
+    for owner_id, ids in others.items():
+        if ids:
+            said = sorted(ids)
+            transaction.on_commit(
+                lambda o=owner_id, i=said: sources_lost.send(Fact, owner_id=o, message_ids=i), using=using
+            )
+
+
 class Fact(models.Model):
     """Something lasting about someone (the user, a person they name, a speaker of an imported
     history), drawn from one source message by memory.knowledge.facts. A newer fact on the same subject and
@@ -119,7 +144,9 @@ class Fact(models.Model):
     stay. Forgetting the source message forgets the fact (CASCADE)."""
 
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
-    message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="facts")
+    message = models.ForeignKey(Message, on_delete=cascade_and_redraw, related_name="facts")
+    # Other messages that say the same (one fact, several sources).
+    also_in = models.ManyToManyField(Message, related_name="repeated_facts", blank=True)
     subject = models.CharField(max_length=200)
     subject_key = models.CharField(max_length=200)
     # "lives in", "works at", "partner", "favourite colour", "plan: trip", ...; "about" for a
@@ -127,6 +154,11 @@ class Fact(models.Model):
     attribute = models.CharField(max_length=200)
     value = models.CharField(max_length=300, blank=True, default="")
     statement = models.TextField()
+    # The speaker's own clause, first person ("I lead a team of five engineers"): the person reads
+    # it in the second person, anyone else in the third (memory.knowledge.wording).
+    wording = models.TextField(blank=True, default="")
+    # What it is about (memory.knowledge.statements): health, family, work, plan, remember, ...
+    kind = models.CharField(max_length=32, blank=True, default="")
     # What the person wrote instead, when they corrected the fact.
     corrected = models.TextField(blank=True, default="")
     said_at = models.DateTimeField()
@@ -144,6 +176,10 @@ class Fact(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     objects = FactQuerySet.as_manager()
+
+    # The kind of a fact the person forgot (or undid under a reply): its words are gone, and the
+    # row stays only so that its message is not read for it again.
+    FORGOTTEN = "forgotten"
 
     class Meta:
         indexes = [
@@ -175,6 +211,20 @@ class Fact(models.Model):
         self.pinned = pinned
         self.save(update_fields=["pinned"])
         return self
+
+    def forget(self) -> None:
+        """The person forgets this fact: its words go, what it had superseded holds again, and
+        its message is not read for it again (an edit of the message reads it anew)."""
+        from django.utils import timezone
+
+        with transaction.atomic():
+            Fact.objects.filter(superseded_by_id=self.pk).update(valid_to=None, superseded_by=None)
+            self.also_in.clear()
+            self.kind = self.FORGOTTEN
+            self.statement = self.wording = self.value = self.corrected = ""
+            self.subject, self.subject_key, self.attribute = "", "", ""
+            self.superseded_by, self.pinned, self.valid_to = None, False, timezone.now()
+            self.save()
 
     def correct(self, text: str) -> Fact:
         """The person's wording replaces the drawn statement (empty: back to the drawn one)."""

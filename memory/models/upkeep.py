@@ -164,15 +164,17 @@ class ImportJobQuerySet(OwnedQuerySet):
 
 class ImportJob(models.Model):
     """One import of chat history (ChatGPT's, Claude's, JSON Lines or a Recollect export), done
-    in three steps so nobody waits for vectors: its messages are stored first (keyword search,
-    the chat and the explorer have them at once), then background work embeds them, then the
-    topic tree is built (memory.transfer.import_jobs). The counts are its progress; a run that stops
-    (a server restart) is resumed by the next, which claims the job once its runner is gone."""
+    in steps so nobody waits for vectors: its messages are stored first (keyword search, the
+    chat and the explorer have them at once), then background work embeds them, then the topic
+    tree is built, then the facts are drawn (memory.transfer.import_jobs). The counts are its
+    progress; a run that stops (a server restart) is resumed by the next, which claims the job
+    once its runner is gone."""
 
     class Status(models.TextChoices):
         STORING = "storing", "storing messages"
         EMBEDDING = "embedding", "embedding"
         TOPICS = "topics", "building topics"
+        FACTS = "facts", "learning facts"
         DONE = "done", "done"
         FAILED = "failed", "failed"
 
@@ -193,6 +195,9 @@ class ImportJob(models.Model):
     # in the part being embedded now (own messages until own_ready, the rest after).
     own_ready = models.BooleanField(default=False)
     ready_back_to = models.DateTimeField(null=True, blank=True)
+    # The last step: messages read for facts, and the facts learned from them.
+    facts_read = models.IntegerField(default=0, db_default=0)
+    facts_learned = models.IntegerField(default=0, db_default=0)
     report = models.JSONField(default=dict, blank=True)  # added, skipped, bad, conversations, errors
     error = models.TextField(blank=True, default="")
     # Who runs it now ("host:pid:start", memory.processes) and when it last said so.
@@ -224,6 +229,8 @@ class ImportJob(models.Model):
         """(done, total) of the current step: messages while storing, passages after."""
         if self.status == self.Status.STORING:
             return self.messages_stored, self.messages_total
+        if self.status == self.Status.FACTS:
+            return min(self.facts_read, self.messages_total), self.messages_total
         return min(self.passages_embedded, self.passages_total), self.passages_total
 
     @property

@@ -1,5 +1,6 @@
 """Imports nobody waits for: an ImportJob stores the messages first, so keyword search, the chat
-and the explorer have them at once, then embeds them, then the topic tree is built.
+and the explorer have them at once, then embeds them, then the topic tree is built, then the
+facts a person would keep are drawn from them ("N facts learned").
 
 The steps run wherever the job is claimed: a web upload's job in background work
 (memory.tasks.run_import, a slice at a time so other background work keeps its turn),
@@ -407,7 +408,31 @@ def analyze() -> None:
         cursor.execute("ANALYZE " + ", ".join(tables))
 
 
-# --- step 3: topics (memory.tasks runs it, recorded as upkeep) -----------------------------------
+# --- step 3: topics (memory.tasks runs it, recorded as upkeep); step 4: facts -------------------
+
+
+def to_facts(job: ImportJob) -> None:
+    _set(job, status=ImportJob.Status.FACTS, facts_read=0, facts_learned=0)
+
+
+def learn_facts(job: ImportJob, owner) -> int:
+    """Draw the facts of the owner's messages that have none yet (memory.knowledge.facts), with
+    the messages read as the job's progress; returns how many were learned."""
+    from memory.knowledge import facts
+
+    read = 0
+    last_write = 0.0
+
+    def advance(n: int) -> None:
+        nonlocal read, last_write
+        read += n
+        if time.monotonic() - last_write >= PROGRESS_EVERY_SECONDS:
+            last_write = time.monotonic()
+            _beat(job, facts_read=read)
+
+    learned = facts.extract_messages(owner, progress=advance)
+    _set(job, facts_read=max(read, job.messages_total), facts_learned=learned)
+    return learned
 
 
 def finish(job: ImportJob) -> None:

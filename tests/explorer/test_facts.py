@@ -30,8 +30,10 @@ def test_the_overview_shows_current_facts_then_superseded_ones_with_dates(owner_
     page = html(owner_client.get(reverse("explorer:overview")))
     section = page[page.index('id="facts"'):]
     current, superseded = section.index('id="facts-current"'), section.index('id="facts-superseded"')
-    assert current < section.index("the user lives in Hamburg") < superseded
-    assert superseded < section.index("the user lives in Berlin")
+    # Read by the person: about themselves, in the second person.
+    assert current < section.index("You live in Hamburg") < superseded
+    assert superseded < section.index("You live in Berlin")
+    assert "the user" not in section
     assert "held 2024-03-01 – 2024-05-09" in section  # Berlin, until Munich
     munich = Fact.objects.get(value="Munich")
     assert reverse("explorer:message", args=[munich.message_id]) in section
@@ -49,8 +51,8 @@ def test_an_entitys_page_shows_the_facts_that_name_it(owner, owner_client, life)
     sam = Entity.objects.owned_by(owner).get(normalized="sam")
     page = html(owner_client.get(reverse("explorer:entity", args=[sam.pk])))
     section = page[page.index('id="facts"'):]
-    assert "Facts about Sam" in section and "The user broke up with Sam" in section
-    assert "the user&#x27;s partner is Sam" in section[section.index('id="facts-superseded"'):]
+    assert "Facts about Sam" in section and "You broke up with Sam" in section
+    assert "Your partner is Sam" in section[section.index('id="facts-superseded"'):]
 
 
 def test_correct_pin_and_forget_a_fact_with_htmx(owner_client, life):
@@ -66,6 +68,9 @@ def test_correct_pin_and_forget_a_fact_with_htmx(owner_client, life):
     assert html(owner_client.post(reverse("explorer:fact_forget", args=[hamburg.pk]),
                                   HTTP_HX_REQUEST="true")) == ""
     assert Fact.objects.get(value="Munich").is_current  # what the forgotten fact replaced holds again
+    # Its words are gone; the row stays only so its message is not read for it again.
+    assert not Fact.objects.live().filter(pk=hamburg.pk).exists()
+    assert not Fact.objects.filter(statement__contains="Hamburg").exists()
 
 
 def test_a_correction_too_long_changes_nothing_and_says_why(owner_client, life):
@@ -92,7 +97,7 @@ def test_another_users_fact_answers_404(stranger_client, owner, conversation):
         assert response.status_code == 404
     assert stranger_client.post(reverse("explorer:fact_pin", args=[2**70])).status_code == 404
     assert Fact.objects.filter(pk=fact.pk, corrected="").exists()
-    assert "the user lives in London" not in html(stranger_client.get(reverse("explorer:facts")))
+    assert "London" not in html(stranger_client.get(reverse("explorer:facts")))
 
 
 def test_a_row_swapped_in_by_htmx_still_goes_back_to_its_page_without_javascript(owner_client, life):
@@ -100,3 +105,14 @@ def test_a_row_swapped_in_by_htmx_still_goes_back_to_its_page_without_javascript
     row = html(owner_client.post(reverse("explorer:fact_pin", args=[london.pk]), {"pinned": "true"},
                                  HTTP_HX_REQUEST="true", HTTP_HX_CURRENT_URL="http://testserver/explorer/facts/"))
     assert 'name="next" value="/explorer/facts/"' in row
+
+
+def test_the_overview_lists_people_first_and_an_entity_page_says_1_mention(owner, owner_client, conversation):
+    tell(owner, conversation, [(0, "We moved the scripts to Python and Python is fine."),
+                               (1, "I rewrote the parser in Python."), (2, "My sister Ana lives in Porto.")])
+    facts.extract_messages(owner)
+    entities.rebuild(owner)
+    page = html(owner_client.get(reverse("explorer:overview")))
+    assert page.index(">Ana</a>") < page.index(">Python</a>")
+    ana = Entity.objects.owned_by(owner).get(normalized="ana")
+    assert " 1 mention · " in html(owner_client.get(reverse("explorer:entity", args=[ana.pk])))

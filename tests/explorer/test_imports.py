@@ -107,11 +107,18 @@ def test_the_progress_polls_while_the_import_runs_and_stops_when_it_is_done(owne
     assert 'max="200" value="50"' in part and "left." in part
     assert 'hx-trigger="every 2s"' in part
     ImportJob.objects.filter(pk=job.pk).update(
+        status=ImportJob.Status.FACTS, passages_embedded=200, facts_read=4
+    )
+    part = owner_client.get(reverse("explorer:import_progress") + f"?job={job.pk}").content.decode()
+    assert "learning facts" in part and "Topics built; learning facts: 4 of 10 messages read." in part
+    assert 'max="10" value="4"' in part
+    ImportJob.objects.filter(pk=job.pk).update(
         status=ImportJob.Status.DONE, passages_embedded=200, finished_at=job.created_at,
-        report={"added": 10, "conversations": 2},
+        report={"added": 10, "conversations": 2}, facts_read=10, facts_learned=3,
     )
     part = owner_client.get(reverse("explorer:import_progress") + f"?job={job.pk}").content.decode()
     assert "Done: 10 messages added" in part and "topics built" in part
+    assert f'<a class="facts-learned" href="{reverse("explorer:facts")}">3 facts learned</a>' in part
     assert "hx-trigger" not in part
 
 

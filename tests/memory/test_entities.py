@@ -56,3 +56,63 @@ def test_greetings_times_possessives_and_quotes_are_not_part_of_names():
     names = {f.name for f in extract(more) if f.kind == "name"}
     assert {"Jon", "Shia Labeouf"} <= names
     assert not names & {"Absolutely Jon", "Knowing I'm", "It's Shia Labeouf", "DOING IT", "DOING", "Here"}
+
+
+# --- Names a person would recognise (issue 34) ----------------------------------------------------
+
+
+def names(text: str, known: frozenset[str] = frozenset()) -> set[str]:
+    from memory.knowledge.entities import extract_counted
+
+    return {f.name for f, _ in extract_counted(text, known) if f.kind == "name"}
+
+
+def test_code_literals_are_not_names():
+    assert not names("It returns None when the flag is True, and False or Null otherwise; json null too.")
+
+
+def test_an_instructions_opening_verb_is_not_part_of_a_name():
+    text = ("1. **Use Instagram Stories** to share news.\n2. **Avoid** posting at night.\n"
+            "- Try Google Maps offline.")
+    assert names(text) == {"Instagram Stories", "Google Maps"}
+
+
+def test_a_common_word_capitalised_is_not_a_name_when_the_text_also_says_it_plainly():
+    assert "Window" not in names("Open the Window menu, then close the window.")
+    assert "Python" in names("I write most of it in Python these days.")
+
+
+def test_names_of_several_words_and_letters_stay_whole():
+    assert names("My mother worked at Hospital São João for years.") == {"Hospital São João"}
+    assert "Zoë" in names("I met Zoë at the market.")
+
+
+def test_a_name_met_elsewhere_counts_at_a_sentence_start():
+    assert names("Tom doesn't eat mushrooms.") == set()
+    assert names("Tom doesn't eat mushrooms.", frozenset({"tom"})) == {"Tom"}
+
+
+def test_a_rebuild_counts_every_mention_of_a_name_the_history_uses(owner, conversation, db):
+    from memory.knowledge import entities
+    from memory.models import Entity
+    from tests.memory.test_facts import tell
+
+    tell(owner, conversation, [(0, "Tom doesn't eat mushrooms."), (1, "Tom loves the sea."),
+                               (2, "My partner Tom and I cook on Sundays.")])
+    entities.rebuild(owner)
+    assert Entity.objects.owned_by(owner).get(normalized="tom").mention_count == 3
+
+
+def test_an_entity_no_live_message_names_goes_after_an_edit(owner, conversation, db):
+    from memory.knowledge import entities
+    from memory.models import Entity
+    from memory.storage import store
+    from tests.memory.test_facts import tell
+
+    [message] = tell(owner, conversation, [(0, "We stayed with Bartholomew Quince in Leeds.")])
+    entities.index_messages(owner, [message])
+    assert Entity.objects.owned_by(owner).filter(normalized="bartholomew quince").exists()
+    store.update_message(owner, message.pk, "We stayed in a hotel in Leeds.")
+    message.refresh_from_db()
+    entities.index_messages(owner, [message])
+    assert not Entity.objects.owned_by(owner).filter(normalized="bartholomew quince").exists()

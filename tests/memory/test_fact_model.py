@@ -1,5 +1,6 @@
-"""Facts proposed by a model in background work: each tied to its source message, superseding as
-the rules' facts do, with what the model cannot tie to its source dropped."""
+"""Facts proposed by a model in background work: each tied to its source message, superseding and
+merging as the rules' facts do, with what the model cannot tie to its source, and what the rules
+never keep (greetings, requests, questions, pasted text), dropped."""
 
 from __future__ import annotations
 
@@ -26,10 +27,12 @@ def test_the_model_proposes_facts_tied_to_their_messages(owner, conversation, sc
     settings.FACTS_MODEL = "facts-model"
     messages = tell(owner, conversation, HISTORY[:2])
     scripted_llm.script({"text": (
-        "[2] the user | works at | carpenter's apprenticeship in Ghent | The user left accounting to "
+        "[2] the user | works at | carpenter's apprenticeship in Ghent | I left accounting to "
         "become a carpenter's apprentice in Ghent from March.\n"
-        "[2] Tom | about | | Tom is the user's brother; he found the user the apprenticeship.\n"
-        "[1] the user | about | | The user greeted someone.\n"  # a greeting: the model may err
+        "[2] Tom | about | | Tom found the apprenticeship in Ghent.\n"
+        "[1] the user | about | | Hey! How are you?\n"  # a greeting: the model may err
+        "[2] the user | about | | Help me write a resignation letter.\n"  # a request
+        "[2] the user | about | | I have twelve years of experience in tax law.\n"  # not in the message
         "[7] the user | lives in | Mars | A message the batch does not have.\n"
         "[2] Zed | about | | Nobody of that name is in the message.\n"
         "[2] the user | mood | happy | Not an attribute facts keep.\n"
@@ -42,25 +45,25 @@ def test_the_model_proposes_facts_tied_to_their_messages(owner, conversation, sc
     by_model = Fact.objects.owned_by(owner).filter(origin="model").order_by("id")
     assert [(f.subject, f.attribute, f.message_id) for f in by_model] == [
         ("the user", "works at", messages[1].pk), ("Tom", "about", messages[1].pk),
-        ("the user", "about", messages[0].pk),
     ]
-    assert by_model[0].statement.startswith("The user left accounting to become a carpenter's apprentice")
+    assert by_model[0].statement.startswith("the user left accounting to become a carpenter's apprentice")
+    assert facts.shown(by_model[0]).startswith("You left accounting to become a carpenter's apprentice")
     # The model's sentences replaced the rules' statement of the message it read.
     rules = Fact.objects.owned_by(owner).filter(message=messages[1], origin="rules", attribute="about")
     assert not rules.exists()
-    assert result["proposed"] == 3
+    assert result["proposed"] == 2
     # Upkeep running again on the same messages asks the model nothing more.
     facts.refresh_messages(owner, [m.pk for m in messages])
     assert len([r for r in scripted_llm.requests if PROMPT in r["last_user"]]) == 1
-    assert Fact.objects.owned_by(owner).filter(origin="model").count() == 3
+    assert Fact.objects.owned_by(owner).filter(origin="model").count() == 2
 
 
 def test_a_proposed_fact_supersedes_the_current_one(owner, conversation, scripted_llm):  # noqa: F811
-    first = tell(owner, conversation, [HISTORY[0]])
-    scripted_llm.script({"text": "[1] the user | lives in | Ghent | The user lives in Ghent."}, match=PROMPT)
+    first = tell(owner, conversation, [(0, "Ghent is home now, I love the canals.")])
+    scripted_llm.script({"text": "[1] the user | lives in | Ghent | I live in Ghent."}, match=PROMPT)
     facts.refresh_messages(owner, [m.pk for m in first])
     later = tell(owner, conversation, [HISTORY[2]])
-    answer = "[1] the user | lives in | Antwerp | The user settled in Antwerp."
+    answer = "[1] the user | lives in | Antwerp | I settled in Antwerp."
     scripted_llm.script({"text": answer}, match=PROMPT)
     facts.refresh_messages(owner, [m.pk for m in later])
     ghent, antwerp = Fact.objects.owned_by(owner).filter(attribute="lives in").order_by("valid_from")
@@ -80,3 +83,15 @@ def test_without_a_model_nothing_is_asked(owner, conversation, settings):
     settings.OPENAI_API_KEY = settings.OPENAI_BASE_URL = ""
     messages = tell(owner, conversation, [(0, "I moved to Lisbon.")])
     assert facts.refresh_messages(owner, [m.pk for m in messages])["proposed"] == 0
+
+
+def test_the_models_duplicates_merge_the_same_way(owner, conversation, scripted_llm):  # noqa: F811
+    first = tell(owner, conversation, [(0, "Note for later: I'm lactose intolerant.")])
+    scripted_llm.script({"text": "[1] the user | about | | I'm lactose intolerant."}, match=PROMPT)
+    facts.refresh_messages(owner, [m.pk for m in first])
+    again = tell(owner, conversation, [(9, "As I said before, I'm lactose intolerant, so no cheese.")])
+    answer = "[1] the user | about | | I'm lactose intolerant, so no cheese."
+    scripted_llm.script({"text": answer}, match=PROMPT)
+    facts.refresh_messages(owner, [m.pk for m in again])
+    [fact] = Fact.objects.owned_by(owner).live().filter(wording__icontains="lactose")
+    assert fact.message_id == first[0].pk and list(fact.also_in.all()) == [again[0]]

@@ -38,7 +38,7 @@ def test_with_superseded_it_adds_what_changed_with_the_dates(owner, life):
 def test_a_name_without_facts_of_its_own_gives_the_facts_that_name_it(owner, life):
     out = execute_tool(owner, "get_facts", {"subject": "Sam", "include_superseded": True})
     texts = {f["fact"] for f in out.result["facts"]}
-    assert texts == {"the user's partner is Sam", "The user broke up with Sam"}
+    assert texts == {"the user's partner is Sam", "the user broke up with Sam"}
 
 
 def test_it_pages_with_limit_and_offset(owner, life):

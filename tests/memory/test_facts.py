@@ -7,7 +7,7 @@ import datetime as dt
 
 import pytest
 
-from memory.knowledge import facts
+from memory.knowledge import facts, wording
 from memory.lifecycle import deleting, forgetting
 from memory.models import Fact
 from memory.storage import store
@@ -77,13 +77,13 @@ def test_it_keeps_a_long_first_person_account_of_a_life_event_as_its_best_clause
     [fact] = facts.extract(text)
     assert fact.attribute == facts.ABOUT
     assert fact.clause.startswith("Last week I finally adopted a rescue greyhound called Pepper")
-    assert facts.third_person(fact.clause, "Ana").startswith("Last week Ana finally adopted a rescue")
+    assert wording.third_person(fact.clause, "Ana").startswith("Last week Ana finally adopted a rescue")
 
 
 def test_it_writes_a_first_person_clause_in_the_third_person():
-    third = facts.third_person("I'm a nurse and I love my job.", "Ana")
-    assert third == "Ana is a nurse and Ana loves their job."
-    assert facts.third_person("I have two kids.", "Ben") == "Ben has two kids."
+    third = wording.third_person("I'm a nurse and I love my job.", "Ana")
+    assert third == "Ana is a nurse and they love their job."
+    assert wording.third_person("I have two kids.", "Ben") == "Ben has two kids."
 
 
 def test_it_supersedes_without_deleting_and_keeps_the_dates(owner, conversation):

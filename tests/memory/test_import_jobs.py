@@ -84,6 +84,26 @@ def test_it_embeds_then_builds_topics_when_the_background_work_runs(tmp_path, ex
     assert not Passage.objects.filter(owner=job.owner, embedding__isnull=True).exists()
     assert Topic.objects.filter(owner=job.owner).exists()
     assert UpkeepRun.objects.filter(owner=job.owner, kind="import_topics", ok=True).exists()
+    assert UpkeepRun.objects.filter(owner=job.owner, kind="import_facts", ok=True).exists()
+
+
+@pytest.mark.django_db
+def test_an_import_learns_the_facts_of_a_persons_history(tmp_path):
+    from bench.chatgpt_export import life
+    from memory.models import Fact
+
+    conversations, truth = life(120, seed=5, end=dt.datetime(2025, 6, 1, tzinfo=dt.UTC))
+    path = tmp_path / "conversations.json"
+    path.write_text(json.dumps(conversations))
+    output = import_file(path, "ada", "--wait")
+    job = job_of("ada")
+    learned = Fact.objects.owned_by(job.owner).live()
+    assert job.status == ImportJob.Status.DONE and job.facts_learned == learned.count() > 0
+    assert f"{job.facts_learned} facts learned" in output
+    # Facts of what the person said, never of what they pasted or asked for.
+    said = {m.pk: m.content for m in Message.objects.filter(owner=job.owner)}
+    labels = {truth.get(said[f.message_id], {}).get("label") for f in learned}
+    assert labels <= {"statement", "remember", "update"}
 
 
 @pytest.mark.django_db
@@ -91,7 +111,7 @@ def test_the_command_waits_with_its_own_progress_bar_when_told_to(tmp_path, expo
     path = tmp_path / "conversations.json"
     path.write_text(export_text)
     output = import_file(path, "ada", "--wait")
-    assert "embed [" in output and "topics built" in output
+    assert "embed [" in output and "topics built" in output and "facts learned" in output
     assert job_of("ada").status == ImportJob.Status.DONE
     assert Topic.objects.filter(owner=job_of("ada").owner).exists()
 
