@@ -14,6 +14,7 @@ from typing import Any
 
 import markdown
 import nh3
+from django.conf import settings
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils.safestring import SafeString, mark_safe
@@ -159,7 +160,9 @@ def message_html(message: Message, owner, *, only_child: bool = False) -> str:
     sent after the active leaf, and the reply to a message of the same turn), so its siblings
     are not read."""
     sib = ONLY_CHILD if only_child else siblings_for(message.conversation, [message])[message.pk]
-    return render_to_string("chat/_message.html", {"m": message, "sib": sib, "user": owner})
+    # As the page renders it (chat.context_processors): the model is named when there is a choice.
+    context = {"m": message, "sib": sib, "user": owner, "chat_models": settings.CHAT_MODELS}
+    return render_to_string("chat/_message.html", context)
 
 
 def streaming_row_html(reply_id: str, parent_id: str | None) -> str:

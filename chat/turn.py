@@ -43,7 +43,7 @@ from memory.context import budget, index_builder
 from memory.context.tools import ToolResult, execute_tool
 from memory.finding import semantic_cache
 from memory.lifecycle import forgetting
-from memory.models import Conversation, Message
+from memory.models import Conversation, Message, Preferences
 from memory.organizing import summaries
 from memory.storage import store
 from memory.text import auto_title
@@ -71,21 +71,23 @@ async def run_turn(
     leaf; None: a new root; an id: a branch from that message, as "edit and regenerate" does).
     Raises memory errors (NotFound, InvalidContent) before anything is stored.
     """
-    reply = Reply()
+    reply = Reply(model=llm.model_for(conversation))
     started = reply.started
     # 1. The user message, committed first.
     if reply_to is None:
         # Its vector (the memory query's) is computed in the shared embedding batch while the
         # message is stored, unless the plan will list a small memory whole without a search
-        # (for an owner this process has not planned for yet, the store step counts first).
+        # (for an owner this process has not planned for yet, the store step counts first), or
+        # the chat is temporary (it never searches memory, and nothing of it is kept).
         listed_whole = index_builder.memory_listed_whole(owner)
-        if listed_whole is False:
+        if listed_whole is False and not conversation.temporary:
             _start_embedding(content)
         # Sent after the active branch's leaf (which has no replies: see branches.active_leaf),
         # the message is its parent's only reply: no siblings to read.
         user_message, html = await db(_stored_and_rendered)(
             durable(_store_user_message), owner, conversation, content, parent_id,
-            embed_query=listed_whole is None, only_child=parent_id is UNSET,
+            embed_query=listed_whole is None and not conversation.temporary,
+            only_child=parent_id is UNSET,
         )
         await emit(
             {
@@ -129,17 +131,19 @@ async def run_turn(
         # snapshot (with the reply's draft) once the first token is out (or the model's first
         # round is over): nothing that can wait runs before the first token. Both are written
         # before the reply is, and the draft before its first save.
-        allocation = budget.allocate()
+        allocation = budget.allocate(budget.context_window(reply.model))
         plan = await db(durable(_prepare_context, atomic=False))(
             owner, conversation, user_message, allocation, reply.seen
         )
+        if plan.strategy == "off":  # memory is off, or the chat is temporary: no index, no tools
+            reply.memory = "temporary" if conversation.temporary else "off"
         reply.mark("context", started)
         reply.after_first_token = save_snapshot
 
         # 3. The answer.
         if not summaries.is_configured():
             await _offline_recall(owner, user_message, reply, emit, stop)
-        elif settings.RESPONSE_CACHE and (
+        elif settings.RESPONSE_CACHE and reply.memory == "on" and (
             cached := await db(durable(semantic_cache.cached_reply, atomic=False))(
                 owner, conversation, user_message
             )
@@ -325,16 +329,26 @@ def _prepare_context(
     seen: dict[str, list[str]],
 ):
     """The plan, within its zones of `allocation`: it only reads, and needs no transaction.
-    The messages it shows go in `seen`, with their texts."""
+    The messages it shows go in `seen`, with their texts. With "Use memory in replies" off, or
+    in a temporary chat, it shows this conversation only: no index, no memory tools, no facts."""
     active_ids = branches.ancestor_ids(user_message.pk)
-    plan = index_builder.prepare_context(
-        owner,
-        conversation,
-        user_message.content,
-        user_message=user_message,
-        active_message_ids=active_ids,
-        zones=allocation.index_zones(),
-    )
+    prefs = Preferences.of(owner)
+    if conversation.temporary or not prefs.use_memory:
+        plan = index_builder.conversation_only(
+            owner, conversation, user_message, zones=allocation.index_zones(),
+            active_message_ids=active_ids, custom_instructions=prefs.custom_instructions,
+            temporary=conversation.temporary,
+        )
+    else:
+        plan = index_builder.prepare_context(
+            owner,
+            conversation,
+            user_message.content,
+            user_message=user_message,
+            active_message_ids=active_ids,
+            zones=allocation.index_zones(),
+            custom_instructions=prefs.custom_instructions,
+        )
     seen.update({m.pk: [m.content] for m in plan.recent})
     seen.update(forgetting.read_by(owner, [[i for i in plan.included_ids if i not in seen], plan.hits]))
     return plan
@@ -378,7 +392,7 @@ async def _stream_round(prompt: budget.Prompt, tools, reply: Reply, emit: Emit, 
 
 async def _stream_once(messages, tools, max_tokens: int, reply: Reply, emit: Emit, stop: asyncio.Event):
     async def consume():
-        async for event in llm.stream_chat(messages, tools, max_tokens=max_tokens):
+        async for event in llm.stream_chat(messages, tools, model=reply.model, max_tokens=max_tokens):
             if isinstance(event, llm.TextDelta):
                 first = not reply.text
                 if first:
@@ -459,8 +473,12 @@ def _skipped_tool(call: llm.RequestedToolCall, error: str) -> ToolResult:
 async def _offline_recall(
     owner, user_message: Message, reply: Reply, emit: Emit, stop: asyncio.Event
 ) -> None:
-    """No model configured: answer with what memory search finds, plainly labelled."""
+    """No model configured: answer with what memory search finds, plainly labelled (with memory
+    off, or in a temporary chat, there is nothing to search: it says so)."""
     reply.mode = "offline_recall"
+    if reply.memory != "on":
+        await _say(reply, emit, stop, MEMORY_OFF_OFFLINE[reply.memory])
+        return
     started_at = timezone.now()
     t0 = time.perf_counter()
     hits = await db(durable(_recall_hits))(owner, user_message, reply.seen)
@@ -486,7 +504,24 @@ async def _offline_recall(
     for hit in hits:
         snippet = " ".join(hit.snippet.split())
         lines.append(f"- {hit.timestamp:%Y-%m-%d %H:%M} · {hit.role} · {hit.message_id}: “{snippet}”")
-    text = "\n".join(lines)
+    await _say(reply, emit, stop, "\n".join(lines))
+
+
+MEMORY_OFF_OFFLINE = {
+    "off": (
+        "**Offline recall** · no language model is configured, and memory is off (Settings › "
+        "Use memory in replies), so there is nothing to answer from. Switch memory on, or "
+        "configure a model."
+    ),
+    "temporary": (
+        "**Offline recall** · no language model is configured, and a temporary chat does not "
+        "read memory, so there is nothing to answer from. Configure a model to chat here."
+    ),
+}
+
+
+async def _say(reply: Reply, emit: Emit, stop: asyncio.Event, text: str) -> None:
+    """Stream `text` as the reply, word by word, as a model would."""
     for piece in text.split(" "):
         if stop.is_set():
             reply.status = "stopped"
@@ -497,9 +532,10 @@ async def _offline_recall(
 
 
 def _recall_hits(owner, user_message: Message, seen: dict[str, list[str]]):
-    from memory.finding.search import search
+    from memory.finding.search import reading_for, search
 
-    results = search(owner, user_message.content, limit=12, exclude_message_ids=[user_message.pk])
+    with reading_for(user_message.conversation_id):
+        results = search(owner, user_message.content, limit=12, exclude_message_ids=[user_message.pk])
     ids = {h.message_id for h in results.hits}
     earlier_recalls = set(
         Message.objects.owned_by(owner)
@@ -527,8 +563,14 @@ def _store_reply(owner, conversation: Conversation, user_message: Message, reply
     drafts.finish(reply.id)
     if gone:
         forgetting.scrub(owner, gone)
+    if conversation.temporary:
+        return assistant  # nothing of a temporary chat is embedded, indexed or titled
     # Queued in the same trip to the database, once the reply is committed (a retried attempt
     # queues nothing; queue_upkeep never fails its caller).
     ids = [user_message.pk, assistant.pk]
     transaction.on_commit(lambda: tasks.queue_upkeep(owner.pk, ids))
+    if reply.mode == "llm" and reply.status == "complete" and user_message.parent_id is None:
+        # The first exchange: the model names the conversation, in the background, unless the
+        # person has named it meanwhile (memory.organizing.titles).
+        transaction.on_commit(lambda: tasks.queue_title(owner.pk, conversation.pk))
     return assistant

@@ -444,12 +444,16 @@ def _forget_locked(owner, messages: list[Message]) -> None:
             parent_id = by_id[parent_id].parent_id
         Message.objects.filter(parent_id=message.pk).exclude(pk__in=ids).update(parent_id=parent_id)
     conversations = {m.conversation_id for m in messages}
+    # A title the model wrote from the first exchange goes with any message of it.
+    parents = Message.objects.filter(pk__in=[m.parent_id for m in messages], parent=None)
+    roots = set(parents.values_list("pk", flat=True))
+    first_exchange = {m.conversation_id for m in messages if m.parent_id is None or m.parent_id in roots}
     Message.objects.filter(pk__in=ids).delete()
     for message in messages:
         store.memory_changed(owner, message)
     store.refresh_reply_context(owner, None, reply_ids=replies)
     scrub(owner, overlap)
-    _retitle(owner, conversations, overlap)
+    _retitle(owner, conversations, overlap, first_exchange)
     if topic_ids:
         refresh(owner, topic_ids)  # labels, keywords and summaries lose its words now
     store.queue_upkeep_on_commit(owner.pk, ids)
@@ -463,14 +467,17 @@ def _names_only_in(message_ids: Sequence[str]) -> set[str]:
     return {name for name in names.values_list("name", flat=True) if len(name) >= 3}
 
 
-def _retitle(owner, conversation_ids, overlap) -> None:
-    """A title that copies forgotten words (the one made from a forgotten first message) is made
-    again from the first message that stays, or left empty."""
+def _retitle(owner, conversation_ids, overlap, first_exchange: set[str] = frozenset()) -> None:
+    """A title that copies forgotten words (the one made from a forgotten first message, or the
+    one the model wrote from a first exchange of which a message is forgotten: `first_exchange`
+    names their conversations) is made again from the first message that stays, or left empty."""
     for conversation in Conversation.objects.owned_by(owner).filter(pk__in=list(conversation_ids)):
         title = conversation.title
         if not title:
             continue
-        made_from_it = any(auto_title(t).lower() == title.lower() for t in overlap.texts)
+        made_from_it = any(auto_title(t).lower() == title.lower() for t in overlap.texts) or (
+            conversation.titled_by_model and conversation.pk in first_exchange
+        )
         if not made_from_it and overlap.scrub_text(title) == title:
             continue
         first = (
@@ -481,4 +488,5 @@ def _retitle(owner, conversation_ids, overlap) -> None:
         if overlap.scrub_text(title) != title:
             title = ""
         conversation.title = title.replace(FORGOTTEN, "").strip()
-        conversation.save(update_fields=["title"])
+        conversation.titled_by_model = False
+        conversation.save(update_fields=["title", "titled_by_model"])

@@ -10,10 +10,12 @@ where callers (and the migrations) find it.
 from __future__ import annotations
 
 from memory.models.conversations import (
+    NOT_REMEMBERED,
     PASSAGE_HNSW,
     QUOTED_SHARE,
     QUOTES_MEMORY,
     Conversation,
+    ConversationQuerySet,
     Message,
     MessageQuerySet,
     OwnedQuerySet,
@@ -22,6 +24,7 @@ from memory.models.conversations import (
     Role,
     ToolCall,
     ToolCallQuerySet,
+    is_remembered,
     is_system_text,
     new_ulid,
     passage_hnsw_sql,
@@ -29,6 +32,7 @@ from memory.models.conversations import (
     repeats_memory,
 )
 from memory.models.knowledge import Entity, EntityEdge, EntityMention, Fact, FactQuerySet
+from memory.models.preferences import Preferences
 from memory.models.topics import PeriodSummary, Topic, TopicMembership
 from memory.models.upkeep import (
     CacheCounter,
@@ -43,12 +47,14 @@ from memory.models.upkeep import (
 )
 
 __all__ = [
+    "NOT_REMEMBERED",
     "PASSAGE_HNSW",
     "QUOTED_SHARE",
     "QUOTES_MEMORY",
     "CacheCounter",
     "ContextSnapshot",
     "Conversation",
+    "ConversationQuerySet",
     "ConversationSummary",
     "Entity",
     "EntityEdge",
@@ -64,6 +70,7 @@ __all__ = [
     "Passage",
     "PassageQuerySet",
     "PeriodSummary",
+    "Preferences",
     "Role",
     "SemanticCacheEntry",
     "TaskLease",
@@ -72,6 +79,7 @@ __all__ = [
     "Topic",
     "TopicMembership",
     "UpkeepRun",
+    "is_remembered",
     "is_system_text",
     "new_ulid",
     "passage_hnsw_sql",

@@ -208,10 +208,11 @@ def execute_tool(
 ) -> ToolResult:
     """Run one tool call for `owner`. Never raises: bad input comes back as ok=False.
     exclude_message_ids: messages no search of this call returns (the turn's own message)."""
-    from memory.finding.search import excluding
+    from memory.finding.search import excluding, reading_for
 
     started_at, started = timezone.now(), time.perf_counter()
-    with excluding(exclude_message_ids):
+    # Its searches read memory for this conversation (the ones memory does not keep stay out).
+    with excluding(exclude_message_ids), reading_for(getattr(conversation, "pk", None)):
         outcome = _execute_tool(owner, name, arguments, conversation, started)
     outcome.name, outcome.started_at = str(name or ""), started_at
     if isinstance(arguments, str):
