@@ -183,6 +183,7 @@ def _regeneration_target(user, conversation, message_id) -> Message:
         message = _message_in(user, conversation, message.parent_id, include_deleted=False)
     if message.role != "user":
         raise FrameError("invalid", "only a user message or a reply can be regenerated")
+    message.conversation = store.get_conversation(user, conversation.pk)  # its model, as picked now
     return message
 
 

@@ -67,13 +67,14 @@ class PreferencesForm(forms.ModelForm):
 def settings_page(request: HttpRequest) -> HttpResponse:
     prefs = Preferences.of(request.user)
     form = PreferencesForm(request.POST or None, instance=prefs)
+    context = {"form": form, "instructions_limit": f"{settings.CUSTOM_INSTRUCTIONS_MAX_CHARS:,}"}
     if request.method == "POST":
         if form.is_valid():
             form.save()
             flash.success(request, "Settings saved.")
             return redirect("chat:settings")
-        return render(request, "chat/settings.html", {"form": form}, status=400)
-    return render(request, "chat/settings.html", {"form": form})
+        return render(request, "chat/settings.html", context, status=400)
+    return render(request, "chat/settings.html", context)
 
 
 @login_required

@@ -147,7 +147,18 @@ def render_markdown(text: str, *, owner=None) -> SafeString:
     if owner is not None and ids:
         known = set(Message.objects.owned_by(owner).filter(pk__in=ids).values_list("pk", flat=True))
         clean = _link_ids(clean, known)
+    clean = _PRE.sub(_with_copy_button, clean)
     return mark_safe(clean)  # noqa: S308 - sanitized by nh3 above; ids are [0-9A-Z] only
+
+
+# Every code block gets a Copy button (static/recollect/app.js copies its <pre>'s text). The
+# <pre> is nh3's output, whose text is escaped: it holds no other </pre>.
+_PRE = re.compile(r"<pre>.*?</pre>", re.S)
+COPY_CODE = '<button type="button" class="copy-code" data-action="copy-code">Copy code</button>'
+
+
+def _with_copy_button(match: re.Match) -> str:
+    return f'<div class="code-block">{match.group(0)}{COPY_CODE}</div>'
 
 
 ONLY_CHILD = Siblings(index=1, count=1, previous_id=None, next_id=None)

@@ -71,7 +71,7 @@ async def run_turn(
     leaf; None: a new root; an id: a branch from that message, as "edit and regenerate" does).
     Raises memory errors (NotFound, InvalidContent) before anything is stored.
     """
-    reply = Reply(model=llm.model_for(conversation))
+    reply = Reply()
     started = reply.started
     # 1. The user message, committed first.
     if reply_to is None:
@@ -103,6 +103,9 @@ async def run_turn(
         )
     else:
         user_message = reply_to
+    # The model picked for the conversation, as stored now (read with the message: a pick made
+    # while the chat was open counts from its next turn).
+    reply.model = llm.model_for(user_message._state.fields_cache.get("conversation") or conversation)
     reply.mark("stored", started)
     await emit(
         {

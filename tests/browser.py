@@ -44,10 +44,10 @@ def accessibility_in_both_themes(page) -> list[str]:
 WIDTHS = ((1280, 900), (390, 844))  # a laptop and a phone
 
 
-def screenshots(page, folder, name: str) -> None:
-    """`name`-1280.png and `name`-390.png of the page as it stands, whole, in `folder`; the
-    page is left at 1280 px."""
+def screenshots(page, folder, name: str, *, full_page: bool = True) -> None:
+    """`name`-1280.png and `name`-390.png of the page as it stands (whole, or what a screen
+    shows of a long list) in `folder`; the page is left at 1280 px."""
     folder.mkdir(parents=True, exist_ok=True)
     for width, height in reversed(WIDTHS):
         page.set_viewport_size({"width": width, "height": height})
-        page.screenshot(path=str(folder / f"{name}-{width}.png"), full_page=True)
+        page.screenshot(path=str(folder / f"{name}-{width}.png"), full_page=full_page)

@@ -290,7 +290,10 @@ class Prompt:
         if summary and count_tokens(summary) > a["recent"] // 2:
             summary = _fit_lines(summary, a["recent"] // 2)
         summary_tokens = count_tokens(summary) if summary else 0
-        recent, used["recent"] = self._recent(max(0, a["recent"] - summary_tokens))
+        # A turn shown no memory (memory off, a temporary chat) gives the index's zone to its
+        # conversation's recent turns.
+        recent_room = a["recent"] + (a["index"] if getattr(self.plan, "strategy", "") == "off" else 0)
+        recent, used["recent"] = self._recent(max(0, recent_room - summary_tokens))
         used["recent"] += summary_tokens
         # The index has what system, tools and recent turns leave of their four zones, as
         # prepare_context fitted it (after a shrink, the halved zones cut it further).

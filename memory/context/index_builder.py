@@ -504,6 +504,10 @@ TEMPORARY = (
 )
 
 
+# The most messages of its conversation a turn shown no memory reads (as many as fit).
+CONVERSATION_ONLY_WINDOW = 100
+
+
 def conversation_only(
     owner,
     conversation,
@@ -532,9 +536,11 @@ def conversation_only(
     )
     plan.skip_ids = {user_message.pk}
     plan.instructions = TEMPORARY if temporary else MEMORY_OFF
+    # No index: its zone goes to the conversation, as many of its latest messages as fit.
+    allowance = zones["history"] + zones["memory"]
     window = recent_messages(
-        owner, conversation, limit=settings.INDEX_RECENT_WINDOW, exclude=plan.skip_ids,
-        active_message_ids=active_message_ids,
+        owner, conversation, limit=max(settings.INDEX_RECENT_WINDOW, CONVERSATION_ONLY_WINDOW),
+        exclude=plan.skip_ids, active_message_ids=active_message_ids,
     )
     summary = (
         rolling_summary.for_plan(
@@ -544,7 +550,7 @@ def conversation_only(
         if window
         else ("", {})
     )
-    history_tokens, _ = _fit_history(plan, window, summary, zones["history"])
+    history_tokens, _ = _fit_history(plan, window, summary, allowance)
     _add_custom_instructions(plan, custom_instructions)
     plan.included_ids = [m.pk for m in plan.recent]
     plan.tokens_by_zone = {

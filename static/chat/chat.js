@@ -379,67 +379,15 @@
     form.closest(".forget-slot").replaceChildren();
   });
 
-  // Copy: a message's text as it was written (its Markdown), or one code block's code.
-  function copyText(text, button) {
-    const done = () => {
-      const label = button.textContent;
-      button.textContent = "Copied";
-      button.classList.add("copied");
-      setTimeout(() => { button.textContent = label; button.classList.remove("copied"); }, 1500);
-    };
-    if (navigator.clipboard && window.isSecureContext) {
-      navigator.clipboard.writeText(text).then(done, () => fallbackCopy(text) && done());
-    } else if (fallbackCopy(text)) {
-      done();
-    } else {
-      showError("The browser did not allow copying; select the text and copy it instead.");
-    }
-  }
-
-  // A page served over plain http from another machine has no clipboard API.
-  function fallbackCopy(text) {
-    const area = document.createElement("textarea");
-    area.value = text;
-    area.setAttribute("readonly", "");
-    area.style.position = "fixed";
-    area.style.opacity = "0";
-    document.body.appendChild(area);
-    area.select();
-    let ok = false;
-    try { ok = document.execCommand("copy"); } catch (err) { ok = false; }
-    area.remove();
-    return ok;
-  }
-
-  // Every code block of a message gets its own Copy button (rows arrive from the page, the
-  // socket and htmx: each is looked at once).
-  function addCodeButtons(scope) {
-    scope.querySelectorAll(".message .content pre:not([data-copy])").forEach((pre) => {
-      pre.dataset.copy = "1";
-      const box = document.createElement("div");
-      box.className = "code-block";
-      pre.replaceWith(box);
-      box.appendChild(pre);
-      const button = document.createElement("button");
-      button.type = "button";
-      button.className = "copy-code";
-      button.dataset.action = "copy-code";
-      button.textContent = "Copy code";
-      box.appendChild(button);
-    });
-  }
-  new MutationObserver(() => addCodeButtons(root)).observe(root, { childList: true, subtree: true });
-  addCodeButtons(root);
-
   root.addEventListener("click", (e) => {
     const button = e.target.closest("[data-action]");
     if (!button) return;
     const row = button.closest("li.message");
     const action = button.dataset.action;
-    if (action === "copy-code") { copyText(button.parentElement.querySelector("pre").innerText, button); return; }
     if (action === "copy" && row) {
+      // As it was written (its Markdown); app.js does the copying.
       const raw = row.querySelector("textarea.raw");
-      copyText(raw ? raw.value : row.querySelector(".content").innerText, button);
+      window.recollectCopy(raw ? raw.value : row.querySelector(".content").innerText, button);
       return;
     }
     if (action === "close-history") { button.closest(".history").replaceChildren(); return; }

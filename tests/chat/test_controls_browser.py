@@ -25,6 +25,13 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 SHOTS = ARTIFACTS / "controls"
 
 
+@pytest.fixture(autouse=True)
+def orm_beside_the_browser(monkeypatch):
+    """Playwright's sync API runs an event loop in this thread; these tests' ORM calls are plain
+    synchronous code, allowed while the browser runs."""
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+
 def sign_in(page, url, person):  # noqa: F811 - a browser page, not the fixture
     page.goto(url + "/login/")
     page.fill("input[name=username]", person[0])
@@ -63,7 +70,8 @@ def test_memory_switches_in_settings_and_the_chat_menu_decide_what_a_turn_is_sen
     prefs = Preferences.of(get_user_model().objects.get(username=person[0]))
     assert not prefs.use_memory and prefs.custom_instructions == "I'm vegetarian. Answer briefly."
 
-    page.click("text=New chat")
+    page.goto(live_daphne + "/")
+    page.get_by_role("button", name="New chat", exact=True).click()
     page.wait_for_selector("#connection:has-text('connected')")
     notice = page.locator("#memory-notice")
     assert notice.is_visible() and "Memory is off" in notice.inner_text()
@@ -81,8 +89,8 @@ def test_memory_switches_in_settings_and_the_chat_menu_decide_what_a_turn_is_sen
     found += [f"menu {v}" for v in accessibility_in_both_themes(page)]
     screenshots(page, SHOTS, "chat-menu-memory-off")
     switch.click()
-    page.locator("#memory-switches [role=switch][aria-checked=true]").first.wait_for()
-    assert notice.is_hidden()
+    page.get_by_role("switch", name="Use memory in replies", checked=True).wait_for()
+    notice.wait_for(state="hidden")
     page.keyboard.press("Escape")
     send(page, "where do I live, with memory?")
     reply_done(page, 2)
@@ -130,7 +138,7 @@ def test_copy_buttons_copy_a_message_and_a_code_block(person, page, live_daphne,
     page.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=live_daphne)
     browser_llm.state.add_script("copytest", [{"text": COPY_REPLY}], False)
     sign_in(page, live_daphne, person)
-    page.click("text=New chat")
+    page.get_by_role("button", name="New chat", exact=True).click()
     page.wait_for_selector("#connection:has-text('connected')")
     send(page, "copytest: how do I print?")
     reply_done(page, 1)

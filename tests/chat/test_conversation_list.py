@@ -38,13 +38,13 @@ def test_a_message_shows_its_year_when_it_is_not_this_years():
 
 
 def many(owner, n: int = 200) -> list[Conversation]:
-    """`n` conversations, one every 1.5 days back from now (the newest first)."""
+    """`n` conversations: now, a day ago, then one every day and a half back."""
     now = timezone.now()
     made = Conversation.objects.bulk_create(
         [Conversation(owner=owner, title=f"Chat number {i:03d}") for i in range(n)]
     )
-    for i, c in enumerate(made):
-        c.updated_at = now - dt.timedelta(hours=36 * i)
+    for i, c in enumerate(made):  # today, yesterday, then every day and a half
+        c.updated_at = now - dt.timedelta(hours=24 * i if i < 2 else 36 * i)
     Conversation.objects.bulk_update(made, ["updated_at"])
     return made
 

@@ -82,13 +82,15 @@ def test_the_tools_of_another_conversation_leave_it_out(owner, chats):
 def test_the_whole_memory_listing_shows_it_only_to_its_own_conversation(owner, chats, settings):
     settings.INDEX_FULL_MAX = 100  # a small memory is listed whole, without a search
     remembered, private, kept, hidden = chats
-    ask_there = store.store_message(owner, remembered, "user", "who keeps bees?", embed=False)
-    plan = index_builder.prepare_context(owner, remembered, ask_there.content, user_message=ask_there)
-    shown = plan.system_prompt()
-    assert plan.whole is not None and "Quentin" not in shown and "Priya" in shown
-    ask_here = store.store_message(owner, private, "user", "who keeps bees?", embed=False)
-    plan = index_builder.prepare_context(owner, private, ask_here.content, user_message=ask_here)
-    assert "Quentin" in plan.system_prompt()
+    asker = Conversation.objects.create(owner=owner, title="Asking")
+    question = store.store_message(owner, asker, "user", "who keeps bees?", embed=False)
+    plan = index_builder.prepare_context(owner, asker, question.content, user_message=question)
+    assert plan.whole is not None
+    assert {m.pk for m in plan.whole} == {kept.pk, question.pk}
+    assert "Priya" in plan.system_prompt() and "Quentin" not in plan.system_prompt()
+    again = store.store_message(owner, private, "user", "who keeps bees?", embed=False)
+    plan = index_builder.prepare_context(owner, private, again.content, user_message=again)
+    assert {m.pk for m in plan.whole} == {kept.pk, hidden.pk, question.pk, again.pk}
 
 
 def test_forget_everything_leaves_no_row_of_the_person_and_keeps_their_settings(owner, stranger, chats):
