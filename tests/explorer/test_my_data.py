@@ -8,19 +8,10 @@ import json
 import pytest
 from django.urls import reverse
 
-from memory.knowledge import facts
 from memory.models import Conversation, Fact, Message, Preferences
 from tests.chat.test_forgetting import rows_containing
-from tests.memory.test_facts import tell
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def life(owner, conversation):
-    messages = tell(owner, conversation)
-    facts.extract_messages(owner)
-    return messages
 
 
 def test_the_page_lists_what_it_remembers_with_edit_forget_and_source(owner_client, life):

@@ -125,3 +125,21 @@ def test_a_temporary_chat_goes_when_it_expires_and_not_before(owner, settings):
     assert not erasing.end_temporary_chat(owner, lasting.pk)
     assert erasing.end_temporary_chat(owner, fresh.pk)
     assert list(Conversation.objects.values_list("pk", flat=True)) == [lasting.pk]
+
+
+def test_a_turn_shown_no_memory_reads_more_of_its_own_conversation(owner, settings):
+    from memory.context import budget
+
+    settings.INDEX_RECENT_WINDOW = 4
+    chat = Conversation.objects.create(owner=owner)
+    for i in range(30):
+        store.store_message(owner, chat, "user" if i % 2 == 0 else "assistant", f"turn {i} about the garden",
+                            embed=False)
+    question = store.store_message(owner, chat, "user", "what did we say first?", embed=False)
+    allocation = budget.allocate(8192)
+    plan = index_builder.conversation_only(owner, chat, question, zones=allocation.index_zones())
+    assert plan.strategy == "off" and plan.text == "" and plan.tools == []
+    assert len(plan.recent) == 30  # not only the INDEX_RECENT_WINDOW: the index's room is its
+    sent = budget.Prompt.for_message(allocation, plan, question).messages(None)
+    assert "turn 0 about the garden" in [m["content"] for m in sent]
+    assert sent[0]["content"].count(index_builder.MEMORY_OFF) == 1

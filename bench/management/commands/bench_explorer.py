@@ -1,4 +1,5 @@
-"""manage.py bench_explorer: render every explorer page against a 100,000-message memory.
+"""manage.py bench_explorer: render every explorer page (and the conversation list, its
+searches and Settings) against a 100,000-message memory.
 
 The memory (messages, chunks, edits, deletions, tool calls, passages with vectors, a topic tree,
 entities, context snapshots) is inserted in bulk with synthetic vectors for a dedicated bench
@@ -433,6 +434,14 @@ class Command(BaseCommand):
             "search (filtered)": reverse("explorer:search") + f"?q=sourdough+starter&role=user&start={day}",
             "entities": reverse("explorer:entities"),
             "entity": reverse("explorer:entity", args=[entity.pk]),
+            "facts (manage memory)": reverse("explorer:facts"),
+            "facts (searched)": reverse("explorer:facts") + "?q=garden",
+            # The person's own pages (issue 36): the conversation list and its searches.
+            "chats (list)": reverse("chat:home"),
+            "chats (search, title)": reverse("chat:home") + "?q=conversation+7",
+            "chats (search, content)": reverse("chat:home") + "?q=sourdough+starter",
+            "chats (search, prefix)": reverse("chat:home") + "?q=compo",
+            "settings": reverse("chat:settings"),
         }
         self.stdout.write(f"\n{'page':34} {'p50 ms':>8} {'p95 ms':>8}  status")
         worst = 0.0
