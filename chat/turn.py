@@ -361,7 +361,10 @@ def _save_snapshot(owner, conversation: Conversation, user_message: Message, rep
     """The plan as the turn's snapshot, and the reply's draft (saved as it streams); run by
     `durable`, so both in one transaction."""
     gone = forgetting.gone_since_read(owner, dict(reply.seen))
-    snapshot = index_builder.save_snapshot(plan, owner, conversation, user_message)
+    # A temporary chat keeps no record of what its turns were shown: nothing of it is kept.
+    snapshot = None
+    if not conversation.temporary:
+        snapshot = index_builder.save_snapshot(plan, owner, conversation, user_message)
     mode = "llm" if summaries.is_configured() else "offline_recall"
     drafts.begin(owner, conversation, reply.id, user_message, snapshot, mode)
     if gone:  # forgotten since the plan showed it: the snapshot keeps none of its words

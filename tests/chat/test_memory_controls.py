@@ -181,6 +181,7 @@ async def test_a_temporary_chat_reads_no_memory_and_leaves_no_row_once_left(owne
     assert not await database_sync_to_async(
         DBTaskResult.objects.filter(task_path__endswith="topic_upkeep").exists
     )()
+    assert not await database_sync_to_async(ContextSnapshot.objects.filter(conversation=chat).exists)()
     assert await database_sync_to_async(rows_containing)(marker)  # while it lasts
 
     @database_sync_to_async
