@@ -91,7 +91,10 @@ def switch(request: HttpRequest) -> HttpResponse:
     setattr(prefs, name, value == "on")
     prefs.save()
     if request.htmx:
-        return render(request, "chat/_memory_switches.html", {"prefs": prefs, "oob": True})
+        # The chat's memory notice changes with them, where the page has one (not a temporary chat).
+        notice = "1" if request.POST.get("notice") == "1" else "0"
+        context = {"prefs": prefs, "oob": notice == "1", "notice": notice}
+        return render(request, "chat/_memory_switches.html", context)
     target = request.POST.get("next") or ""
     if url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}):
         return redirect(target)

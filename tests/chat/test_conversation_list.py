@@ -153,7 +153,7 @@ def test_the_settings_page_saves_the_switches_and_refuses_instructions_too_long(
     prefs = Preferences.of(owner)
     assert not prefs.use_memory and prefs.remember_chats and prefs.custom_instructions == "Answer briefly."
     # The chat's menu flips one switch.
-    on = {"name": "use_memory", "value": "on"}
+    on = {"name": "use_memory", "value": "on", "notice": "1"}
     switched = client.post(reverse("chat:switch"), on, HTTP_HX_REQUEST="true")
     assert 'aria-checked="true"' in switched.content.decode() and Preferences.of(owner).use_memory
     assert 'id="memory-notice"' in switched.content.decode()
