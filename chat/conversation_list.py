@@ -3,26 +3,25 @@ days, Previous 30 days, then by month), a page at a time, and searched by title 
 
 A conversation's time is `updated_at`: the last message stored (an import sets it to its last
 message's time, so a 2023 conversation files under March 2023, not Today). Temporary chats
-are never listed; archived ones have their own view.
+are never listed; archived ones have their own view. Which conversations hold some words is
+memory's to say (memory.finding.conversations).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import re
 from dataclasses import dataclass, field
 
-from django.db import connection
 from django.db.models import QuerySet
 from django.utils import timezone
 from django.utils.dateformat import format as date_format
 
+from memory.finding import conversations
 from memory.models import Conversation
 
 PAGE = 100
 SEARCH_LIMIT = 50
 SNIPPET_CHARS = 140
-_WORD = re.compile(r"\w+", re.UNICODE)
 
 
 @dataclass
@@ -82,49 +81,28 @@ def page_of(user, *, archived: bool = False, page: int = 1) -> tuple[list[Row], 
     return [Row(c) for c in found[:PAGE]], len(found) > PAGE
 
 
-def search(user, query: str) -> list[Row]:
-    """The person's conversations whose title has the query's words, or whose messages do (by
-    Postgres full-text search, the last word as a prefix: "lasag" finds "lasagne"), newest first;
-    a content match shows where its words are."""
-    words = _WORD.findall(query.lower())[:8]
+def search(user, query: str, *, archived: bool = False) -> list[Row]:
+    """The person's conversations (archived ones too, or only those) whose title has the query's
+    words, or whose messages do (by Postgres full-text search, the last word as a prefix: "lasag"
+    finds "lasagne"), newest first; a content match shows where its words are."""
+    words = conversations.query_words(query)
     if not words:
         return []
     mine = Conversation.objects.owned_by(user).filter(temporary=False)
+    if archived:
+        mine = mine.filter(archived_at__isnull=False)
     titled = mine
     for word in words:
         titled = titled.filter(title__icontains=word)
     found = {c.pk: Row(c) for c in _listing(titled)[:SEARCH_LIMIT]}
-    matches = [(pk, text) for pk, text in _content_matches(user, words) if pk not in found]
-    conversations = _listing(mine).in_bulk([pk for pk, _ in matches])
+    said = conversations.holding(user, words, archived_only=archived, limit=SEARCH_LIMIT)
+    matches = [(pk, text) for pk, text in said if pk not in found]
+    listed = _listing(mine).in_bulk([pk for pk, _ in matches])
     for pk, text in matches:
-        if pk in conversations:
-            found[pk] = Row(conversations[pk], _snippet(text, words))
+        if pk in listed:
+            found[pk] = Row(listed[pk], _snippet(text, words))
     rows = sorted(found.values(), key=lambda r: (r.conversation.updated_at, r.conversation.pk), reverse=True)
     return rows[:SEARCH_LIMIT]
-
-
-def _tsquery(words: list[str]) -> str:
-    """A to_tsquery text: every word, the last as a prefix (quoted: no operator gets through)."""
-    terms = [f"'{w}'" for w in words]
-    terms[-1] += ":*"
-    return " & ".join(terms)
-
-
-def _content_matches(user, words: list[str]) -> list[tuple[str, str]]:
-    """(conversation id, a passage that matches) for the conversations whose messages hold all
-    the words, the most recently matched first; at most SEARCH_LIMIT."""
-    sql = (
-        "SELECT conversation_id, text FROM ("
-        " SELECT DISTINCT ON (p.conversation_id) p.conversation_id, p.text, p.timestamp"
-        " FROM memory_passage p JOIN memory_conversation c ON c.id = p.conversation_id"
-        " WHERE p.owner_id = %s AND NOT p.deleted AND p.kind = 'message' AND NOT c.temporary"
-        " AND p.search_vector @@ to_tsquery('english', %s)"
-        " ORDER BY p.conversation_id, p.timestamp DESC) m"
-        " ORDER BY timestamp DESC LIMIT %s"
-    )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [user.pk, _tsquery(words), SEARCH_LIMIT])
-        return cursor.fetchall()
 
 
 def _snippet(text: str, words: list[str]) -> str:

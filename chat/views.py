@@ -57,7 +57,7 @@ def _list_context(request: HttpRequest, *, archived: bool = False, current: str 
     q = (request.GET.get("q") or "").strip()[:200]
     page = _page_number(request.GET.get("page"))
     if q:
-        rows, more = conversation_list.search(request.user, q), False
+        rows, more = conversation_list.search(request.user, q, archived=archived), False
     else:
         rows, more = conversation_list.page_of(request.user, archived=archived, page=page)
     groups = conversation_list.grouped(rows)
