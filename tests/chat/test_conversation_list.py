@@ -101,6 +101,18 @@ def test_archive_from_the_menu_moves_a_chat_to_the_archived_view_and_back(client
     assert Conversation.objects.get(pk=chat.pk).updated_at == before
 
 
+def test_a_search_of_archived_stays_in_archived_and_a_search_of_all_says_archived(client, owner):
+    old = Conversation.objects.create(owner=owner, title="Pasta sauces", archived_at=timezone.now())
+    Conversation.objects.create(owner=owner, title="Pasta for the party")
+    client.force_login(owner)
+    everywhere = client.get(reverse("chat:home"), {"q": "pasta"}).content.decode()
+    assert "Pasta for the party" in everywhere and "Pasta sauces" in everywhere
+    assert everywhere.count('<span class="badge">Archived</span>') == 1
+    archived = client.get(reverse("chat:archived"), {"q": "pasta"}).content.decode()
+    assert "Pasta sauces" in archived and "Pasta for the party" not in archived
+    assert old.pk in archived
+
+
 def test_deleting_the_open_chat_from_its_menu_goes_back_to_the_list(client, owner):
     chat = Conversation.objects.create(owner=owner, title="Gone soon")
     client.force_login(owner)
