@@ -10,7 +10,8 @@ What a request gets is decided, in order, by:
    the newest user message contains the marker, the next step of that script answers;
 2. otherwise the global queue (`POST /_scripts {"steps": [...]}` without "match");
 3. otherwise the default: a reply that quotes the user's message word by word, and, after a
-   tool result, a reply that summarises it.
+   tool result, a reply that summarises it (a request for a conversation's title: its first
+   five words).
 
 A step is a dict:
 
@@ -157,7 +158,12 @@ def context_length_error(window: int | None, prompt: int, completion: int) -> di
 
 
 def default_step(messages: list[dict]) -> dict:
-    """What the server says when no script applies: deterministic, derived from the input."""
+    """What the server says when no script applies: deterministic, derived from the input. A
+    request whose system message asks for a title gets the first words the user said."""
+    system = _text_of(messages[0].get("content")) if messages and messages[0].get("role") == "system" else ""
+    if "title" in system.lower() and len(messages) == 2:
+        said = _text_of(messages[1].get("content")).removeprefix("User:").split("\n")[0]
+        return {"text": " ".join(said.split()[:5]).rstrip(".,;:!?")}
     last = messages[-1] if messages else {}
     if last.get("role") == "tool":
         result = _text_of(last.get("content"))

@@ -59,9 +59,10 @@ import json
 import logging
 from typing import Any
 
+from asgiref.sync import async_to_sync
 from channels.consumer import get_handler_name
 from channels.generic.websocket import AsyncWebsocketConsumer
-from channels.layers import InMemoryChannelLayer
+from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.conf import settings
 from django.db.models import Exists, OuterRef
 
@@ -86,6 +87,19 @@ CLIENT_FRAMES = {"send", "stop", "edit", "delete", "restore", "forget", "regener
 # The stop signals of the turns this process runs, by conversation: Stop from a tab opened after
 # the turn's own tab closed (a reload) reaches them although group events no longer do.
 _running_turns: dict[str, set[asyncio.Event]] = {}
+
+
+def tell_tabs_of_title(sender, owner_id: int, conversation_id: str, title: str, **kwargs) -> None:
+    """The model titled a conversation (memory.signals.conversation_titled, from background
+    work): its open tabs show the new title. Best effort: a tab opened later reads it anyway."""
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    event = {"type": "chat.conversation_updated", "title": title, "origin": "titles"}
+    try:
+        async_to_sync(layer.group_send)(f"conv.{conversation_id}", event)
+    except Exception:
+        logger.warning("could not tell the tabs of conversation %s its new title", conversation_id)
 
 
 class FrameError(Exception):
@@ -186,6 +200,7 @@ def _regeneration_target(user, conversation, message_id) -> Message:
         message = _message_in(user, conversation, message.parent_id, include_deleted=False)
     if message.role != "user":
         raise FrameError("invalid", "only a user message or a reply can be regenerated")
+    message.conversation = store.get_conversation(user, conversation.pk)  # its model, as picked now
     return message
 
 

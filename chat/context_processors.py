@@ -9,5 +9,6 @@ def llm_status(request: HttpRequest) -> dict[str, object]:
     return {
         "llm_configured": bool(settings.OPENAI_API_KEY or settings.OPENAI_BASE_URL),
         "chat_model": settings.CHAT_MODEL,
+        "chat_models": settings.CHAT_MODELS,
         "allow_signup": settings.ALLOW_SIGNUP,
     }

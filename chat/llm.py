@@ -38,6 +38,13 @@ def client() -> openai.AsyncOpenAI:
     )
 
 
+def model_for(conversation) -> str:
+    """The model a conversation talks to: the one the person picked, while it is one of
+    CHAT_MODELS; else CHAT_MODEL."""
+    picked = getattr(conversation, "model", "") or ""
+    return picked if picked in settings.CHAT_MODELS else settings.CHAT_MODEL
+
+
 class LLMError(Exception):
     """The provider failed; `message` is fit to show a person."""
 

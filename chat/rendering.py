@@ -14,6 +14,7 @@ from typing import Any
 
 import markdown
 import nh3
+from django.conf import settings
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils.safestring import SafeString, mark_safe
@@ -146,7 +147,18 @@ def render_markdown(text: str, *, owner=None) -> SafeString:
     if owner is not None and ids:
         known = set(Message.objects.owned_by(owner).filter(pk__in=ids).values_list("pk", flat=True))
         clean = _link_ids(clean, known)
+    clean = _PRE.sub(_with_copy_button, clean)
     return mark_safe(clean)  # noqa: S308 - sanitized by nh3 above; ids are [0-9A-Z] only
+
+
+# Every code block gets a Copy button (static/recollect/app.js copies its <pre>'s text). The
+# <pre> is nh3's output, whose text is escaped: it holds no other </pre>.
+_PRE = re.compile(r"<pre>.*?</pre>", re.S)
+COPY_CODE = '<button type="button" class="copy-code" data-action="copy-code">Copy code</button>'
+
+
+def _with_copy_button(match: re.Match) -> str:
+    return f'<div class="code-block">{match.group(0)}{COPY_CODE}</div>'
 
 
 ONLY_CHILD = Siblings(index=1, count=1, previous_id=None, next_id=None)
@@ -159,7 +171,9 @@ def message_html(message: Message, owner, *, only_child: bool = False) -> str:
     sent after the active leaf, and the reply to a message of the same turn), so its siblings
     are not read."""
     sib = ONLY_CHILD if only_child else siblings_for(message.conversation, [message])[message.pk]
-    return render_to_string("chat/_message.html", {"m": message, "sib": sib, "user": owner})
+    # As the page renders it (chat.context_processors): the model is named when there is a choice.
+    context = {"m": message, "sib": sib, "user": owner, "chat_models": settings.CHAT_MODELS}
+    return render_to_string("chat/_message.html", context)
 
 
 def streaming_row_html(reply_id: str, parent_id: str | None) -> str:

@@ -39,6 +39,8 @@ class Reply:
     status: str = "complete"  # complete | stopped | failed
     error: str = ""
     mode: str = "llm"  # llm | offline_recall
+    model: str = ""  # the model asked (the conversation's pick of CHAT_MODELS; empty: CHAT_MODEL)
+    memory: str = "on"  # on | off (the person switched it off) | temporary: what the turn was shown
     cached_from: str = ""  # the earlier reply reused (RESPONSE_CACHE)
     tool_outcomes: list[ToolResult] = field(default_factory=list)
     tool_result_chars: int = 0  # of tool results sent to the model (MAX_TOOL_RESULT_CHARS_PER_TURN)
@@ -70,7 +72,7 @@ def store_reply(owner, conversation: Conversation, user_message: Message, reply:
     metadata = {
         "status": reply.status,
         "mode": reply.mode,
-        "model": settings.CHAT_MODEL if reply.mode == "llm" else None,
+        "model": (reply.model or settings.CHAT_MODEL) if reply.mode == "llm" else None,
         "usage": reply.usage,
         "rounds": reply.rounds,
         "timings_ms": reply.timings_ms,
@@ -83,6 +85,8 @@ def store_reply(owner, conversation: Conversation, user_message: Message, reply:
         metadata["strategy"] = snapshot.strategy
     if reply.cached_from:
         metadata["cached_from"] = reply.cached_from
+    if reply.memory != "on":
+        metadata["memory"] = reply.memory
     if reply.mode == "offline_recall":
         # Quotes of memory and how-to-configure text: not memory itself.
         metadata["system_text"] = True
@@ -105,7 +109,7 @@ def store_reply(owner, conversation: Conversation, user_message: Message, reply:
         # Both callers run this in one transaction of their own (chat.db.durable).
         savepoint=False,
     )
-    if reply.status == "complete" and reply.mode == "llm":
+    if reply.status == "complete" and reply.mode == "llm" and reply.memory == "on":
         semantic_cache.remember_reply(owner, conversation, user_message, assistant, reply.text)
     calls = []
     for outcome in reply.tool_outcomes:

@@ -44,7 +44,7 @@ from memory.context.tools import ToolResult, execute_tool
 from memory.finding import semantic_cache
 from memory.knowledge import facts
 from memory.lifecycle import forgetting
-from memory.models import Conversation, Message
+from memory.models import Conversation, Message, Preferences
 from memory.organizing import summaries
 from memory.storage import store
 from memory.text import auto_title
@@ -79,15 +79,17 @@ async def run_turn(
     if reply_to is None:
         # Its vector (the memory query's) is computed in the shared embedding batch while the
         # message is stored, unless the plan will list a small memory whole without a search
-        # (for an owner this process has not planned for yet, the store step counts first).
+        # (for an owner this process has not planned for yet, the store step counts first), or
+        # the chat is temporary (it never searches memory, and nothing of it is kept).
         listed_whole = index_builder.memory_listed_whole(owner)
-        if listed_whole is False:
+        if listed_whole is False and not conversation.temporary:
             _start_embedding(content)
         # Sent after the active branch's leaf (which has no replies: see branches.active_leaf),
         # the message is its parent's only reply: no siblings to read.
         user_message, html = await db(_stored_and_rendered)(
             durable(_store_user_message), owner, conversation, content, parent_id,
-            embed_query=listed_whole is None, only_child=parent_id is UNSET,
+            embed_query=listed_whole is None and not conversation.temporary,
+            only_child=parent_id is UNSET,
         )
         await emit(
             {
@@ -103,6 +105,9 @@ async def run_turn(
         )
     else:
         user_message = reply_to
+    # The model picked for the conversation, as stored now (read with the message: a pick made
+    # while the chat was open counts from its next turn).
+    reply.model = llm.model_for(user_message._state.fields_cache.get("conversation") or conversation)
     reply.mark("stored", started)
     await emit(
         {
@@ -131,17 +136,19 @@ async def run_turn(
         # snapshot (with the reply's draft) once the first token is out (or the model's first
         # round is over): nothing that can wait runs before the first token. Both are written
         # before the reply is, and the draft before its first save.
-        allocation = budget.allocate()
+        allocation = budget.allocate(budget.context_window(reply.model))
         plan = await db(durable(_prepare_context, atomic=False))(
             owner, conversation, user_message, allocation, reply.seen
         )
+        if plan.strategy == "off":  # memory is off, or the chat is temporary: no index, no tools
+            reply.memory = "temporary" if conversation.temporary else "off"
         reply.mark("context", started)
         reply.after_first_token = save_snapshot
 
         # 3. The answer.
         if not summaries.is_configured():
             await _offline_recall(owner, user_message, reply, emit, stop)
-        elif settings.RESPONSE_CACHE and (
+        elif settings.RESPONSE_CACHE and reply.memory == "on" and (
             cached := await db(durable(semantic_cache.cached_reply, atomic=False))(
                 owner, conversation, user_message
             )
@@ -327,31 +334,42 @@ def _prepare_context(
     seen: dict[str, list[str]],
 ):
     """The plan, within its zones of `allocation`: it only reads, and needs no transaction.
-    The messages it shows go in `seen`, with their texts."""
+    The messages it shows go in `seen`, with their texts. With "Use memory in replies" off, or
+    in a temporary chat, it shows this conversation only: no index, no memory tools, no facts."""
     active_ids = branches.ancestor_ids(user_message.pk)
-    try:
-        with statement_limit():
-            plan = index_builder.prepare_context(
-                owner,
-                conversation,
-                user_message.content,
-                user_message=user_message,
-                active_message_ids=active_ids,
-                zones=allocation.index_zones(),
-            )
-    except OperationalError as exc:
-        if not cancelled(exc):
-            raise
-        # The memory index took too long (QUERY_TIMEOUT_MS): the turn goes on with the recent
-        # conversation alone, and the snapshot says why.
-        logger.warning("the context plan took too long in conversation %s; answering without memory "
-                       "search", conversation.pk)
-        with statement_limit():
-            plan = index_builder.prepare_context(
-                owner, conversation, "", active_message_ids=active_ids, zones=allocation.index_zones()
-            )
-        plan.fallbacks.append({"kind": "index_timeout", "detail": (
-            f"searching memory took more than {seconds()}; this answer was written without it")})
+    prefs = Preferences.of(owner)
+    if conversation.temporary or not prefs.use_memory:
+        plan = index_builder.conversation_only(
+            owner, conversation, user_message, zones=allocation.index_zones(),
+            active_message_ids=active_ids, custom_instructions=prefs.custom_instructions,
+            temporary=conversation.temporary,
+        )
+    else:
+        try:
+            with statement_limit():
+                plan = index_builder.prepare_context(
+                    owner,
+                    conversation,
+                    user_message.content,
+                    user_message=user_message,
+                    active_message_ids=active_ids,
+                    zones=allocation.index_zones(),
+                    custom_instructions=prefs.custom_instructions,
+                )
+        except OperationalError as exc:
+            if not cancelled(exc):
+                raise
+            # The memory index took too long (QUERY_TIMEOUT_MS): the turn goes on with the recent
+            # conversation alone, and the snapshot says why.
+            logger.warning("the context plan took too long in conversation %s; answering without memory "
+                           "search", conversation.pk)
+            with statement_limit():
+                plan = index_builder.prepare_context(
+                    owner, conversation, "", active_message_ids=active_ids, zones=allocation.index_zones(),
+                    custom_instructions=prefs.custom_instructions,
+                )
+            plan.fallbacks.append({"kind": "index_timeout", "detail": (
+                f"searching memory took more than {seconds()}; this answer was written without it")})
     seen.update({m.pk: [m.content] for m in plan.recent})
     seen.update(forgetting.read_by(owner, [[i for i in plan.included_ids if i not in seen], plan.hits]))
     return plan
@@ -361,7 +379,10 @@ def _save_snapshot(owner, conversation: Conversation, user_message: Message, rep
     """The plan as the turn's snapshot, and the reply's draft (saved as it streams); run by
     `durable`, so both in one transaction."""
     gone = forgetting.gone_since_read(owner, dict(reply.seen))
-    snapshot = index_builder.save_snapshot(plan, owner, conversation, user_message)
+    # A temporary chat keeps no record of what its turns were shown: nothing of it is kept.
+    snapshot = None
+    if not conversation.temporary:
+        snapshot = index_builder.save_snapshot(plan, owner, conversation, user_message)
     mode = "llm" if summaries.is_configured() else "offline_recall"
     drafts.begin(owner, conversation, reply.id, user_message, snapshot, mode)
     if gone:  # forgotten since the plan showed it: the snapshot keeps none of its words
@@ -395,7 +416,7 @@ async def _stream_round(prompt: budget.Prompt, tools, reply: Reply, emit: Emit, 
 
 async def _stream_once(messages, tools, max_tokens: int, reply: Reply, emit: Emit, stop: asyncio.Event):
     async def consume():
-        async for event in llm.stream_chat(messages, tools, max_tokens=max_tokens):
+        async for event in llm.stream_chat(messages, tools, model=reply.model, max_tokens=max_tokens):
             if isinstance(event, llm.TextDelta):
                 first = not reply.text
                 if first:
@@ -478,8 +499,12 @@ def _skipped_tool(call: llm.RequestedToolCall, error: str) -> ToolResult:
 async def _offline_recall(
     owner, user_message: Message, reply: Reply, emit: Emit, stop: asyncio.Event
 ) -> None:
-    """No model configured: answer with what memory search finds, plainly labelled."""
+    """No model configured: answer with what memory search finds, plainly labelled (with memory
+    off, or in a temporary chat, there is nothing to search: it says so)."""
     reply.mode = "offline_recall"
+    if reply.memory != "on":
+        await _say(reply, emit, stop, MEMORY_OFF_OFFLINE[reply.memory])
+        return
     started_at = timezone.now()
     t0 = time.perf_counter()
     too_slow = False
@@ -519,7 +544,24 @@ async def _offline_recall(
             for d in hit.as_result().get("dates", [])
         )
         lines.append(f"- {hit.timestamp:%Y-%m-%d %H:%M} · {hit.role} · {hit.message_id}: “{snippet}”{days}")
-    text = "\n".join(lines)
+    await _say(reply, emit, stop, "\n".join(lines))
+
+
+MEMORY_OFF_OFFLINE = {
+    "off": (
+        "**Offline recall** · no language model is configured, and memory is off (Settings › "
+        "Use memory in replies), so there is nothing to answer from. Switch memory on, or "
+        "configure a model."
+    ),
+    "temporary": (
+        "**Offline recall** · no language model is configured, and a temporary chat does not "
+        "read memory, so there is nothing to answer from. Configure a model to chat here."
+    ),
+}
+
+
+async def _say(reply: Reply, emit: Emit, stop: asyncio.Event, text: str) -> None:
+    """Stream `text` as the reply, word by word, as a model would."""
     for piece in text.split(" "):
         if stop.is_set():
             reply.status = "stopped"
@@ -530,9 +572,9 @@ async def _offline_recall(
 
 
 def _recall_hits(owner, user_message: Message, seen: dict[str, list[str]]):
-    from memory.finding.search import search
+    from memory.finding.search import reading_for, search
 
-    with statement_limit():
+    with statement_limit(), reading_for(user_message.conversation_id):
         results = search(
             owner, user_message.content, limit=12, exclude_message_ids=[user_message.pk],
             as_of=user_message.timestamp,
@@ -571,8 +613,14 @@ def _store_reply(owner, conversation: Conversation, user_message: Message, reply
     drafts.finish(reply.id)
     if gone:
         forgetting.scrub(owner, gone)
+    if conversation.temporary:
+        return assistant  # nothing of a temporary chat is embedded, indexed or titled
     # Queued in the same trip to the database, once the reply is committed (a retried attempt
     # queues nothing; queue_upkeep never fails its caller).
     ids = [user_message.pk, assistant.pk]
     transaction.on_commit(lambda: tasks.queue_upkeep(owner.pk, ids))
+    if reply.mode == "llm" and reply.status == "complete" and user_message.parent_id is None:
+        # The first exchange: the model names the conversation, in the background, unless the
+        # person has named it meanwhile (memory.organizing.titles).
+        transaction.on_commit(lambda: tasks.queue_title(owner.pk, conversation.pk))
     return assistant

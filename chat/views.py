@@ -5,23 +5,26 @@ from __future__ import annotations
 import functools
 
 from django.conf import settings
+from django.contrib import messages as flash
 from django.contrib.auth import login
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.forms import UserCreationForm
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
 
-from chat import branches, drafts
+from chat import branches, conversation_list, drafts, llm
 from chat.models import ReplyDraft
 from config.limits import LimitReached
 from config.models import ActionAllowance
+from memory import tasks
 from memory.knowledge import facts
-from memory.lifecycle import deleting, echoes
-from memory.models import Conversation, Message, Role
+from memory.lifecycle import deleting, echoes, erasing
+from memory.models import Conversation, Message, Preferences, Role
 from memory.storage import store
 
 
@@ -48,11 +51,57 @@ def counted(view):
     return wrapper
 
 
+def _list_context(request: HttpRequest, *, archived: bool = False, current: str = "") -> dict:
+    """The conversation list as the page or its htmx swap shows it: a search's matches (`q`), or
+    a page of conversations under their date groups (`page`; `last`: the group the page before
+    ended with, whose heading is not repeated)."""
+    q = (request.GET.get("q") or "").strip()[:200]
+    page = _page_number(request.GET.get("page"))
+    if q:
+        rows, more = conversation_list.search(request.user, q, archived=archived), False
+    else:
+        rows, more = conversation_list.page_of(request.user, archived=archived, page=page)
+    groups = conversation_list.grouped(rows)
+    last = (request.GET.get("last") or "")[:40]
+    if groups and groups[0].label == last:
+        groups[0].continued = True
+    return {
+        "groups": groups,
+        "q": q,
+        "more": more,
+        "next_page": page + 1,
+        "archived": archived,
+        "current": current or (request.GET.get("current") or "")[:40],
+        "show_when": request.GET.get("when") == "1" or not current,
+    }
+
+
+def _page_number(raw: str | None) -> int:
+    try:
+        return max(1, min(int(raw or 1), 10_000))
+    except ValueError:
+        return 1
+
+
 @login_required
 @require_GET
+@vary_on_headers("HX-Request")
 def home(request: HttpRequest) -> HttpResponse:
-    conversations = Conversation.objects.owned_by(request.user).order_by("-updated_at")[:200]
-    return render(request, "chat/home.html", {"conversations": conversations})
+    """The conversation list: searched (by title and content), or by date, a page at a time."""
+    context = _list_context(request)
+    if request.htmx:
+        return render(request, "chat/_conversation_list.html#groups", context)
+    return render(request, "chat/home.html", context)
+
+
+@login_required
+@require_GET
+@vary_on_headers("HX-Request")
+def archived(request: HttpRequest) -> HttpResponse:
+    context = _list_context(request, archived=True)
+    if request.htmx:
+        return render(request, "chat/_conversation_list.html#groups", context)
+    return render(request, "chat/archived.html", context)
 
 
 FAVICON = settings.BASE_DIR / "static" / "recollect" / "favicon.ico"
@@ -87,7 +136,15 @@ def _posted_title(request: HttpRequest) -> str:
 @require_POST
 @counted
 def new_conversation(request: HttpRequest) -> HttpResponse:
-    conversation = Conversation.objects.create(owner=request.user, title=_posted_title(request))
+    """A new chat: remembered unless the person switched "Remember new chats" off; a temporary
+    one (temporary=1) is never remembered and ends when they leave it."""
+    temporary = request.POST.get("temporary") in {"1", "true", "on"}
+    remembered = not temporary and Preferences.of(request.user).remember_chats
+    conversation = Conversation.objects.create(
+        owner=request.user, title=_posted_title(request), temporary=temporary, remembered=remembered
+    )
+    if temporary:
+        tasks.queue_temporary_chat_end(request.user.pk, conversation.created_at)
     return redirect("chat:conversation", conversation_id=conversation.pk)
 
 
@@ -149,14 +206,16 @@ def conversation(request: HttpRequest, conversation_id: str) -> HttpResponse:
         leaf = branches.active_leaf(conv)
     if request.htmx:
         return render(request, "chat/conversation.html#thread", {"conversation": conv, **_thread(conv, leaf)})
-    conversations = Conversation.objects.owned_by(request.user).order_by("-updated_at")[:200]
     return render(
         request,
         "chat/conversation.html",
         {
             "conversation": conv,
-            "conversations": conversations,
             "streaming_row": Message(role="assistant"),
+            "prefs": Preferences.of(request.user),
+            "conversation_model": llm.model_for(conv),
+            "temporary_hours": settings.TEMPORARY_CHAT_HOURS,
+            **_list_context(request, current=conv.pk),
             **_thread(conv, leaf),
         },
     )
@@ -230,19 +289,50 @@ def pin_message(request: HttpRequest, message_id: str) -> HttpResponse:
     return _redirect_to_message(msg)
 
 
+def _refused(text: str, status: int = 400) -> HttpResponse:
+    """A refusal the page shows as it is (chat.js shows a text/plain answer to htmx)."""
+    return HttpResponse(text, status=status, content_type="text/plain; charset=utf-8")
+
+
+def _row(request: HttpRequest, conv: Conversation) -> HttpResponse:
+    """A conversation's row of the list, as changed (htmx swaps it in)."""
+    row = conversation_list.Row(conv)
+    current = (request.POST.get("current") or "")[:40]
+    context = {"row": row, "current": current, "show_when": request.POST.get("when") == "1"}
+    return render(request, "chat/_conversation_list.html#row", context)
+
+
 @login_required
 @require_POST
 def rename_conversation(request: HttpRequest, conversation_id: str) -> HttpResponse:
     conv = _get_conversation_for_user(request, conversation_id)
     conv.title = _posted_title(request)
-    conv.save(update_fields=["title", "updated_at"])
+    # A name the person gives is theirs (the model never renames it), and moves nothing up.
+    Conversation.objects.filter(pk=conv.pk).update(title=conv.title, titled_by_model=False)
     if request.htmx:
-        template = (
-            "chat/conversation.html#title"
-            if request.POST.get("from") != "list"
-            else "chat/home.html#conversation-row"
-        )
-        return render(request, template, {"c": conv, "conversation": conv})
+        if request.POST.get("from") == "list":
+            return _row(request, conv)
+        return render(request, "chat/conversation.html#title", {"conversation": conv})
+    return redirect("chat:conversation", conversation_id=conv.pk)
+
+
+@login_required
+@require_POST
+def archive_conversation(request: HttpRequest, conversation_id: str) -> HttpResponse:
+    """Archive (archived=true) or bring back (archived=false): out of the list, still memory."""
+    conv = _get_conversation_for_user(request, conversation_id)
+    if conv.temporary:
+        return _refused("A temporary chat cannot be archived.")
+    archive = (request.POST.get("archived") or "true").strip().lower() in {"1", "true", "on", "yes"}
+    conv.archived_at = timezone.now() if archive else None
+    Conversation.objects.filter(pk=conv.pk).update(archived_at=conv.archived_at)
+    if request.htmx:
+        if request.POST.get("from") == "list":
+            return HttpResponse("")  # it leaves the list it was in
+        return HttpResponse(headers={"HX-Refresh": "true"})
+    if archive:
+        flash.success(request, f"Archived “{conv}”. It is under Archived chats, and still in memory.")
+        return redirect("chat:home")
     return redirect("chat:conversation", conversation_id=conv.pk)
 
 
@@ -252,6 +342,34 @@ def rename_conversation(request: HttpRequest, conversation_id: str) -> HttpRespo
 def delete_conversation(request: HttpRequest, conversation_id: str) -> HttpResponse:
     conv = _get_conversation_for_user(request, conversation_id)
     deleting.delete_conversation(request.user, conv.pk)
+    leaving = (request.POST.get("current") or "") == conv.pk or request.POST.get("from") != "list"
     if request.htmx:
-        return HttpResponse("")
+        # The page of the conversation deleted has nothing left to show.
+        return HttpResponse("", headers={"HX-Redirect": reverse("chat:home")} if leaving else None)
     return redirect("chat:home")
+
+
+@login_required
+@require_POST
+def leave_temporary_chat(request: HttpRequest, conversation_id: str) -> HttpResponse:
+    """The person left a temporary chat (the page says so as it goes, navigator.sendBeacon): it
+    is deleted with everything in it. Another conversation is never deleted here."""
+    conv = _get_conversation_for_user(request, conversation_id)
+    if not conv.temporary:
+        return _refused("Only a temporary chat ends when it is left.")
+    erasing.end_temporary_chat(request.user, conv.pk)
+    return HttpResponse(status=204)
+
+
+@login_required
+@require_POST
+def set_model(request: HttpRequest, conversation_id: str) -> HttpResponse:
+    """The model this conversation talks to, one of CHAT_MODELS (its next reply on)."""
+    conv = _get_conversation_for_user(request, conversation_id)
+    model = (request.POST.get("model") or "").strip()
+    if model not in settings.CHAT_MODELS:
+        return _refused(f"“{model[:80]}” is not one of the models this server offers.")
+    Conversation.objects.filter(pk=conv.pk).update(model="" if model == settings.CHAT_MODEL else model)
+    if request.htmx:
+        return HttpResponse(status=204)
+    return redirect("chat:conversation", conversation_id=conv.pk)

@@ -384,6 +384,11 @@ IMPORT_MAX_COMPRESSION_RATIO = env_int("IMPORT_MAX_COMPRESSION_RATIO", 100, mini
 OPENAI_API_KEY = env_str("OPENAI_API_KEY", "")
 OPENAI_BASE_URL = env_str("OPENAI_BASE_URL", "")
 CHAT_MODEL = env_str("CHAT_MODEL", "gpt-4o-mini")
+# The models a person may pick for a conversation (comma-separated names the provider knows);
+# the chat shows a picker when there is more than one. CHAT_MODEL stays the default, and first.
+CHAT_MODELS = list(
+    dict.fromkeys([CHAT_MODEL, *(m.strip() for m in env_str("CHAT_MODELS", "").split(",") if m.strip())])
+)
 SUMMARY_MODEL = env_str("SUMMARY_MODEL", CHAT_MODEL)
 # The model that proposes facts from new messages in background work (memory.knowledge.facts), when a model
 # is configured; without one, facts are drawn by rules alone.
@@ -453,6 +458,11 @@ REPLY_DRAFT_ORPHAN_SECONDS = env_float("REPLY_DRAFT_ORPHAN_SECONDS", 300.0, low=
 # A running background task's lease: its worker renews it every third of this; a task whose
 # lease ran out lost its worker and is queued again (memory.tasks.requeue_abandoned).
 TASK_LEASE_SECONDS = env_float("TASK_LEASE_SECONDS", 120.0, low=1.0)
+# A temporary chat is deleted, with everything in it, when the person leaves it, or at the
+# latest this many hours after it was started.
+TEMPORARY_CHAT_HOURS = env_float("TEMPORARY_CHAT_HOURS", 24.0, low=0.01)
+# The longest custom instructions ("about you") a person may write: every turn's prompt carries them.
+CUSTOM_INSTRUCTIONS_MAX_CHARS = env_int("CUSTOM_INSTRUCTIONS_MAX_CHARS", 1500, minimum=100)
 # daphne's websocket message limit is derived from this (config/serving.py), and the chat page
 # checks it before sending.
 MAX_MESSAGE_CHARS = env_int("MAX_MESSAGE_CHARS", 8_000_000, minimum=1)

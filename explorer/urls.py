@@ -8,6 +8,7 @@ from explorer.views import (
     facts,
     imports,
     messages,
+    my_data,
     overview,
     search,
     timeline,
@@ -44,4 +45,6 @@ urlpatterns = [
     path("facts/<int:fact_id>/pin/", facts.fact_pin, name="fact_pin"),
     path("facts/<int:fact_id>/correct/", facts.fact_correct, name="fact_correct"),
     path("facts/<int:fact_id>/forget/", facts.fact_forget, name="fact_forget"),
+    path("download/<str:fmt>/", my_data.download, name="download"),
+    path("forget-everything/", my_data.forget_everything, name="forget_everything"),
 ]

@@ -18,3 +18,6 @@ passages_unembedded = Signal()
 # from the one covering `position` onwards). Arguments: owner_id, conversation_id, position.
 memory_changed = Signal()
 
+# The model named a conversation after its first exchange (memory.organizing.titles): the tabs
+# showing it are told. Arguments: owner_id, conversation_id, title.
+conversation_titled = Signal()

@@ -78,7 +78,10 @@ def run_upkeep(owner, message_ids: Iterable[str]) -> dict[str, Any]:
     # (offline-recall answers) they are shown, never mined for topics or entities.
     quoting = Message.objects.owned_by(owner).filter(pk__in=ids).flag_quotes()
     messages = list(Message.objects.owned_by(owner).logical().filter(pk__in=ids))
-    live = [m for m in messages if not m.deleted and m.is_source]
+    # What memory learns from: not the replies quoting it, nor a conversation it does not keep
+    # (those are still embedded below, for their own conversation's searches).
+    live = [m for m in messages if not m.deleted and m.feeds_memory]
+    kept = [m for m in messages if not m.deleted and m.is_source]
     changed = [m.pk for m in messages if m.deleted or m.edited] + [
         i for i in ids if i not in {m.pk for m in messages}
     ] + quoting
@@ -86,7 +89,7 @@ def run_upkeep(owner, message_ids: Iterable[str]) -> dict[str, Any]:
     if changed:
         # Deleted messages left the graph when they were deleted (memory.storage.store); this catches
         # any that did not (deleted before that was so), and prunes after forgotten ones.
-        entities.remove_mentions(owner, [m.pk for m in messages if m.deleted or not m.is_source])
+        entities.remove_mentions(owner, [m.pk for m in messages if m.deleted or not m.feeds_memory])
         if len(messages) < len(ids):  # some were forgotten: their mentions went with them
             entities.prune_orphans(owner)
     refreshed = (
@@ -97,7 +100,7 @@ def run_upkeep(owner, message_ids: Iterable[str]) -> dict[str, Any]:
     # server that ran the turn usually has them already).
     try:
         with transaction.atomic():  # a savepoint: a failure here leaves the upkeep usable
-            embedded = store.embed_pending(owner, message_ids=[m.pk for m in live]) if live else 0
+            embedded = store.embed_pending(owner, message_ids=[m.pk for m in kept]) if kept else 0
     except Exception:  # noqa: BLE001 - topics then go by session; embed_pending_task retries
         logger.exception("could not embed new messages before topic upkeep")
         embedded = 0
@@ -220,6 +223,44 @@ def queue_facts(owner_id: int, message_ids: Iterable[str]) -> bool:
     if not ids:
         return False
     fact_upkeep.enqueue(int(owner_id), ids)
+    return True
+
+
+@task()
+def title_conversation(owner_id: int, conversation_id: str) -> dict[str, Any]:
+    """The model names a conversation after its first exchange (memory.organizing.titles)."""
+    from memory.organizing import titles
+
+    owner = _owner(owner_id)
+    return _record(
+        owner_id, "title", lambda: {"titled": bool(titles.title_conversation(owner, conversation_id))}
+    )
+
+
+@_never_fails("a conversation title")
+def queue_title(owner_id: int, conversation_id: str) -> bool:
+    if not summaries.is_configured():
+        return False
+    return _enqueue_unless_waiting(title_conversation, int(owner_id), str(conversation_id))
+
+
+@task()
+def end_temporary_chats() -> dict[str, Any]:
+    """Delete the temporary chats older than TEMPORARY_CHAT_HOURS (memory.lifecycle.erasing)."""
+    from memory.lifecycle import erasing
+
+    return {"ended": erasing.end_expired_temporary_chats()}
+
+
+@_never_fails("the end of a temporary chat")
+def queue_temporary_chat_end(owner_id: int, started: dt.datetime) -> bool:
+    """A temporary chat was started: it is deleted TEMPORARY_CHAT_HOURS later, unless the person
+    leaves it first (a backend that cannot run a task later leaves it to the sweep of
+    queue_upkeep)."""
+    if not getattr(end_temporary_chats.get_backend(), "supports_defer", False):
+        return False
+    later = started + dt.timedelta(hours=settings.TEMPORARY_CHAT_HOURS, seconds=1)
+    end_temporary_chats.using(run_after=later).enqueue()
     return True
 
 
@@ -510,6 +551,9 @@ def queue_upkeep(owner_id: int, message_ids: Iterable[str]) -> bool:
         _requeue_swept_at = time.monotonic()
         requeue_abandoned()
         resume_imports()
+        from memory.lifecycle import erasing
+
+        erasing.end_expired_temporary_chats()
     ids = [str(i) for i in message_ids if i]
     if not ids:
         return False

@@ -8,6 +8,7 @@ from django.utils.dateformat import format as date_format
 from django.utils.timesince import timesince
 
 from chat import rendering
+from chat.preferences import SWITCHES
 from memory.context.tools import readable_json
 from memory.knowledge import facts
 
@@ -84,3 +85,25 @@ def last_active(when, now=None) -> str:
         return f"{timesince(when, now)} ago"
     local = timezone.localtime(when)
     return date_format(local, "j M" if local.year == timezone.localtime(now).year else "j M Y")
+
+
+@register.filter
+def last_label(groups) -> str:
+    """The label of the last date group shown (the next page does not repeat its heading)."""
+    return groups[-1].label if groups else ""
+
+
+@register.filter
+def message_time(when, now=None) -> str:
+    """A message's time: "May 20, 18:28" this year, "May 20, 2024, 18:28" another year."""
+    if not when:
+        return ""
+    local = timezone.localtime(when)
+    this_year = local.year == timezone.localtime(now or timezone.now()).year
+    return date_format(local, "M j, H:i" if this_year else "M j, Y, H:i")
+
+
+@register.filter
+def memory_switches(prefs) -> list[tuple[str, str, bool]]:
+    """(name, label, on) of each memory switch (chat.preferences.SWITCHES)."""
+    return [(name, label, bool(getattr(prefs, name))) for name, label in SWITCHES.items()]

@@ -56,4 +56,5 @@ def apply_message_filters(user, qs: QuerySet[Message], f: Filters) -> QuerySet[M
 
 
 def conversation_choices(user) -> list[Conversation]:
-    return list(Conversation.objects.owned_by(user).only("id", "title")[:200])
+    # Not a temporary chat: it is no part of memory, and goes when it is left.
+    return list(Conversation.objects.owned_by(user).filter(temporary=False).only("id", "title")[:200])

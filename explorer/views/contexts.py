@@ -101,6 +101,18 @@ def _window(raw: Any) -> dict[str, Any] | None:
     }
 
 
+def _custom_instructions(snap: ContextSnapshot) -> dict[str, Any] | None:
+    """The person's custom instructions as the turn sent them, and their tokens (counted in the
+    system zone); None when the turn had none."""
+    plan = snap.plan if isinstance(snap.plan, dict) else {}
+    text = plan.get("custom_instructions")
+    if not isinstance(text, str) or not text:
+        return None
+    zones = snap.tokens_by_zone if isinstance(snap.tokens_by_zone, dict) else {}
+    tokens = zones.get("custom_instructions")
+    return {"text": text[:5000], "tokens": tokens if isinstance(tokens, int) else None}
+
+
 def _hits(raw: Any) -> list[dict[str, Any]]:
     if not isinstance(raw, list):
         return []
@@ -160,6 +172,7 @@ def context_detail(request: HttpRequest, snapshot_id: str) -> HttpResponse:
             }
             for c in calls
         ],
+        "custom_instructions": _custom_instructions(snap),
         "plan": json.dumps(snap.plan, indent=2, ensure_ascii=False, default=str)[:20000],
         "text_chars": len(snap.text),
     }

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 from django.contrib import messages as flash
 from django.contrib.auth.decorators import login_required
+from django.db.models import Q
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.vary import vary_on_headers
 
+from explorer.views.common import paginate, render_page
 from memory.models import Fact
 
 MAX_PK = 2**63 - 1
@@ -30,19 +33,59 @@ def _back(request: HttpRequest) -> HttpResponse:
     return redirect("explorer:facts")
 
 
+# The row of each place a fact is shown: the Memory overview's and an entity's (the default),
+# and the Facts page's (row=memory).
+ROWS = {"memory": "explorer/_memory_fact.html"}
+
+
+def _row_template(request: HttpRequest) -> str:
+    return ROWS.get(request.POST.get("row") or "", "explorer/_fact.html")
+
+
 def _row(request: HttpRequest, fact: Fact) -> HttpResponse:
-    return render(request, "explorer/_fact.html", {"fact": fact})
+    return render(request, _row_template(request), {"fact": fact})
+
+
+PER_PAGE = 50
+REPLACED_SHOWN = 50
+
+
+def page_context(request: HttpRequest, *, forget_error: str = "") -> dict:
+    """The Facts page: the current facts (pinned first, then the newest), searched by their
+    words (`q`) or one subject's (`subject`), a page at a time; what newer facts replaced."""
+    subject = (request.GET.get("subject") or "").strip()[:200]
+    q = (request.GET.get("q") or "").strip()[:200]
+    found = Fact.objects.owned_by(request.user).live().select_related("message__conversation")
+    if subject:
+        found = found.about(subject)
+    for word in q.split()[:8]:  # every word, in the fact's text (as drawn or corrected) or its subject
+        found = found.filter(
+            Q(statement__icontains=word) | Q(corrected__icontains=word) | Q(subject__icontains=word)
+        )
+    current = found.filter(superseded_by__isnull=True).order_by("-pinned", "-said_at", "-id")
+    replaced = found.filter(superseded_by__isnull=False).select_related("superseded_by")
+    return {
+        "section": "facts",
+        "subject": subject,
+        "q": q,
+        "page": paginate(request, current, per_page=PER_PAGE),
+        "replaced": list(replaced.order_by("-valid_to", "-id")[:REPLACED_SHOWN]),
+        "forget_error": forget_error,
+    }
 
 
 @login_required
 @require_GET
+@vary_on_headers("HX-Request")
 def facts(request: HttpRequest) -> HttpResponse:
-    """Every fact, current first, then what they superseded, with their dates."""
-    subject = (request.GET.get("subject") or "").strip()[:200]
-    if "\x00" in subject:  # no subject holds one, and Postgres cannot compare text that does
-        errors = ["A subject cannot contain a NUL character (%00)."]
-        return render(request, "explorer/facts.html", {"subject": "", "errors": errors}, status=400)
-    return render(request, "explorer/facts.html", {"subject": subject})
+    """What Recollect remembers about the person, each fact with Edit, Forget and the message
+    it came from; Download my data and Forget everything are on this page too."""
+    asked = (request.GET.get("subject") or "") + (request.GET.get("q") or "")
+    if "\x00" in asked:  # no fact holds one, and Postgres cannot compare text that does
+        errors = ["A subject or search cannot contain a NUL character (%00)."]
+        return render(request, "explorer/facts.html", {"section": "facts", "subject": "", "q": "",
+                                                       "errors": errors}, status=400)
+    return render_page(request, "explorer/facts.html", "fact-results", page_context(request))
 
 
 @login_required
@@ -69,7 +112,7 @@ def fact_correct(request: HttpRequest, fact_id: int) -> HttpResponse:
         error = "A correction cannot contain a NUL character; nothing was changed."
     if error:
         if request.htmx:
-            return render(request, "explorer/_fact.html", {"fact": fact, "error": error}, status=400)
+            return render(request, _row_template(request), {"fact": fact, "error": error}, status=400)
         flash.error(request, error)
         return _back(request)
     fact.correct(text)

@@ -26,6 +26,7 @@ from memory.models import (
     Message,
     Passage,
     PeriodSummary,
+    Preferences,
     ToolCall,
     Topic,
     UpkeepRun,
@@ -59,6 +60,11 @@ def next_turn_strategy(user) -> dict[str, Any]:
 
     size = index_builder.history_size(user)
     strategy, reason = index_builder.choose_strategy(size)
+    if not Preferences.of(user).use_memory:
+        reason += (
+            ". Memory is off (Settings: Use memory in replies): until it is on, a turn sees only its "
+            "conversation"
+        )
     return {"strategy": strategy, "reason": reason, "source": "memory.context.index_builder"}
 
 

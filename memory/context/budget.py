@@ -258,6 +258,7 @@ class Prompt:
     # The largest prompt sent this turn, zone by zone (what the snapshot records).
     peak: dict[str, int] = field(default_factory=dict)
     shrunk_results: int = 0  # results of earlier rounds shown as their summaries, last round
+    custom_tokens: int = 0  # of the system zone's use: the person's custom instructions
 
     @classmethod
     def for_message(cls, allocation: Allocation, plan, message) -> Prompt:
@@ -289,16 +290,23 @@ class Prompt:
         if summary and count_tokens(summary) > a["recent"] // 2:
             summary = _fit_lines(summary, a["recent"] // 2)
         summary_tokens = count_tokens(summary) if summary else 0
-        recent, used["recent"] = self._recent(max(0, a["recent"] - summary_tokens))
+        # A turn shown no memory (memory off, a temporary chat) gives the index's zone to its
+        # conversation's recent turns.
+        recent_room = a["recent"] + (a["index"] if getattr(self.plan, "strategy", "") == "off" else 0)
+        recent, used["recent"] = self._recent(max(0, recent_room - summary_tokens))
         used["recent"] += summary_tokens
         # The index has what system, tools and recent turns leave of their four zones, as
         # prepare_context fitted it (after a shrink, the halved zones cut it further).
         wrapper = system_wrapper_tokens()
-        instructions = count_tokens(self.plan.instructions) if self.plan.instructions else 0
+        # The person's custom instructions come first, whole: they take from the index's room.
+        custom = getattr(self.plan, "custom_instructions", "") or ""
+        fixed = [p for p in (custom, self.plan.instructions) if p]
+        instructions = sum(count_tokens(p) for p in fixed)
         room = a["system"] + a["tools"] + a["index"] + a["recent"]
         room -= wrapper + instructions + used["tools"] + used["recent"]
         index = _fit_lines(self.plan.text, max(0, room - 2))
-        system = _system_text("\n\n".join(p for p in (self.plan.instructions, summary, index) if p))
+        system = _system_text("\n\n".join(p for p in (*fixed, summary, index) if p))
+        self.custom_tokens = count_tokens(custom) if custom else 0
         messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
         used["index"] = count_tokens(index)
         used["system"] = message_tokens(messages[0]) - used["index"] - summary_tokens + PRIMING
@@ -331,6 +339,7 @@ class Prompt:
             "retried": retried,
             "rounds": len(self.rounds),
             "results_shown_as_summaries": self.shrunk_results,
+            "custom_instructions_tokens": self.custom_tokens,
             "current_message_cut": self._current_tokens() > self.allocation["current"] - MESSAGE_OVERHEAD,
         }
 

@@ -74,6 +74,7 @@ class ContextPlan:
     reason: str
     text: str = ""
     instructions: str = ""
+    custom_instructions: str = ""  # the person's, with their heading (empty: none)
     summary: str = ""  # the rolling summary of the conversation before `recent`
     summary_covers: dict[str, Any] = field(default_factory=dict)
     recent: list[Message] = field(default_factory=list)
@@ -102,8 +103,11 @@ class ContextPlan:
         return [t["function"]["name"] for t in self.tools]
 
     def system_prompt(self) -> str:
-        """The memory part of the system prompt: instructions, then the index."""
-        return "\n\n".join(p for p in (self.instructions, self.summary, self.text) if p)
+        """The plan's part of the system prompt: the person's custom instructions, the memory
+        instructions, the conversation's summary, then the index."""
+        return "\n\n".join(
+            p for p in (self.custom_instructions, self.instructions, self.summary, self.text) if p
+        )
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -116,6 +120,7 @@ class ContextPlan:
             "total_tokens": self.total_tokens,
             "history_size": self.history_size,
             "instructions": self.instructions,
+            "custom_instructions": self.custom_instructions,
             "summary": self.summary,
             "summary_covers": self.summary_covers,
             "text": self.text,
@@ -158,24 +163,28 @@ _WHOLE: dict[int, bool] = {}
 _WHOLE_KEEP = 10_000
 
 
-def _small_memory_rows(owner) -> list[Message] | None:
+def _small_memory_rows(owner, conversation_id: str | None = None) -> list[Message] | None:
     """Every visible message of a memory of at most INDEX_FULL_MAX messages, newest first (None
-    for a larger one): what history_size counts, read whole."""
+    for a larger one): what history_size counts, read whole; of the conversations memory does
+    not keep, only the reading one's (`conversation_id`)."""
     rows = list(
         Message.objects.visible_to(owner)
         .logical()
+        .remembered_or_in(conversation_id)
         .defer("edit_history")
         .order_by("-timestamp", "-id")[: settings.INDEX_FULL_MAX + 1]
     )
     return rows if len(rows) <= settings.INDEX_FULL_MAX else None
 
 
-def _whole_memory(owner, allowance: int, rows: list[Message] | None = None) -> list[Message] | None:
+def _whole_memory(
+    owner, allowance: int, rows: list[Message] | None = None, conversation_id: str | None = None
+) -> list[Message] | None:
     """Every visible message of a small memory (at most INDEX_FULL_MAX), newest first, when
     their index lines fit `allowance` tokens; None when they do not. `rows`: those messages,
     already read."""
     if rows is None:
-        rows = _small_memory_rows(owner)
+        rows = _small_memory_rows(owner, conversation_id)
     if rows is None:
         return None
     if sum(m.token_count + WHOLE_LINE_TOKENS for m in rows) > allowance:
@@ -262,11 +271,14 @@ def prepare_context(
     active_message_ids: list[str] | None = None,
     recently_used_tools: list[str] | None = None,
     zones: dict[str, int] | None = None,
+    custom_instructions: str = "",
 ) -> ContextPlan:
     """Build the context plan for one turn (see the module docstring).
 
     zones: the budget of each zone, given by the chat from the model's window
-    (memory.context.budget.Allocation.index_zones); without it, max_index_tokens is split by ZONE_SHARES."""
+    (memory.context.budget.Allocation.index_zones); without it, max_index_tokens is split by ZONE_SHARES.
+    custom_instructions: what the person asked of every reply (memory.models.Preferences),
+    carried before the memory index and taken from its zone."""
     started = time.perf_counter()
     deadline = started + settings.INDEX_BUILD_TIMEOUT_MS / 1000
     query = (query or (user_message.content if user_message else "") or "").strip()
@@ -287,7 +299,8 @@ def prepare_context(
 
     # A memory listed whole last time is most likely small still: its rows are read first, and
     # their number is its size (one query instead of a count and a read).
-    rows = _small_memory_rows(owner) if query and _WHOLE.get(owner.pk) else None
+    conversation_id = getattr(conversation, "pk", None)
+    rows = _small_memory_rows(owner, conversation_id) if query and _WHOLE.get(owner.pk) else None
     size = len(rows) if rows is not None else history_size(owner)
     strategy, reason = choose_strategy(size)
     plan = ContextPlan(
@@ -302,7 +315,9 @@ def prepare_context(
 
     # A small memory whose every message fits the memory zone is listed whole: a search would
     # only order it, so none is run (and the query is never embedded).
-    whole = _whole_memory(owner, zones["memory"], rows) if strategy == "full" and query else None
+    whole = (
+        _whole_memory(owner, zones["memory"], rows, conversation_id) if strategy == "full" and query else None
+    )
     searching = bool(query) and whole is None
     plan.whole = whole
     _remember_whole(owner, whole is not None)
@@ -343,7 +358,7 @@ def prepare_context(
             query,
             limit=_hit_limit(strategy),
             candidates=None,
-            filters=SearchFilters(),
+            filters=SearchFilters(reader=getattr(conversation, "pk", None)),
             query_vector=query_vector_when_needed,
             # The turn's own message is what is searched for, never a result of it; the
             # question is asked at its time.
@@ -374,31 +389,12 @@ def prepare_context(
     # History zone: the recent window of the active branch, newest first, in full. Before the
     # window, the conversation's rolling summary (kept by background upkeep): at most a third
     # of the history zone, taken first so the window cannot crowd it out.
-    window = ahead.window
-    plan.summary, plan.summary_covers = ahead.summary
-    history_tokens = count_tokens(plan.summary) if plan.summary else 0
-    left_out: list[Message] = []
-    for m in window:
-        cost = m.token_count + 4  # role and separators of a chat message
-        if not left_out and history_tokens + cost <= zones["history"]:
-            plan.recent.insert(0, m)
-            history_tokens += cost
-        else:
-            left_out.insert(0, m)
-    if left_out:
-        plan.fallbacks.append(
-            {
-                "kind": "recent_trimmed",
-                "detail": (
-                    f"{len(left_out)} of the last {len(window)} messages did not fit the "
-                    "history zone "
-                    f"({zones['history']} tokens); they are listed by id in the index"
-                ),
-            }
-        )
+    history_tokens, left_out = _fit_history(plan, ahead.window, ahead.summary, zones["history"])
 
-    # Memory zone: everything the other zones left, minus the reserve.
+    # Memory zone: everything the other zones left, minus the reserve (and the person's
+    # custom instructions, which the system prompt carries before it).
     memory_allowance = budget - zones["reserve"] - system_tokens - tools_tokens - history_tokens
+    memory_allowance -= _add_custom_instructions(plan, custom_instructions)
     recent_ids = {m.pk for m in plan.recent} | {m.pk for m in left_out} | exclude
 
     hits: list[SearchHit] = []
@@ -442,12 +438,131 @@ def prepare_context(
     ]
     plan.tokens_by_zone = {
         "system": system_tokens,
+        **_custom_zone(plan),
         "tools": tools_tokens,
         "memory": writer.tokens,
         "history": history_tokens,
         "reserve": zones["reserve"],
     }
     plan.timings_ms.update(marks)
+    plan.build_ms = round((time.perf_counter() - started) * 1000, 2)
+    return plan
+
+
+def _fit_history(
+    plan: ContextPlan, window: list[Message], summary: tuple[str, dict[str, Any]], allowance: int
+) -> tuple[int, list[Message]]:
+    """The rolling summary, then the newest messages of `window` (newest first) while they fit
+    `allowance` tokens, into the plan; the tokens they take and the messages left out."""
+    plan.summary, plan.summary_covers = summary
+    history_tokens = count_tokens(plan.summary) if plan.summary else 0
+    left_out: list[Message] = []
+    for m in window:
+        cost = m.token_count + 4  # role and separators of a chat message
+        if not left_out and history_tokens + cost <= allowance:
+            plan.recent.insert(0, m)
+            history_tokens += cost
+        else:
+            left_out.insert(0, m)
+    if left_out:
+        plan.fallbacks.append(
+            {
+                "kind": "recent_trimmed",
+                "detail": (
+                    f"{len(left_out)} of the last {len(window)} messages did not fit the "
+                    f"history zone ({allowance} tokens); they are listed by id in the index"
+                ),
+            }
+        )
+    return history_tokens, left_out
+
+
+CUSTOM_INSTRUCTIONS = "The user's custom instructions, for every reply (written by them, in their words):"
+
+
+def _add_custom_instructions(plan: ContextPlan, text: str) -> int:
+    """The person's custom instructions (memory.models.Preferences) into the plan's system text;
+    the tokens they take from the memory zone."""
+    text = (text or "").strip()
+    plan.custom_instructions = f"{CUSTOM_INSTRUCTIONS}\n{text}" if text else ""
+    return count_tokens(plan.custom_instructions) if text else 0
+
+
+def _custom_zone(plan: ContextPlan) -> dict[str, int]:
+    if not plan.custom_instructions:
+        return {}
+    return {"custom_instructions": count_tokens(plan.custom_instructions)}
+
+
+# What the model is told when it is shown no memory (index_builder.conversation_only).
+MEMORY_OFF = (
+    "Memory is off for this conversation: you see only its messages below, nothing of the "
+    "user's other conversations, and you have no memory tools. If asked what you remember "
+    "about the user, say that memory is off here."
+)
+TEMPORARY = (
+    "This is a temporary chat: it does not use the user's memory and nothing of it is kept. "
+    "You see only its messages below and have no memory tools."
+)
+
+
+# The most messages of its conversation a turn shown no memory reads (as many as fit).
+CONVERSATION_ONLY_WINDOW = 100
+
+
+def conversation_only(
+    owner,
+    conversation,
+    user_message: Message,
+    *,
+    zones: dict[str, int],
+    active_message_ids: list[str] | None = None,
+    custom_instructions: str = "",
+    temporary: bool = False,
+) -> ContextPlan:
+    """The plan of a turn shown no memory (the person switched "Use memory in replies" off, or
+    a temporary chat): its conversation's recent messages and rolling summary, no memory index,
+    no memory tools, no facts, no search (its message is never embedded)."""
+    started = time.perf_counter()
+    zones = dict.fromkeys(ZONE_SHARES, 0) | {z: max(0, int(v)) for z, v in zones.items()}
+    plan = ContextPlan(
+        query=(user_message.content or "").strip(),
+        strategy="off",
+        reason=(
+            "a temporary chat: memory is neither read nor added to"
+            if temporary
+            else "memory is off (Settings: Use memory in replies): only this conversation is shown"
+        ),
+        budget=sum(zones.values()),
+        zone_budgets=zones,
+    )
+    plan.skip_ids = {user_message.pk}
+    plan.instructions = TEMPORARY if temporary else MEMORY_OFF
+    # No index: its zone goes to the conversation, as many of its latest messages as fit.
+    allowance = zones["history"] + zones["memory"]
+    window = recent_messages(
+        owner, conversation, limit=max(settings.INDEX_RECENT_WINDOW, CONVERSATION_ONLY_WINDOW),
+        exclude=plan.skip_ids, active_message_ids=active_message_ids,
+    )
+    summary = (
+        rolling_summary.for_plan(
+            owner, conversation, window_start=window[-1].position if window else None,
+            active_message_ids=active_message_ids, allowance=zones["history"] // 3,
+        )
+        if window
+        else ("", {})
+    )
+    history_tokens, _ = _fit_history(plan, window, summary, allowance)
+    _add_custom_instructions(plan, custom_instructions)
+    plan.included_ids = [m.pk for m in plan.recent]
+    plan.tokens_by_zone = {
+        "system": count_tokens(plan.instructions),
+        **_custom_zone(plan),
+        "tools": 0,
+        "memory": 0,
+        "history": history_tokens,
+        "reserve": zones["reserve"],
+    }
     plan.build_ms = round((time.perf_counter() - started) * 1000, 2)
     return plan
 

@@ -124,7 +124,7 @@ def _vector_candidates(owner, query, filters, k, results, query_vector=None) -> 
     """query_vector: the query's vector, or a callable that waits for it (asked for once the
     rows it will be compared with are counted), or None to embed the query here."""
     embedder = get_embedder()
-    where, params = filters.sql()
+    where, params = filters.sql(owner.pk)
     searchable = (
         "FROM memory_passage p "
         "WHERE p.owner_id = %s AND NOT p.deleted AND p.embedding_model = %s "
@@ -160,9 +160,10 @@ def _vector_candidates(owner, query, filters, k, results, query_vector=None) -> 
                     _LARGE_MEMORIES[key] = (time.monotonic(), other_model)
                 else:
                     _LARGE_MEMORIES.pop(key, None)
-            if vectors > EXACT_SEARCH_MAX and where:
+            if vectors > EXACT_SEARCH_MAX and filters.sql()[0]:
                 # What the filters leave (a conversation, a role, a period): read from the
-                # rows, not their vectors, so still cheap next to reading the vectors.
+                # rows, not their vectors, so still cheap next to reading the vectors. (The
+                # few conversations memory does not keep narrow nothing worth a count.)
                 cursor.execute(
                     f"SELECT count(*) FROM (SELECT 1 {searchable} LIMIT %s) s",
                     [owner.pk, embedder.name, *params, EXACT_SEARCH_MAX + 1],
@@ -322,7 +323,7 @@ def _keyword_candidates(owner, query, filters, k, results) -> list[tuple]:
     words = _query_words(query)
     if not words:
         return []
-    where, params = filters.sql()
+    where, params = filters.sql(owner.pk)
     # OR of the terms (a natural question rarely has every word in the answer), each term
     # scored by Okapi BM25 with its IDF among this owner's passages.
     try:

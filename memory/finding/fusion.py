@@ -282,7 +282,7 @@ def _neighbours_and_chains(owner, scores, expand) -> tuple[dict, list[tuple]]:
     near_sql, near_params, exclude = "", [], set()
     if expand is not None and seeds and NEIGHBOR_SHARE:
         filters, exclude = expand
-        where, params = filters.sql()
+        where, params = filters.sql(owner.pk)
         near_sql = (
             "WITH seeds AS (SELECT id, parent_id FROM memory_message WHERE owner_id = %s AND id = ANY(%s)), "
             "near AS ("

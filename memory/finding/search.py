@@ -33,7 +33,7 @@ import contextvars
 import datetime as dt
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from django.conf import settings
@@ -114,9 +114,21 @@ class SearchFilters:
     role: str | None = None
     include_tool_calls: bool | None = None
     exclude_message_id: str | None = None  # a message and its chunks and tool calls left out
+    # The conversation reading memory: its own messages are found even when memory does not
+    # keep them (None: the one `reading_for` names, if any).
+    reader: str | None = None
 
-    def sql(self) -> tuple[str, list[Any]]:
+    def sql(self, owner_id: int | None = None) -> tuple[str, list[Any]]:
+        """The filters as SQL on passages `p`. With `owner_id`, the conversations memory does
+        not keep are left out too (Conversation.remembered), except the one reading
+        (`reading_for`): the list of them is read once per query, from a tiny partial index."""
         clauses, params = [], []
+        if owner_id is not None:
+            clauses.append(
+                "p.conversation_id <> ALL(ARRAY(SELECT c.id FROM memory_conversation c "
+                "WHERE c.owner_id = %s AND NOT c.remembered AND c.id <> %s))"
+            )
+            params += [owner_id, self.reader or ""]
         for clause, value in (
             ("p.logical_message_id <> %s", self.exclude_message_id),
             ("p.conversation_id = %s", self.conversation_id),
@@ -139,6 +151,18 @@ class SearchFilters:
 _EXCLUDED: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar(
     "search_excluded", default=frozenset()
 )
+_READER: contextvars.ContextVar[str | None] = contextvars.ContextVar("search_reader", default=None)
+
+
+@contextlib.contextmanager
+def reading_for(conversation_id: str | None) -> Iterator[None]:
+    """Within this block, searches read memory for this conversation: its own messages are found
+    even when memory does not keep them; another conversation's that it does not keep never are."""
+    token = _READER.set(str(conversation_id) if conversation_id else None)
+    try:
+        yield
+    finally:
+        _READER.reset(token)
 
 
 @contextlib.contextmanager
@@ -197,6 +221,9 @@ def search(
     if not query or owner is None or not getattr(owner, "pk", None):
         return results
     filters = filters or SearchFilters()
+    if filters.reader is None and _READER.get():
+        # Carried by the filters: the vector list is read on a worker thread.
+        filters = replace(filters, reader=_READER.get())
     exclude = {str(m) for m in exclude_message_ids if m} | _EXCLUDED.get()
     k = (candidates or max(100, limit * 5)) + len(exclude)
 

@@ -270,13 +270,17 @@ def _forget_locked(owner, messages: list[Message], keep: set[str]) -> None:
             parent_id = by_id[parent_id].parent_id
         Message.objects.filter(parent_id=message.pk).exclude(pk__in=ids).update(parent_id=parent_id)
     conversations = {m.conversation_id for m in messages}
+    # A title the model wrote from the first exchange goes with any message of it.
+    parents = Message.objects.filter(pk__in=[m.parent_id for m in messages], parent=None)
+    roots = set(parents.values_list("pk", flat=True))
+    first_exchange = {m.conversation_id for m in messages if m.parent_id is None or m.parent_id in roots}
     Message.objects.filter(pk__in=ids).delete()
     for message in messages:
         store.memory_changed(owner, message)
     store.refresh_reply_context(owner, None, reply_ids=replies)
     _forget_echoes(owner, overlap, keep)
     scrub(owner, overlap, keep)
-    _retitle(owner, conversations, overlap, keep)
+    _retitle(owner, conversations, overlap, keep, first_exchange)
     if topic_ids:
         refresh(owner, topic_ids)  # labels, keywords and summaries lose its words now
     store.queue_upkeep_on_commit(owner.pk, ids)
@@ -318,11 +322,13 @@ def _names_only_in(message_ids: Sequence[str]) -> set[str]:
     return {name for name in names.values_list("name", flat=True) if len(name) >= 3}
 
 
-def _retitle(owner, conversation_ids, overlap: Overlap, keep: set[str]) -> None:
-    """A title that copies forgotten words (the one made from a forgotten first message, or one
-    that holds a rare word of it) is made again from the first message that stays, or left
-    empty. The titles of the forgotten messages' conversations are checked, and every title that
-    holds a rare word (unless a person kept it)."""
+def _retitle(owner, conversation_ids, overlap: Overlap, keep: set[str],
+             first_exchange: set[str] = frozenset()) -> None:
+    """A title that copies forgotten words (the one made from a forgotten first message, one the
+    model wrote from a first exchange of which a message is forgotten — `first_exchange` names
+    their conversations —, or one that holds a rare word of it) is made again from the first
+    message that stays, or left empty. The titles of the forgotten messages' conversations are
+    checked, and every title that holds a rare word (unless a person kept it)."""
     titled = Q(pk__in=list(conversation_ids))
     for word in overlap.rare:
         titled |= Q(title__icontains=word)
@@ -331,8 +337,9 @@ def _retitle(owner, conversation_ids, overlap: Overlap, keep: set[str]) -> None:
         if not title:
             continue
         this = overlap.without_rare() if f"title:{conversation.pk}" in keep else overlap
-        made_from_it = conversation.pk in conversation_ids and any(
-            auto_title(t).lower() == title.lower() for t in this.texts
+        made_from_it = conversation.pk in conversation_ids and (
+            any(auto_title(t).lower() == title.lower() for t in this.texts)
+            or (conversation.titled_by_model and conversation.pk in first_exchange)
         )
         if not made_from_it and this.scrub_text(title) == title:
             continue
@@ -344,4 +351,5 @@ def _retitle(owner, conversation_ids, overlap: Overlap, keep: set[str]) -> None:
         if this.scrub_text(title) != title:
             title = ""
         conversation.title = title.replace(FORGOTTEN, "").strip()
-        conversation.save(update_fields=["title"])
+        conversation.titled_by_model = False
+        conversation.save(update_fields=["title", "titled_by_model"])

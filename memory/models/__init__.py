@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from memory.models.conversations import (
     EMBED_LATER,
+    NOT_REMEMBERED,
     PASSAGE_HNSW,
     QUOTED_SHARE,
     QUOTES_MEMORY,
     Conversation,
+    ConversationQuerySet,
     Message,
     MessageQuerySet,
     OwnedQuerySet,
@@ -24,6 +26,7 @@ from memory.models.conversations import (
     Tombstone,
     ToolCall,
     ToolCallQuerySet,
+    is_remembered,
     is_system_text,
     new_ulid,
     passage_hnsw_sql,
@@ -31,6 +34,7 @@ from memory.models.conversations import (
     repeats_memory,
 )
 from memory.models.knowledge import STATEMENT_LAST, Entity, EntityEdge, EntityMention, Fact, FactQuerySet
+from memory.models.preferences import Preferences
 from memory.models.topics import PeriodSummary, Topic, TopicMembership
 from memory.models.upkeep import (
     CacheCounter,
@@ -46,6 +50,7 @@ from memory.models.upkeep import (
 
 __all__ = [
     "EMBED_LATER",
+    "NOT_REMEMBERED",
     "PASSAGE_HNSW",
     "QUOTED_SHARE",
     "QUOTES_MEMORY",
@@ -53,6 +58,7 @@ __all__ = [
     "CacheCounter",
     "ContextSnapshot",
     "Conversation",
+    "ConversationQuerySet",
     "ConversationSummary",
     "Entity",
     "EntityEdge",
@@ -68,6 +74,7 @@ __all__ = [
     "Passage",
     "PassageQuerySet",
     "PeriodSummary",
+    "Preferences",
     "Role",
     "SemanticCacheEntry",
     "TaskLease",
@@ -77,6 +84,7 @@ __all__ = [
     "Topic",
     "TopicMembership",
     "UpkeepRun",
+    "is_remembered",
     "is_system_text",
     "new_ulid",
     "passage_hnsw_sql",

@@ -43,6 +43,17 @@ _SHINGLE = 5
 _SHINGLE_WORD = re.compile(r"\w+")
 
 
+# A message of a conversation memory does not keep (a temporary chat, or one started while
+# "Remember new chats" was off): it is the conversation's history, never a source of topics,
+# entities, facts or summaries, and no other conversation reads it (MessageQuerySet.sources,
+# remembered_or_in).
+NOT_REMEMBERED = "not_remembered"
+
+
+def is_remembered(metadata: dict | None) -> bool:
+    return not (metadata or {}).get(NOT_REMEMBERED)
+
+
 def repeats_memory(metadata: dict | None) -> bool:
     """Text that only repeats memory: Recollect's own (an offline-recall answer; older ones carry
     only their mode) or a reply flagged as quoting its tool results. It is kept, shown and
@@ -82,6 +93,20 @@ class OwnedQuerySet(models.QuerySet):
         return self.filter(owner_id=user.pk)
 
 
+class ConversationQuerySet(OwnedQuerySet):
+    def listed(self) -> ConversationQuerySet:
+        """The conversations a person's list shows: not archived, not temporary."""
+        return self.filter(archived_at__isnull=True, temporary=False)
+
+    def archived(self) -> ConversationQuerySet:
+        return self.filter(archived_at__isnull=False, temporary=False)
+
+    def private(self) -> ConversationQuerySet:
+        """Conversations memory does not keep: temporary ones, and those started while
+        "Remember new chats" was off."""
+        return self.filter(remembered=False)
+
+
 class Conversation(models.Model):
     id = models.CharField(primary_key=True, max_length=26, default=new_ulid, editable=False)
     owner = models.ForeignKey(
@@ -93,12 +118,31 @@ class Conversation(models.Model):
     # Next free position; taken with an atomic UPDATE ... RETURNING so two turns written at
     # the same moment never share a position (two writers racing).
     next_position = models.BigIntegerField(default=0)
+    # False: its messages are chat history only (NOT_REMEMBERED): no topic, entity, fact or
+    # summary is drawn from them and no other conversation finds them. Set when it is started,
+    # from the person's "Remember new chats" (memory.models.Preferences), and for a temporary chat.
+    remembered = models.BooleanField(default=True, db_default=True)
+    # Neither reads memory nor adds to it; deleted with everything in it when the person
+    # leaves it, or TEMPORARY_CHAT_HOURS after it was started (memory.lifecycle.erasing).
+    temporary = models.BooleanField(default=False, db_default=False)
+    # Out of the conversation list (its own Archived view), still in memory.
+    archived_at = models.DateTimeField(null=True, blank=True)
+    # Its title was written by the model from its first exchange (memory.organizing.titles):
+    # forgetting a message of that exchange names it again from what stays.
+    titled_by_model = models.BooleanField(default=False, db_default=False)
+    # The model the person picked for it (one of CHAT_MODELS); empty: CHAT_MODEL.
+    model = models.CharField(max_length=200, blank=True, default="", db_default="")
 
-    objects = OwnedQuerySet.as_manager()
+    objects = ConversationQuerySet.as_manager()
 
     class Meta:
         ordering = ["-updated_at"]
-        indexes = [models.Index(fields=["owner", "-updated_at"])]
+        indexes = [
+            models.Index(fields=["owner", "-updated_at"]),
+            # The few conversations memory leaves out, read by every search (a tiny index).
+            models.Index(fields=["owner"], condition=Q(remembered=False), name="conversation_private"),
+            models.Index(fields=["created_at"], condition=Q(temporary=True), name="conversation_temporary"),
+        ]
 
     def __str__(self) -> str:
         return self.title or f"Conversation {self.id}"
@@ -138,12 +182,19 @@ class MessageQuerySet(OwnedQuerySet):
     def sources(self) -> MessageQuerySet:
         """Messages memory may learn from: not those that only repeat it (repeats_memory), so
         topics, labels, entities, facts and summaries are drawn from what people and models
-        said, never from Recollect quoting memory back."""
+        said, never from Recollect quoting memory back; nor those of a conversation memory
+        does not keep (NOT_REMEMBERED)."""
         return self.exclude(
             Q(metadata__contains={"system_text": True})
             | Q(metadata__contains={"mode": "offline_recall"})
             | Q(metadata__contains={QUOTES_MEMORY: True})
+            | Q(metadata__contains={NOT_REMEMBERED: True})
         )
+
+    def remembered_or_in(self, conversation_id: str | None) -> MessageQuerySet:
+        """What one conversation may read of memory: every remembered message, and its own."""
+        mine = Q(conversation_id=conversation_id) if conversation_id else Q(pk__in=[])
+        return self.filter(~Q(metadata__contains={NOT_REMEMBERED: True}) | mine)
 
     def flag_quotes(self) -> list[str]:
         """Flag the assistant messages here that mostly paste their tool calls' results
@@ -259,8 +310,14 @@ class Message(models.Model):
 
     @property
     def is_source(self) -> bool:
-        """Memory may learn from this message (see MessageQuerySet.sources)."""
+        """What this message says is not memory repeated (see repeats_memory)."""
         return not repeats_memory(self.metadata)
+
+    @property
+    def feeds_memory(self) -> bool:
+        """Memory may learn from this message (MessageQuerySet.sources): it does not repeat
+        memory, and its conversation is remembered."""
+        return self.is_source and is_remembered(self.metadata)
 
     def set_pinned(self, pinned: bool) -> Message:
         """Pin or unpin; a chunk pins its whole message (the one that is returned)."""

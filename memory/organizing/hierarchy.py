@@ -84,7 +84,9 @@ class Boundaries:
 
 
 def _live(owner):
-    return Message.objects.visible_to(owner).logical()
+    # Not what memory does not keep (a temporary chat, one started while "Remember new chats"
+    # was off): the levels and pins of every conversation are drawn from memory.
+    return Message.objects.visible_to(owner).logical().remembered_or_in(None)
 
 
 def boundaries(owner, *, lines: bool = False) -> Boundaries:

@@ -27,6 +27,7 @@ from memory.dates import mentioned_periods
 from memory.embedders import get_embedder, text_hash
 from memory.errors import ChunkEditError, DeletedMessageError, InvalidContent, NotFound
 from memory.models import (
+    NOT_REMEMBERED,
     Conversation,
     Message,
     Passage,
@@ -227,6 +228,8 @@ def store_messages(
     parent_texts.update({i.id: c for i, _, c, _ in prepared if not is_system_text(i.metadata)})
 
     now = timezone.now()
+    # A conversation memory does not keep marks every message of it (memory.models.NOT_REMEMBERED).
+    private = {} if getattr(conversation, "remembered", True) else {NOT_REMEMBERED: True}
     with transaction.atomic(savepoint=savepoint):
         first = take_positions(conversation.pk, len(prepared))
         messages: list[Message] = []
@@ -242,7 +245,7 @@ def store_messages(
                 timestamp=item.timestamp or now,
                 parent_id=item.parent_id,
                 token_count=count_tokens(content),
-                metadata={**item.metadata, **notes},
+                metadata={**item.metadata, **notes, **private},
                 external_id=item.external_id,
                 position=first + offset,
             )

@@ -283,7 +283,7 @@
       case "conversation_updated": {
         const title = document.querySelector("#rename input[name=title]");
         if (title && document.activeElement !== title) title.value = ev.title;
-        const current = document.querySelector(".conversation-row.current a");
+        const current = document.querySelector(".conversation-row.current .conversation-title");
         if (current) current.textContent = ev.title;
         document.title = ev.title + " · Recollect";
         break;
@@ -386,6 +386,12 @@
     if (!button) return;
     const row = button.closest("li.message");
     const action = button.dataset.action;
+    if (action === "copy" && row) {
+      // As it was written (its Markdown); app.js does the copying.
+      const raw = row.querySelector("textarea.raw");
+      window.recollectCopy(raw ? raw.value : row.querySelector(".content").innerText, button);
+      return;
+    }
     if (action === "close-history") { button.closest(".history").replaceChildren(); return; }
     if (action === "close-forget") { button.closest(".forget-slot").replaceChildren(); return; }
     if (action === "unfold") {
@@ -421,6 +427,18 @@
     if (!heard) catchUp();
     heard = false;
     setTimeout(watchDraft, 3000);
+  }
+
+  // A temporary chat ends when the person leaves it (another page, a reload, the tab closed):
+  // the server deletes it with everything in it. A page kept for Back is gone too, so it is
+  // loaded again rather than shown.
+  if (root.dataset.leaveUrl) {
+    window.addEventListener("pagehide", () => {
+      const form = new FormData();
+      form.append("csrfmiddlewaretoken", root.dataset.csrf);
+      navigator.sendBeacon(root.dataset.leaveUrl, form);
+    });
+    window.addEventListener("pageshow", (e) => { if (e.persisted) location.reload(); });
   }
 
   const sidebarList = document.getElementById("sidebar-list");

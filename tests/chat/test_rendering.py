@@ -45,7 +45,7 @@ FENCED_PYTHON = 'Try this:\n\n```python\ndef greet(name):\n    return f"hi {name
 
 def test_a_fenced_python_block_is_highlighted():
     html = render_markdown(FENCED_PYTHON)
-    assert '<div class="highlight"><pre>' in html
+    assert '<div class="highlight"><div class="code-block"><pre>' in html
     assert '<span class="k">def</span>' in html  # keyword
     assert '<span class="nf">greet</span>' in html  # function name
     assert '<span class="c1"># say hi</span>' in html  # comment
@@ -69,10 +69,17 @@ def test_code_blocks_stay_inert(owner):
     for text in (f"```python\nx = '{payload}'\n```", f"```html\n{payload}\n```", f"```\n{payload}\n```"):
         parsed = _Elements()
         parsed.feed(render_markdown(text, owner=owner))
-        # Only the highlighter's own elements, with a class at most; the payload is text.
-        assert {tag for tag, _ in parsed.tags} <= {"div", "pre", "code", "span"}, text
-        assert {attrs for _, attrs in parsed.tags} <= {(), ("class",)}, text
-        assert payload in parsed.text, text
+        # Only the highlighter's own elements, with a class at most, and the block's one Copy
+        # button; the payload is text.
+        assert {tag for tag, _ in parsed.tags} <= {"div", "pre", "code", "span", "button"}, text
+        assert {attrs for tag, attrs in parsed.tags if tag != "button"} <= {(), ("class",)}, text
+        assert {attrs for tag, attrs in parsed.tags if tag == "button"} == {("type", "class", "data-action")}
+        assert payload in parsed.text.replace("Copy code", ""), text
+
+
+def test_every_code_block_gets_one_copy_button():
+    html = render_markdown(FENCED_PYTHON + "\nand\n\n    indented = True\n")
+    assert html.count('<div class="code-block"><pre>') == 2 and html.count(">Copy code</button>") == 2
 
 
 def test_the_code_colours_file_is_up_to_date():

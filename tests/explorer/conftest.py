@@ -179,3 +179,14 @@ def owner_client(client, owner):
 def stranger_client(client, stranger):
     client.force_login(stranger)
     return client
+
+
+@pytest.fixture
+def life(owner, conversation):
+    """A person's life told over five months (tests.memory.test_facts.SCRIPT), its facts drawn."""
+    from memory.knowledge import facts
+    from tests.memory.test_facts import tell
+
+    messages = tell(owner, conversation)
+    facts.extract_messages(owner)
+    return messages

@@ -14,13 +14,6 @@ from tests.memory.test_facts import SCRIPT, tell
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def life(owner, conversation):
-    messages = tell(owner, conversation)
-    facts.extract_messages(owner)
-    return messages
-
-
 def html(response) -> str:
     assert response.status_code == 200, response.status_code
     return response.content.decode()

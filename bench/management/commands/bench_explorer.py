@@ -1,4 +1,5 @@
-"""manage.py bench_explorer: render every explorer page against a 100,000-message memory.
+"""manage.py bench_explorer: render every explorer page (and the conversation list, its
+searches and Settings) against a 100,000-message memory.
 
 The memory (messages, chunks, edits, deletions, tool calls, passages with vectors, a topic tree,
 entities, context snapshots) is inserted in bulk with synthetic vectors for a dedicated bench
@@ -88,6 +89,7 @@ class Command(BaseCommand):
         else:
             self.stdout.write(f"reusing the bench memory of {have:,} messages")
         self._bench(user, opts["runs"])
+        self._private_clause(user, opts["runs"])
 
     # --- building ----------------------------------------------------------------------------
 
@@ -435,6 +437,14 @@ class Command(BaseCommand):
             "entity": reverse("explorer:entity", args=[entity.pk]),
             # The forget dialog (asks only): rare words, echoing messages, what holds the words.
             "forget dialog": reverse("explorer:forget", args=[edited]),
+            "facts (manage memory)": reverse("explorer:facts"),
+            "facts (searched)": reverse("explorer:facts") + "?q=garden",
+            # The person's own pages (issue 36): the conversation list and its searches.
+            "chats (list)": reverse("chat:home"),
+            "chats (search, title)": reverse("chat:home") + "?q=conversation+7",
+            "chats (search, content)": reverse("chat:home") + "?q=sourdough+starter",
+            "chats (search, prefix)": reverse("chat:home") + "?q=compo",
+            "settings": reverse("chat:settings"),
         }
         self.stdout.write(f"\n{'page':34} {'p50 ms':>8} {'p95 ms':>8}  status")
         worst = 0.0
@@ -454,3 +464,34 @@ class Command(BaseCommand):
                 f"{name:34} {p50:8.1f} {p95:8.1f}  {response.status_code}/{first.status_code}{flag}"
             )
         self.stdout.write(f"\nworst p95: {worst:.1f} ms (goal < 300 ms)")
+
+    def _private_clause(self, user, runs: int) -> None:
+        """What leaving out the conversations memory does not keep costs search: its two
+        candidate queries with the clause (memory.finding.search.SearchFilters.sql with the
+        owner) and without it, alternating, on the same queries."""
+        from memory.finding import search as hybrid
+        from memory.finding.candidates import _keyword_candidates, _vector_candidates
+
+        queries = [" ".join(words[:3]) for words in TOP_WORDS]
+        filters = hybrid.SearchFilters()
+        with_clause = hybrid.SearchFilters.sql
+
+        def without_clause(self, owner_id=None):
+            return with_clause(self)
+
+        timings: dict[str, list[float]] = {"with the clause": [], "without it": []}
+        for i in range(max(2, runs // 4)):
+            names = list(timings) if i % 2 == 0 else list(reversed(timings))
+            for name in names:
+                hybrid.SearchFilters.sql = with_clause if name == "with the clause" else without_clause
+                try:
+                    for query in queries:
+                        t = time.perf_counter()
+                        _keyword_candidates(user, query, filters, 100, hybrid.SearchResults(query))
+                        _vector_candidates(user, query, filters, 100, hybrid.SearchResults(query))
+                        timings[name].append((time.perf_counter() - t) * 1000)
+                finally:
+                    hybrid.SearchFilters.sql = with_clause
+        self.stdout.write("\nsearch's two candidate queries, per query (none of the memory is private):")
+        for name, values in timings.items():
+            self.stdout.write(f"  {name:16} p50 {statistics.median(values):7.1f} ms  (n={len(values)})")

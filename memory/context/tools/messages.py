@@ -189,7 +189,7 @@ def get_period_messages(
     conversation=None,
 ):
     start, end, label = parse_period(period)
-    qs = Message.objects.visible_to(owner).logical()
+    qs = Message.objects.visible_to(owner).logical().remembered_or_in(getattr(conversation, "pk", None))
     if start:
         qs = qs.filter(timestamp__gte=start)
     if end:

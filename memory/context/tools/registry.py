@@ -211,10 +211,11 @@ def execute_tool(
     """Run one tool call for `owner`. Never raises: bad input comes back as ok=False.
     exclude_message_ids: messages no search of this call returns (the turn's own message);
     as_of: when the turn's question was asked (its searches read "last week" from it)."""
-    from memory.finding.search import asked_at, excluding
+    from memory.finding.search import asked_at, excluding, reading_for
 
     started_at, started = timezone.now(), time.perf_counter()
-    with excluding(exclude_message_ids), asked_at(as_of):
+    # Its searches read memory for this conversation (the ones memory does not keep stay out).
+    with excluding(exclude_message_ids), asked_at(as_of), reading_for(getattr(conversation, "pk", None)):
         outcome = _execute_tool(owner, name, arguments, conversation, started)
     outcome.name, outcome.started_at = str(name or ""), started_at
     if isinstance(arguments, str):

@@ -3,6 +3,7 @@ matches read in full) and find (a regular expression over the messages' text).""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django.db import DatabaseError, connection, transaction
@@ -11,7 +12,7 @@ from memory.context import compression
 from memory.context.tools.arguments import ID, LIMIT, OFFSET, owned_conversation, position_time
 from memory.context.tools.registry import ToolError, tool
 from memory.context.tools.shapes import MAX_CONTENT_CHARS, compressed_message_dict, message_dict
-from memory.models import Message
+from memory.models import NOT_REMEMBERED, Message
 from memory.storage import sessions
 from memory.tokens import snip
 
@@ -149,6 +150,9 @@ def find(
     flags = "" if case_sensitive else "i"
     where = ["owner_id = %s", "NOT deleted", "NOT is_chunk", f"content {op} %s"]
     params: list[Any] = [owner.pk, pattern]
+    # What memory does not keep stays out, unless it is this conversation's own.
+    where.append("(NOT metadata @> %s::jsonb OR conversation_id = %s)")
+    params += [json.dumps({NOT_REMEMBERED: True}), getattr(conversation, "pk", None) or ""]
     lo, hi = position_time(owner, start), position_time(owner, end, end=True)
     if lo:
         where.append("timestamp >= %s")
