@@ -145,6 +145,30 @@ family july italy daily early only lovely holy fly ugly jelly belly bully rally 
 reply assembly butterfly lily friendly monthly weekly yearly silly curly elderly lonely
 """)
 
+# English words that end no name, besides the stop words: ordinals and quantifiers that wait for
+# their noun ("Tips for the first").
+_DANGLING = _word_set("""
+first second third fourth fifth last next other such own same several various certain whole
+either neither every each most least more less much many few else anyway though
+""")
+# The commonest verbs in the past and present tense: one ends a clause, not a name ("Orange
+# engine warning light came"), and one starts a clause ("Depends and instinct").
+_FINITE_VERBS = _word_set("""
+came went got took made said saw gave found left felt kept told thought brought bought began
+ran wrote knew become became seemed happened started finished decided worked helped turned
+comes goes gets takes makes says sees gives finds leaves feels keeps tells thinks brings buys
+depends means needs wants works helps seems happens starts calls turns runs
+""")
+# Words in -ing and -ed that are nouns or adjectives of a name ("Wedding plans", "Spring
+# cleaning", "Red bed sheets"), not a verb that waits for its object.
+_NOT_VERBS = _word_set("""
+wedding building meeting morning evening painting clothing ceiling thing king ring spring string
+something nothing everything anything during feeling being sibling darling pudding stuffing
+icing dressing filling frosting seasoning camping hiking fishing parking shopping housing
+funding hearing reading writing training learning teaching banking marketing engineering
+bed red seed feed need speed shed weed bleed breed hundred kindred
+""")
+
 STOP_WORDS: dict[str, frozenset[str]] = {
     lang: frozenset(text.split())
     for lang, text in (
@@ -327,6 +351,43 @@ def same_label(a: str, b: str) -> bool:
     other's ("Garden" and "Garden roses")."""
     ka, kb = label_key(a), label_key(b)
     return ka <= kb or kb <= ka
+
+
+def _verb_form(word: str) -> bool:
+    """An English word in -ing or -ed that is most likely a verb ("Getting", "Finished")."""
+    w = _plain(word)
+    return len(w) > 4 and w.endswith(("ing", "ed")) and w not in _NOT_VERBS
+
+
+def is_fragment(label: str) -> bool:
+    """A label that reads as a piece of a sentence rather than a name: under two words, ending in
+    a function word or a verb ("Tips for the first", "Warning light came"), or starting with a
+    verb: one in -ing/-ed without an object ("Getting", "Finished already"), or a finite one
+    ("Depends and instinct"). A label named for its period ("May–June 2024: moving, running, the
+    React dashboard") is judged by its subjects, each of which may be one word."""
+    head, colon, rest = label.partition(": ")
+    if colon and _HAS_DIGIT.search(head):
+        return any(_dangles(part, min_words=1) for part in rest.split(", "))
+    return _dangles(label, min_words=2)
+
+
+def _dangles(phrase: str, *, min_words: int) -> bool:
+    words = [w for w in TOKEN.findall(phrase) if not _DIGITS.fullmatch(w)]
+    if len(words) < min_words or not words:
+        return True
+    lowered = [_plain(w) for w in words]
+    stop = STOP_WORDS.get(language_of(lowered), STOP_WORDS["en"])
+    last = word_key(words[-1])
+    if len(words) > 1 and (last in stop or last in CONNECTORS or last in _DANGLING or last in _FINITE_VERBS):
+        return True
+    if len(words) == 1:
+        return last in stop or last in _DANGLING or last in _FINITE_VERBS
+    if lowered[0] in _FINITE_VERBS:
+        return True
+    if _verb_form(words[0]):
+        rest = [w for w in lowered[1:] if w not in stop and w not in CONNECTORS]
+        return not rest or all(_adverb(w, "en") for w in rest)
+    return False
 
 
 @dataclass
