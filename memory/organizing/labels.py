@@ -133,7 +133,7 @@ et le les da do das dos der die und von im di il della delle
 # more often than the latter in the topic's text starts with a verb ("Find solutions").
 _VERB_CUES = _word_set("""
 i you we they he she to will would can could should might must don't didn't can't won't gonna
-wanna let's i'll we'll you'll i'd we'd i'm just really also always never often usually
+wanna let's i'll we'll you'll i'd we'd i'm just really also always never often usually it who
 """)
 _NOUN_CUES = _word_set("""
 the a an my your his her our their its this that these those some any of for in on with new big
@@ -365,10 +365,20 @@ def is_fragment(label: str) -> bool:
     verb: one in -ing/-ed without an object ("Getting", "Finished already"), or a finite one
     ("Depends and instinct"). A label named for its period ("May–June 2024: moving, running, the
     React dashboard") is judged by its subjects, each of which may be one word."""
-    head, colon, rest = label.partition(": ")
-    if colon and _HAS_DIGIT.search(head):
-        return any(_dangles(part, min_words=1) for part in rest.split(", "))
+    if is_period_label(label):
+        return any(_dangles(part, min_words=1) for part in period_subjects(label))
     return _dangles(label, min_words=2)
+
+
+def is_period_label(label: str) -> bool:
+    """A label that names a period and its subjects ("May–June 2024: moving, running")."""
+    head, colon, _ = label.partition(": ")
+    return bool(colon) and bool(_HAS_DIGIT.search(head)) and len(head) <= 40
+
+
+def period_subjects(label: str) -> list[str]:
+    """The subjects a period's label lists ("moving", "running"); none for another label."""
+    return label.partition(": ")[2].split(", ") if is_period_label(label) else []
 
 
 def _dangles(phrase: str, *, min_words: int) -> bool:
@@ -414,6 +424,9 @@ def candidates(found: Phrases, doc_freq: Counter, n_docs: int, *, pool: int = 12
         words = key.split()
         if not 2 <= len(words) <= 5 or extended.get(key, 0) >= 0.7 * count:
             continue
+        surface = found.surface[key].most_common(1)[0][0]
+        if is_fragment(surface):
+            continue
         content = [word_key(w) for w in words if word_key(w) not in stop]
         # YAKE's intuition: a phrase of words that matter here, said more than once, not too long.
         relevance = sum(weights.get(w, 0.0) for w in content) / top_weight / len(content)
@@ -426,7 +439,6 @@ def candidates(found: Phrases, doc_freq: Counter, n_docs: int, *, pool: int = 12
         # a verb's ("Find solutions", "Stay motivated").
         head = word_key(words[0])
         verb = 0.5 if found.verbish[head] > found.nounish[head] else 1.0
-        surface = found.surface[key].most_common(1)[0][0]
         scored.append(Candidate(surface, key, relevance * repeated * length * distinct * early * verb))
     scored.sort(key=lambda c: (-c.score, c.key))
     return scored[:pool]
@@ -462,12 +474,14 @@ def closest(
 
 
 def _extensions(phrases: Counter) -> dict[str, int]:
-    """For each phrase, how many texts hold its most frequent extension by one word."""
+    """For each phrase, how many texts hold its most frequent longer phrase ("dry sense" of "dry
+    sense of humor", "counseling and mental" of "counseling and mental health")."""
     longest: dict[str, int] = {}
     for key, n in phrases.items():
         words = key.split()
-        if len(words) > 1:
-            for sub in (" ".join(words[1:]), " ".join(words[:-1])):
+        for size in range(1, len(words)):
+            for start in range(len(words) - size + 1):
+                sub = " ".join(words[start : start + size])
                 longest[sub] = max(longest.get(sub, 0), n)
     return longest
 
@@ -496,20 +510,31 @@ def choose(options: Sequence[str], taken: Iterable[str]) -> str | None:
     return None
 
 
-def distinct_labels(groups: Sequence[Sequence[str]], suffixes: Sequence[str]) -> list[str]:
+def distinct_labels(
+    groups: Sequence[Sequence[str]], suffixes: Sequence[str], by_period: Sequence[bool] | None = None
+) -> list[str]:
     """One label per sibling, from each one's options (best first), no two the same: earlier
     siblings in `groups` choose first; one whose options are all taken gets its best option
-    with its suffix (its period: "Garden roses, May 2023"), numbered if even that is taken."""
+    with its suffix (its period: "Garden roses, May 2023"), numbered if even that is taken.
+    A sibling named for its period (`by_period`: "May 2024: garden roses, the fence") only needs
+    a string of its own: its subjects are its subtopics' names, and take none from its siblings."""
+    by_period = by_period or [False] * len(groups)
     chosen: list[str] = []
-    for options, suffix in zip(groups, suffixes, strict=True):
-        pick = choose(options, chosen)
+    names: list[str] = []  # the chosen labels that are names (not periods)
+    for options, suffix, period in zip(groups, suffixes, by_period, strict=True):
+        if period:
+            pick = options[0] if options and options[0] not in chosen else None
+        else:
+            pick = choose(options, names)
         if pick is None:
             base = options[0] if options else "(untitled)"
-            base = f"{base}, {suffix}" if suffix else base
+            base = f"{base}, {suffix}" if suffix and not period else base
             pick, n = base, 2
             while pick in chosen:
                 pick, n = f"{base} ({n})", n + 1
         chosen.append(pick)
+        if not period:
+            names.append(pick)
     return chosen
 
 
