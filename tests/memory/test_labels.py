@@ -146,7 +146,8 @@ def test_pieces_of_a_sentence_are_fragments(label):
 @pytest.mark.parametrize(
     "label",
     ["React dashboard", "Thesis chapter", "Baking bread", "Trip to the beach", "Wedding plans",
-     "Clases de baile", "Garden roses, June 2023", "May–June 2024: moving house, running, the React dashboard"],
+     "Clases de baile", "Garden roses, June 2023",
+     "May–June 2024: moving house, running, the React dashboard"],
 )
 def test_noun_phrases_and_named_periods_are_not_fragments(label):
     assert not labels.is_fragment(label)
@@ -161,7 +162,9 @@ RUNNING = ["my marathon training plan has a long run on Sunday", "marathon train
 
 
 @pytest.mark.django_db
-def test_a_parent_of_several_subjects_is_named_for_its_period_and_main_subjects(owner, conversation, settings):
+def test_a_parent_of_several_subjects_is_named_for_its_period_and_main_subjects(
+    owner, conversation, settings
+):
     settings.TOPIC_MAX_CHILDREN = 3
     start = timezone.now() - dt.timedelta(days=90)
     for day, texts in enumerate([GARDEN, MOVING, RUNNING, GARDEN, MOVING, RUNNING, GARDEN, MOVING, RUNNING]):
@@ -175,7 +178,8 @@ def test_a_parent_of_several_subjects_is_named_for_its_period_and_main_subjects(
     assert named_for_periods, parents
     for label in named_for_periods:
         period, subjects = label.split(": ")
-        assert re.fullmatch(r"[A-Z][a-z]+(?:–[A-Z][a-z]+)? \d{4}|[A-Z][a-z]+ \d{4} – [A-Z][a-z]+ \d{4}", period), label
+        month = r"[A-Z][a-z]+"
+        assert re.fullmatch(rf"{month}(?:–{month})? \d{{4}}|{month} \d{{4}} – {month} \d{{4}}", period), label
         assert 2 <= len(subjects.split(", ")) <= 3, label
         # Its subjects are what its leaves are about, as the words run in a sentence.
         assert any(w in subjects for w in ("garden", "moving", "marathon")), label
