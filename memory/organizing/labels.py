@@ -166,6 +166,7 @@ wedding building meeting morning evening painting clothing ceiling thing king ri
 something nothing everything anything during feeling being sibling darling pudding stuffing
 icing dressing filling frosting seasoning camping hiking fishing parking shopping housing
 funding hearing reading writing training learning teaching banking marketing engineering
+parenting gardening cooking baking swimming running cycling knitting sewing drawing
 bed red seed feed need speed shed weed bleed breed hundred kindred
 """)
 
@@ -425,7 +426,8 @@ def candidates(found: Phrases, doc_freq: Counter, n_docs: int, *, pool: int = 12
         if not 2 <= len(words) <= 5 or extended.get(key, 0) >= 0.7 * count:
             continue
         surface = found.surface[key].most_common(1)[0][0]
-        if is_fragment(surface):
+        # Nor a verb waiting for its object after a preposition ("Advice on reaching").
+        if is_fragment(surface) or (_verb_form(words[-1]) and words[-2] in CONNECTORS):
             continue
         content = [word_key(w) for w in words if word_key(w) not in stop]
         # YAKE's intuition: a phrase of words that matter here, said more than once, not too long.

@@ -258,6 +258,7 @@ class Command(BaseCommand):
                 "fragment_labels": len(fragments),
                 "fragment_share": round(len(fragments) / max(1, len(all_labels)), 4),
                 "top_labels": top_labels,
+                "all_labels": all_labels,
             }))
 
     def _score(self, user, conversation: Conversation) -> list[dict]:
