@@ -24,6 +24,7 @@ class Bar:
     value: int
     href: str = ""
     selected: bool = False
+    anchor: str = "middle"  # an axis label's text-anchor: the map's ends hold theirs in view
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,9 @@ class BarChart:
     @property
     def empty(self) -> bool:
         return self.max_value == 0
+
+
+TICK_FONT_PX = 10.0  # `.bars text` in explorer.css
 
 
 def bar_chart(
@@ -71,11 +75,20 @@ def bar_chart(
             )
         )
     step = max(1, math.ceil(n / max_ticks))
-    ticks = [
-        Bar(x=round(b.x + b.width / 2, 2), y=height - 6, width=0, height=0, label=b.label, value=0)
-        for i, b in enumerate(bars)
-        if i % step == 0
-    ]
+    # An axis label is centred under its bar, except near the chart's ends, where it starts at
+    # its bar's left edge (or ends at its right edge) so no character is cut ("2025-09-29").
+    room = 0.4 * TICK_FONT_PX * max((len(b.label) for b in bars), default=0)
+    ticks = []
+    for i, b in enumerate(bars):
+        if i % step:
+            continue
+        centre, anchor = b.x + b.width / 2, "middle"
+        if centre < room:
+            centre, anchor = max(0.0, b.x), "start"
+        elif centre > width - room:
+            centre, anchor = min(float(width), b.x + b.width), "end"
+        ticks.append(Bar(x=round(centre, 2), y=height - 6, width=0, height=0, label=b.label, value=0,
+                         anchor=anchor))
     return BarChart(
         width=width,
         height=height,
