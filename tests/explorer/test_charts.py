@@ -97,3 +97,12 @@ def test_a_label_is_cut_only_where_a_word_ends():
         "Planning…",
     ]
     assert charts.label_texts("Supercalifragilisticexpialidocious-ness")[0].endswith("…")
+
+
+def test_the_axis_labels_at_the_chart_ends_are_held_inside_it():
+    days = [(f"2025-09-{d:02d}", d, "/") for d in range(1, 31)]
+    chart = charts.bar_chart(days, width=760)
+    first, last = chart.ticks[0], chart.ticks[-1]
+    assert (first.anchor, first.x) == ("start", chart.bars[0].x)  # "2025-09-01" starts at its bar, not cut
+    assert all(t.anchor == "middle" for t in chart.ticks[1:-1])
+    assert last.anchor in {"middle", "end"} and last.x <= chart.width
