@@ -282,10 +282,12 @@ def run_import_job(job: ImportJob, *, deadline: float | None = None, progress=No
             return False
         if job.status == ImportJob.Status.TOPICS:
             owner = _owner(job.owner_id)
-            _record(job.owner_id, "import_topics", lambda: {
-                "entities_indexed_messages": entities.rebuild(owner), **topics.rebuild(owner)
+            # Imported messages never went through a turn's upkeep: their facts are drawn here.
+            detail = _record(job.owner_id, "import_topics", lambda: {
+                "entities_indexed_messages": entities.rebuild(owner), **topics.rebuild(owner),
+                "facts": facts.extract_messages(owner),
             })
-            import_jobs.finish(job)
+            import_jobs.finish(job, facts=detail.get("facts"))
             queue_summaries(job.owner_id)
         return True
     except import_jobs.LostJob:

@@ -26,6 +26,7 @@ from memory.organizing.topics import (
     _row,
     _similarity,
     _thresholds,
+    as_written,
     layout,
     message_vectors,
     name_parent,
@@ -221,17 +222,8 @@ def _name(topic: Topic, options: list[str], keywords: list[str], by_period: bool
     topic.label = topic.label[:200]
 
 
-def _as_written(label: str, phrases: labels.Phrases) -> str:
-    """A label as its words run in a sentence: "moving house" (its first letter was only
-    capitalised to be a label), "the React dashboard" stays as its messages write it."""
-    first = label.split(" ", 1)[0]
-    lower = first[:1].lower() + first[1:]
-    written = Counter(w for forms in phrases.surface.values() for form in forms for w in form.split()[:1])
-    return label if written[first] > written[lower] else lower + label[len(first):]
-
-
 def _subjects(topic: Topic, phrases: labels.Phrases) -> list[str]:
-    return labels.period_subjects(topic.label) or [_as_written(topic.label, phrases)]
+    return labels.period_subjects(topic.label) or [as_written(topic.label, phrases)]
 
 
 def _parent_phrases(owner, kids: Sequence[Topic]) -> labels.Phrases:
@@ -290,7 +282,7 @@ def _refresh_ancestors(owner, topic_ids: Iterable[str], *, rewrite_summaries: bo
                 kid_labels = [k.label for k in kids]
                 options = [o for o in node.options if not any(labels.same_label(o, k) for k in kid_labels)]
                 options, _, by_period = name_parent(
-                    [_as_written(o, node.phrases) for o in options or node.options],
+                    [as_written(o, node.phrases) for o in options or node.options],
                     [(k.message_count, [k.label], k.keywords, _subjects(k, node.phrases)) for k in kids],
                     parent.period_start, parent.period_end,
                 )

@@ -265,12 +265,24 @@ def _describe(nodes: Sequence[_Node], doc_freq: Counter, n_docs: int) -> None:
             kids = [(c.size(), c.options[:1], c.keywords, c.subjects) for c in node.children]
             ranked, node.subjects, node.by_period = name_parent(ranked, kids, node.start(), node.end())
         else:
-            node.subjects = ranked[:1]
+            node.subjects = [as_written(r, node.phrases) for r in ranked[:1]]
             if not any(not labels.is_fragment(r) for r in ranked):
                 # A run of a few short messages: named for its day and its words ("3 May 2024: work").
                 ranked = [f"{summaries.period_text(node.start(), node.end())}: {', '.join(ranked[:2])}"]
                 node.by_period = bool(node.subjects)
         node.options = [r if node.by_period else labels.capitalised(r) for r in ranked]
+
+
+def as_written(label: str, phrases: labels.Phrases) -> str:
+    """A label as its words run in a sentence: "moving house" (its first letter was capitalised
+    only to be a label, or only because a sentence began with it), while a name that is never
+    written in lower case stays ("React dashboard")."""
+    first = label.split(" ", 1)[0]
+    lower = first[:1].lower() + first[1:]
+    if lower == first:
+        return label
+    written = Counter(w for forms in phrases.surface.values() for form in forms for w in form.split()[:1])
+    return label if written[lower] == 0 and written[first] > 0 else lower + label[len(first):]
 
 
 # A parent is about one subject when a name of its own covers children holding this share of

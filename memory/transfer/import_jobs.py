@@ -174,6 +174,9 @@ def _set(job: ImportJob, **fields: Any) -> None:
 # --- step 1: store the messages ------------------------------------------------------------------
 
 
+LINKED_CONVERSATIONS = 20
+
+
 def store(job: ImportJob, parsed: Parsed, progress: Callable[[int], None] | None = None,
           on_error: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Store the messages of `parsed` without vectors and move the job on to embedding
@@ -222,6 +225,8 @@ def store(job: ImportJob, parsed: Parsed, progress: Callable[[int], None] | None
                                              progress=advance, on_error=bad)
         summary = {"added": report.added, "skipped": report.skipped, "bad": report.bad,
                    "conversations": report.conversations}
+    # The first conversations it started, for the finished import to link to.
+    summary["conversation_ids"] = list(getattr(report, "conversation_ids", []))[:LINKED_CONVERSATIONS]
     summary["errors"] = errors[:50]
     summary["more_errors"] = max(0, len(errors) - 50)
     pending = Passage.objects.owned_by(owner).filter(embedding__isnull=True).count()
@@ -291,8 +296,9 @@ def write_vectors(rows: list[Passage], vectors, model: str) -> None:
 # --- step 3: topics (memory.tasks runs it, recorded as upkeep) -----------------------------------
 
 
-def finish(job: ImportJob) -> None:
-    _set(job, status=ImportJob.Status.DONE, finished_at=timezone.now())
+def finish(job: ImportJob, facts: int | None = None) -> None:
+    report = {**(job.report or {}), **({"facts": facts} if facts is not None else {})}
+    _set(job, status=ImportJob.Status.DONE, finished_at=timezone.now(), report=report)
     release(job)
 
 

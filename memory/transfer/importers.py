@@ -259,6 +259,7 @@ class HistoryReport:
     bad: int = 0
     conversations: int = 0
     errors: list[str] = field(default_factory=list)
+    conversation_ids: list[str] = field(default_factory=list)  # the conversations it started, in order
 
 
 def import_conversations(owner, conversations: Sequence[ParsedConversation], *, embed: bool | None = True,
@@ -307,6 +308,7 @@ def import_conversations(owner, conversations: Sequence[ParsedConversation], *, 
                 if conv.created_at:
                     Conversation.objects.filter(pk=target.pk).update(created_at=conv.created_at)
                 report.conversations += 1
+                report.conversation_ids.append(target.pk)
             store_messages(owner, target, items, embed=embed)
             keep_dates(target.pk)
         report.added += len(items)
@@ -470,6 +472,7 @@ class _JsonLines:
             if conv is None:
                 conv = Conversation.objects.create(owner=self.owner, title=title)
                 self.report.conversations += 1
+                self.report.conversation_ids.append(conv.pk)
             self.conversations[title] = conv
             last = (
                 Message.objects.owned_by(self.owner).logical().filter(conversation=conv)
