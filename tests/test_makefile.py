@@ -39,3 +39,12 @@ def test_make_run_tells_how_to_sign_in_once_the_server_answers():
     run = _recipe("run")
     assert run.strip().splitlines()[-1].endswith("manage.py serve --host 127.0.0.1 --port 8000 --sign-in")
     assert "ensure_account" not in run  # its lines would be buried under the server's start-up log
+
+
+def test_the_readmes_screenshots_are_there():
+    readme = (ROOT / "README.md").read_text()
+    shown = re.findall(r'<img src="([^"]+)"', readme)
+    assert set(shown) >= {"docs/images/chat.png", "docs/images/memory.png"}, shown
+    for path in shown:
+        image = (ROOT / path).read_bytes()
+        assert image[:8] == b"\x89PNG\r\n\x1a\n" and len(image) > 20_000, path  # a real screenshot
