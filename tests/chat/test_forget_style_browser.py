@@ -9,14 +9,8 @@ from django.contrib.auth import get_user_model
 
 from bench.launch import ARTIFACTS
 from tests.browser import serious_accessibility_violations
-from tests.chat.test_browser import (  # noqa: F401 - fixtures: the scripted LLM, daphne, a tab
-    browser_llm,
-    live_daphne,
-    page,
-    person,
-    send,
-    sign_in_and_open_chat,
-)
+from tests.chat import test_browser as chat
+from tests.chat.test_browser import browser_llm, live_daphne, page, person  # noqa: F401 - fixtures
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -27,8 +21,8 @@ def test_forget_permanently_is_the_same_red_in_the_chat_and_the_explorer(  # noq
     person, page, live_daphne, browser_llm, monkeypatch  # noqa: F811
 ):
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # Playwright's loop runs in this thread
-    sign_in_and_open_chat(page, live_daphne, person)
-    send(page, "The spare key is under the blue flower pot")
+    chat.sign_in_and_open_chat(page, live_daphne, person)
+    chat.send(page, "The spare key is under the blue flower pot")
     page.locator("li.message.assistant:not(.streaming)").first.wait_for()
     row = page.locator("li.message.user").first
     row.hover()
