@@ -85,9 +85,12 @@ def test_an_error_page_is_a_page_of_the_app_on_a_phone(phone, where, status, hea
     assert _sideways(phone) <= 0, "the page scrolls sideways at 390 px"
     for scheme in ("light", "dark"):
         phone.emulate_media(color_scheme=scheme)
-        name = f"error-{status}-{where.strip('/').replace('/', '-')}-{scheme}.png"
-        phone.screenshot(path=str(ARTIFACTS / name), full_page=True)
+        name = f"error-{status}-{where.strip('/').replace('/', '-')}-{scheme}"
+        phone.screenshot(path=str(ARTIFACTS / f"{name}-390.png"), full_page=True)
         assert serious_accessibility_violations(phone) == [], scheme
+    phone.set_viewport_size({"width": 1280, "height": 800})
+    phone.screenshot(path=str(ARTIFACTS / f"{name}-1280.png"), full_page=True)
+    assert _sideways(phone) <= 0
 
 
 def test_a_form_refused_for_its_expired_token_says_nothing_was_changed(phone):

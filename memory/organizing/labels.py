@@ -368,7 +368,15 @@ def is_fragment(label: str) -> bool:
     React dashboard") is judged by its subjects, each of which may be one word."""
     if is_period_label(label):
         return any(_dangles(part, min_words=1) for part in period_subjects(label))
-    return _dangles(label, min_words=2)
+    return _dangles(_DATE_TAIL.sub("", label), min_words=2)
+
+
+# The period a label may end with to tell it from a sibling ("Garden roses, 3 May 2023",
+# "Brief exchange (May 2023)"): part of a name, not a word of it.
+_MONTHS = "January|February|March|April|May|June|July|August|September|October|November|December"
+_DATE_TAIL = re.compile(
+    rf"(?:,\s*|\s+\()[\d\s–-]*(?:{_MONTHS})[\w\s–-]*?\d{{4}}\)?(?:\s*\(\d+\))?$"
+)
 
 
 def is_period_label(label: str) -> bool:

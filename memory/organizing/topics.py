@@ -266,10 +266,13 @@ def _describe(nodes: Sequence[_Node], doc_freq: Counter, n_docs: int) -> None:
             ranked, node.subjects, node.by_period = name_parent(ranked, kids, node.start(), node.end())
         else:
             node.subjects = [as_written(r, node.phrases) for r in ranked[:1]]
-            if not any(not labels.is_fragment(r) for r in ranked):
+            day = summaries.period_text(node.start(), node.end())
+            if not ranked:  # "ok", "thanks!", "see you": no word names anything
+                ranked = node.subjects = [f"Brief exchange, {day}"]
+            elif all(labels.is_fragment(labels.capitalised(r)) for r in ranked):
                 # A run of a few short messages: named for its day and its words ("3 May 2024: work").
-                ranked = [f"{summaries.period_text(node.start(), node.end())}: {', '.join(ranked[:2])}"]
-                node.by_period = bool(node.subjects)
+                ranked = [f"{day}: {', '.join(ranked[:2])}"]
+                node.by_period = True
         node.options = [r if node.by_period else labels.capitalised(r) for r in ranked]
 
 

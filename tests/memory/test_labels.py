@@ -211,3 +211,17 @@ def test_a_short_chat_is_one_topic_not_one_per_message(owner, conversation):
     leaves = list(Topic.objects.owned_by(owner).filter(children__isnull=True).values_list("label", flat=True))
     assert len(leaves) == 1, leaves
     assert not labels.is_fragment(leaves[0]), leaves
+
+
+def test_a_label_ending_in_its_period_is_judged_by_its_words():
+    assert not labels.is_fragment("Garden roses, 3 May 2024")
+    assert not labels.is_fragment("Garden roses, 28 May – 2 June 2023 (2)")
+    assert labels.is_fragment("Tips for the first, 3 May 2024")
+
+
+@pytest.mark.django_db
+def test_a_run_of_messages_naming_nothing_is_a_brief_exchange_of_its_day(owner, conversation):
+    add_turns(owner, conversation, ["ok", "thanks!", "yes", "see you"])
+    topics.rebuild(owner)
+    leaf = Topic.objects.owned_by(owner).get(children__isnull=True)
+    assert leaf.label.startswith("Brief exchange, ") and not labels.is_fragment(leaf.label), leaf.label
