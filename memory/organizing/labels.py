@@ -134,6 +134,7 @@ et le les da do das dos der die und von im di il della delle
 _VERB_CUES = _word_set("""
 i you we they he she to will would can could should might must don't didn't can't won't gonna
 wanna let's i'll we'll you'll i'd we'd i'm just really also always never often usually it who
+is are was were be been am isn't wasn't aren't
 """)
 _NOUN_CUES = _word_set("""
 the a an my your his her our their its this that these those some any of for in on with new big
@@ -434,8 +435,7 @@ def candidates(found: Phrases, doc_freq: Counter, n_docs: int, *, pool: int = 12
         if not 2 <= len(words) <= 5 or extended.get(key, 0) >= 0.7 * count:
             continue
         surface = found.surface[key].most_common(1)[0][0]
-        # Nor a verb waiting for its object after a preposition ("Advice on reaching").
-        if is_fragment(surface) or (_verb_form(words[-1]) and words[-2] in CONNECTORS):
+        if is_fragment(surface) or _clause_like(words, surface.split(), found):
             continue
         content = [word_key(w) for w in words if word_key(w) not in stop]
         # YAKE's intuition: a phrase of words that matter here, said more than once, not too long.
@@ -445,13 +445,27 @@ def candidates(found: Phrases, doc_freq: Counter, n_docs: int, *, pool: int = 12
         # Words that each stand apart (not one word twice) and a phrase seen early a little higher.
         distinct = len(set(content)) / len(content)
         early = 1.0 + 0.1 / (1 + found.first_seen.get(key, 0))
-        # A name is a noun phrase: one whose first word mostly follows "I", "to", "you" ... is
-        # a verb's ("Find solutions", "Stay motivated").
-        head = word_key(words[0])
-        verb = 0.5 if found.verbish[head] > found.nounish[head] else 1.0
-        scored.append(Candidate(surface, key, relevance * repeated * length * distinct * early * verb))
+        scored.append(Candidate(surface, key, relevance * repeated * length * distinct * early))
     scored.sort(key=lambda c: (-c.score, c.key))
     return scored[:pool]
+
+
+def _clause_like(words: Sequence[str], written: Sequence[str], found: Phrases) -> bool:
+    """A phrase that reads as a piece of a clause rather than a name, judged by how the topic's
+    own text uses its words: a word mostly following "I", "to", "is" ... is a verb's, one mostly
+    following "the", "my", "a" ... a noun's. It starts with a verb ("Find solutions", "Played
+    games"), ends with one ("Words motivate", "Dog laying", "Tattoo to remind"), or ends in a
+    verb in -ing/-ed after a preposition ("Advice on reaching"). Names as written (capitalised
+    inside the phrase: "Trip to Lisbon") are never taken for verbs."""
+    def verb(i: int) -> bool:
+        w = word_key(words[i])
+        if i and written[i][:1].isupper():
+            return False
+        return found.verbish[w] > found.nounish[w] or (_verb_form(w) and found.nounish[w] == 0 and i > 0)
+
+    if verb(0) or (len(words) > 1 and verb(len(words) - 1)):
+        return True
+    return _verb_form(words[-1]) and words[-2] in CONNECTORS
 
 
 def closest(
