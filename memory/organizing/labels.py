@@ -159,6 +159,7 @@ came went got took made said saw gave found left felt kept told thought brought 
 ran wrote knew become became seemed happened started finished decided worked helped turned
 comes goes gets takes makes says sees gives finds leaves feels keeps tells thinks brings buys
 depends means needs wants works helps seems happens starts calls turns runs
+deserves matters belongs remains looks sounds goes
 """)
 # Words in -ing and -ed that are nouns or adjectives of a name ("Wedding plans", "Spring
 # cleaning", "Red bed sheets"), not a verb that waits for its object.
@@ -275,7 +276,9 @@ def phrases_of(texts: Iterable[str], *, max_words: int = 5, chars: int = 3000) -
                 if content_word(token, stop):
                     seen_words.add(word_key(token))
                     before = _plain(tokens[i - 1]) if i else ""
-                    if before in _VERB_CUES:
+                    # "I", "to", "is" ... and an adverb ("slowly formed", "definitely start")
+                    # come before a verb.
+                    if before in _VERB_CUES or _adverb(before, out.language):
                         out.verbish[word_key(token)] += 1
                     elif before in _NOUN_CUES:
                         out.nounish[word_key(token)] += 1
@@ -461,7 +464,10 @@ def _clause_like(words: Sequence[str], written: Sequence[str], found: Phrases) -
         w = word_key(words[i])
         if i and written[i][:1].isupper():
             return False
-        return found.verbish[w] > found.nounish[w] or (_verb_form(w) and found.nounish[w] == 0 and i > 0)
+        past = w.endswith("ed") and _verb_form(w)  # "Formed connections", "Played games"
+        return found.verbish[w] > found.nounish[w] or (
+            found.nounish[w] == 0 and (past or (_verb_form(w) and i > 0))
+        )
 
     if verb(0) or (len(words) > 1 and verb(len(words) - 1)):
         return True
