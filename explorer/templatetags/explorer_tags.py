@@ -6,6 +6,7 @@ from django import template
 
 from explorer.counting import Tally
 from memory.context.tools import readable_json
+from memory.text import plain_text
 
 register = template.Library()
 
@@ -34,6 +35,12 @@ def short(value, length: int = 160) -> str:
     flat = " ".join(str(value or "").split())
     length = int(length)
     return flat if len(flat) <= length else flat[: length - 1] + "…"
+
+
+@register.filter
+def plain(value) -> str:
+    """Markdown as the words a reader sees (for snippets: no "**" or "#" left over)."""
+    return plain_text(str(value or ""))
 
 
 @register.simple_tag(takes_context=True)

@@ -83,7 +83,7 @@ def _message_context(request: HttpRequest, message: Message) -> dict[str, Any]:
     snapshot = ContextSnapshot.objects.owned_by(user).filter(message=message).only("id").first()
     content = message.content
     return {
-        "section": "timeline",
+        "section": "message",  # no tab: a message is reached from many pages
         "message": message,
         "content": content[:CONTENT_PREVIEW_CHARS],
         "content_truncated": len(content) > CONTENT_PREVIEW_CHARS,
@@ -175,7 +175,7 @@ def message_diff(request: HttpRequest, message_id: str, version: int) -> HttpRes
         raise Http404("no such edit")
     before, after = versions[version], versions[version + 1]
     context = {
-        "section": "timeline",
+        "section": "message",  # no tab: a message is reached from many pages
         "message": message,
         "before": before,
         "after": after,
@@ -274,7 +274,7 @@ def message_forget(request: HttpRequest, message_id: str) -> HttpResponse:
         request,
         "explorer/forget.html",
         {
-            "section": "timeline",
+            "section": "message",
             "message": message,
             "error": error,
             "tool_calls_count": message.tool_calls.filter(is_chunk=False).count(),

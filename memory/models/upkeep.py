@@ -240,14 +240,31 @@ class ImportJob(models.Model):
             return 100
         return int(100 * done / total) if total else 0
 
+    # The rate is read over at least this long before a time left is told: the first batches
+    # (the embedder loading, a cold cache) say little about the rest.
+    ETA_STABLE_AFTER_SECONDS = 20
+
     def eta_seconds(self, now=None) -> float | None:
-        """Seconds the current step still needs at the rate of the current run, or None until
-        there is a rate to go by."""
+        """Seconds the current step still needs, or None until the rate is known well enough.
+
+        The rate is the current run's average up to its last progress (heartbeat_at), and the
+        time since then counts down: progress that comes in batches (passages are embedded a
+        batch at a time) no longer makes the estimate climb between batches and drop at each."""
         done, total = self.done_count
         if self.status not in (self.Status.STORING, self.Status.EMBEDDING) or not self.rate_since:
             return None
-        elapsed = ((now or timezone.now()) - self.rate_since).total_seconds()
-        progressed = done - self.rate_base
-        if progressed <= 0 or elapsed <= 0:
+        if self.heartbeat_at is None:
             return None
-        return max(0.0, (total - done) * elapsed / progressed)
+        measured = (self.heartbeat_at - self.rate_since).total_seconds()
+        progressed = done - self.rate_base
+        if progressed <= 0 or measured < self.ETA_STABLE_AFTER_SECONDS:
+            return None
+        since = max(0.0, ((now or timezone.now()) - self.heartbeat_at).total_seconds())
+        return max(0.0, (total - done) * measured / progressed - since)
+
+    def new_conversations(self) -> list[Conversation]:
+        """The first conversations this import started (its report keeps their ids), in order;
+        those deleted since are left out."""
+        ids = [str(i) for i in (self.report or {}).get("conversation_ids", [])]
+        found = Conversation.objects.filter(owner_id=self.owner_id, pk__in=ids).in_bulk()
+        return [found[i] for i in ids if i in found]

@@ -133,7 +133,8 @@ et le les da do das dos der die und von im di il della delle
 # more often than the latter in the topic's text starts with a verb ("Find solutions").
 _VERB_CUES = _word_set("""
 i you we they he she to will would can could should might must don't didn't can't won't gonna
-wanna let's i'll we'll you'll i'd we'd i'm just really also always never often usually
+wanna let's i'll we'll you'll i'd we'd i'm just really also always never often usually it who
+is are was were be been am isn't wasn't aren't
 """)
 _NOUN_CUES = _word_set("""
 the a an my your his her our their its this that these those some any of for in on with new big
@@ -143,6 +144,32 @@ little great first last favorite favourite best old
 _NOT_ADVERBS = _word_set("""
 family july italy daily early only lovely holy fly ugly jelly belly bully rally ally supply
 reply assembly butterfly lily friendly monthly weekly yearly silly curly elderly lonely
+""")
+
+# English words that end no name, besides the stop words: ordinals and quantifiers that wait for
+# their noun ("Tips for the first").
+_DANGLING = _word_set("""
+first second third fourth fifth last next other such own same several various certain whole
+either neither every each most least more less much many few else anyway though
+""")
+# The commonest verbs in the past and present tense: one ends a clause, not a name ("Orange
+# engine warning light came"), and one starts a clause ("Depends and instinct").
+_FINITE_VERBS = _word_set("""
+came went got took made said saw gave found left felt kept told thought brought bought began
+ran wrote knew become became seemed happened started finished decided worked helped turned
+comes goes gets takes makes says sees gives finds leaves feels keeps tells thinks brings buys
+depends means needs wants works helps seems happens starts calls turns runs
+deserves matters belongs remains looks sounds goes
+""")
+# Words in -ing and -ed that are nouns or adjectives of a name ("Wedding plans", "Spring
+# cleaning", "Red bed sheets"), not a verb that waits for its object.
+_NOT_VERBS = _word_set("""
+wedding building meeting morning evening painting clothing ceiling thing king ring spring string
+something nothing everything anything during feeling being sibling darling pudding stuffing
+icing dressing filling frosting seasoning camping hiking fishing parking shopping housing
+funding hearing reading writing training learning teaching banking marketing engineering
+parenting gardening cooking baking swimming running cycling knitting sewing drawing
+bed red seed feed need speed shed weed bleed breed hundred kindred
 """)
 
 STOP_WORDS: dict[str, frozenset[str]] = {
@@ -249,7 +276,9 @@ def phrases_of(texts: Iterable[str], *, max_words: int = 5, chars: int = 3000) -
                 if content_word(token, stop):
                     seen_words.add(word_key(token))
                     before = _plain(tokens[i - 1]) if i else ""
-                    if before in _VERB_CUES:
+                    # "I", "to", "is" ... and an adverb ("slowly formed", "definitely start")
+                    # come before a verb.
+                    if before in _VERB_CUES or _adverb(before, out.language):
                         out.verbish[word_key(token)] += 1
                     elif before in _NOUN_CUES:
                         out.nounish[word_key(token)] += 1
@@ -329,6 +358,61 @@ def same_label(a: str, b: str) -> bool:
     return ka <= kb or kb <= ka
 
 
+def _verb_form(word: str) -> bool:
+    """An English word in -ing or -ed that is most likely a verb ("Getting", "Finished")."""
+    w = _plain(word)
+    return len(w) > 4 and w.endswith(("ing", "ed")) and w not in _NOT_VERBS
+
+
+def is_fragment(label: str) -> bool:
+    """A label that reads as a piece of a sentence rather than a name: under two words, ending in
+    a function word or a verb ("Tips for the first", "Warning light came"), or starting with a
+    verb: one in -ing/-ed without an object ("Getting", "Finished already"), or a finite one
+    ("Depends and instinct"). A label named for its period ("May–June 2024: moving, running, the
+    React dashboard") is judged by its subjects, each of which may be one word."""
+    if is_period_label(label):
+        return any(_dangles(part, min_words=1) for part in period_subjects(label))
+    return _dangles(_DATE_TAIL.sub("", label), min_words=2)
+
+
+# The period a label may end with to tell it from a sibling ("Garden roses, 3 May 2023",
+# "Brief exchange (May 2023)"): part of a name, not a word of it.
+_MONTHS = "January|February|March|April|May|June|July|August|September|October|November|December"
+_DATE_TAIL = re.compile(
+    rf"(?:,\s*|\s+\()[\d\s–-]*(?:{_MONTHS})[\w\s–-]*?\d{{4}}\)?(?:\s*\(\d+\))?$"
+)
+
+
+def is_period_label(label: str) -> bool:
+    """A label that names a period and its subjects ("May–June 2024: moving, running")."""
+    head, colon, _ = label.partition(": ")
+    return bool(colon) and bool(_HAS_DIGIT.search(head)) and len(head) <= 40
+
+
+def period_subjects(label: str) -> list[str]:
+    """The subjects a period's label lists ("moving", "running"); none for another label."""
+    return label.partition(": ")[2].split(", ") if is_period_label(label) else []
+
+
+def _dangles(phrase: str, *, min_words: int) -> bool:
+    words = [w for w in TOKEN.findall(phrase) if not _DIGITS.fullmatch(w)]
+    if len(words) < min_words or not words:
+        return True
+    lowered = [_plain(w) for w in words]
+    stop = STOP_WORDS.get(language_of(lowered), STOP_WORDS["en"])
+    last = word_key(words[-1])
+    if len(words) > 1 and (last in stop or last in CONNECTORS or last in _DANGLING or last in _FINITE_VERBS):
+        return True
+    if len(words) == 1:
+        return last in stop or last in _DANGLING or last in _FINITE_VERBS
+    if lowered[0] in _FINITE_VERBS:
+        return True
+    if _verb_form(words[0]):
+        rest = [w for w in lowered[1:] if w not in stop and w not in CONNECTORS]
+        return not rest or all(_adverb(w, "en") for w in rest)
+    return False
+
+
 @dataclass
 class Candidate:
     phrase: str  # as written most often
@@ -353,6 +437,9 @@ def candidates(found: Phrases, doc_freq: Counter, n_docs: int, *, pool: int = 12
         words = key.split()
         if not 2 <= len(words) <= 5 or extended.get(key, 0) >= 0.7 * count:
             continue
+        surface = found.surface[key].most_common(1)[0][0]
+        if is_fragment(surface) or _clause_like(words, surface.split(), found):
+            continue
         content = [word_key(w) for w in words if word_key(w) not in stop]
         # YAKE's intuition: a phrase of words that matter here, said more than once, not too long.
         relevance = sum(weights.get(w, 0.0) for w in content) / top_weight / len(content)
@@ -361,14 +448,30 @@ def candidates(found: Phrases, doc_freq: Counter, n_docs: int, *, pool: int = 12
         # Words that each stand apart (not one word twice) and a phrase seen early a little higher.
         distinct = len(set(content)) / len(content)
         early = 1.0 + 0.1 / (1 + found.first_seen.get(key, 0))
-        # A name is a noun phrase: one whose first word mostly follows "I", "to", "you" ... is
-        # a verb's ("Find solutions", "Stay motivated").
-        head = word_key(words[0])
-        verb = 0.5 if found.verbish[head] > found.nounish[head] else 1.0
-        surface = found.surface[key].most_common(1)[0][0]
-        scored.append(Candidate(surface, key, relevance * repeated * length * distinct * early * verb))
+        scored.append(Candidate(surface, key, relevance * repeated * length * distinct * early))
     scored.sort(key=lambda c: (-c.score, c.key))
     return scored[:pool]
+
+
+def _clause_like(words: Sequence[str], written: Sequence[str], found: Phrases) -> bool:
+    """A phrase that reads as a piece of a clause rather than a name, judged by how the topic's
+    own text uses its words: a word mostly following "I", "to", "is" ... is a verb's, one mostly
+    following "the", "my", "a" ... a noun's. It starts with a verb ("Find solutions", "Played
+    games"), ends with one ("Words motivate", "Dog laying", "Tattoo to remind"), or ends in a
+    verb in -ing/-ed after a preposition ("Advice on reaching"). Names as written (capitalised
+    inside the phrase: "Trip to Lisbon") are never taken for verbs."""
+    def verb(i: int) -> bool:
+        w = word_key(words[i])
+        if i and written[i][:1].isupper():
+            return False
+        past = w.endswith("ed") and _verb_form(w)  # "Formed connections", "Played games"
+        return found.verbish[w] > found.nounish[w] or (
+            found.nounish[w] == 0 and (past or (_verb_form(w) and i > 0))
+        )
+
+    if verb(0) or (len(words) > 1 and verb(len(words) - 1)):
+        return True
+    return _verb_form(words[-1]) and words[-2] in CONNECTORS
 
 
 def closest(
@@ -401,12 +504,14 @@ def closest(
 
 
 def _extensions(phrases: Counter) -> dict[str, int]:
-    """For each phrase, how many texts hold its most frequent extension by one word."""
+    """For each phrase, how many texts hold its most frequent longer phrase ("dry sense" of "dry
+    sense of humor", "counseling and mental" of "counseling and mental health")."""
     longest: dict[str, int] = {}
     for key, n in phrases.items():
         words = key.split()
-        if len(words) > 1:
-            for sub in (" ".join(words[1:]), " ".join(words[:-1])):
+        for size in range(1, len(words)):
+            for start in range(len(words) - size + 1):
+                sub = " ".join(words[start : start + size])
                 longest[sub] = max(longest.get(sub, 0), n)
     return longest
 
@@ -435,20 +540,31 @@ def choose(options: Sequence[str], taken: Iterable[str]) -> str | None:
     return None
 
 
-def distinct_labels(groups: Sequence[Sequence[str]], suffixes: Sequence[str]) -> list[str]:
+def distinct_labels(
+    groups: Sequence[Sequence[str]], suffixes: Sequence[str], by_period: Sequence[bool] | None = None
+) -> list[str]:
     """One label per sibling, from each one's options (best first), no two the same: earlier
     siblings in `groups` choose first; one whose options are all taken gets its best option
-    with its suffix (its period: "Garden roses, May 2023"), numbered if even that is taken."""
+    with its suffix (its period: "Garden roses, May 2023"), numbered if even that is taken.
+    A sibling named for its period (`by_period`: "May 2024: garden roses, the fence") only needs
+    a string of its own: its subjects are its subtopics' names, and take none from its siblings."""
+    by_period = by_period or [False] * len(groups)
     chosen: list[str] = []
-    for options, suffix in zip(groups, suffixes, strict=True):
-        pick = choose(options, chosen)
+    names: list[str] = []  # the chosen labels that are names (not periods)
+    for options, suffix, period in zip(groups, suffixes, by_period, strict=True):
+        if period:
+            pick = options[0] if options and options[0] not in chosen else None
+        else:
+            pick = choose(options, names)
         if pick is None:
             base = options[0] if options else "(untitled)"
-            base = f"{base}, {suffix}" if suffix else base
+            base = f"{base}, {suffix}" if suffix and not period else base
             pick, n = base, 2
             while pick in chosen:
                 pick, n = f"{base} ({n})", n + 1
         chosen.append(pick)
+        if not period:
+            names.append(pick)
     return chosen
 
 

@@ -72,6 +72,20 @@ def period_text(start: dt.datetime | None, end: dt.datetime | None) -> str:
     return f"{a.day} {a:%B %Y} – {b.day} {b:%B %Y}"
 
 
+def month_span(start: dt.datetime | None, end: dt.datetime | None) -> str:
+    """A period by its months, as a person names a stretch of their life: "May 2024",
+    "May–June 2024", "December 2023 – February 2024"."""
+    if start is None:
+        return ""
+    a = timezone.localtime(start) if timezone.is_aware(start) else start
+    b = timezone.localtime(end) if end is not None and timezone.is_aware(end) else (end or start)
+    if (a.year, a.month) == (b.year, b.month):
+        return f"{a:%B %Y}"
+    if a.year == b.year:
+        return f"{a:%B}–{b:%B %Y}"
+    return f"{a:%B %Y} – {b:%B %Y}"
+
+
 def speaker_name(role: str, speaker: str | None) -> str:
     """Who said a message: the speaker an import recorded, else "You" or "Assistant"."""
     if isinstance(speaker, str) and speaker.strip():

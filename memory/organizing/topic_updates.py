@@ -18,6 +18,7 @@ from memory.models import Message, Topic, TopicMembership
 from memory.organizing import labels, summaries
 from memory.organizing.topics import (
     LEAF_MAX,
+    MIN_LEAF,
     _describe,
     _leaf_samples,
     _leaf_summary,
@@ -25,8 +26,10 @@ from memory.organizing.topics import (
     _row,
     _similarity,
     _thresholds,
+    as_written,
     layout,
     message_vectors,
+    name_parent,
     parse_vector,
     unit,
 )
@@ -67,7 +70,9 @@ def assign_messages(owner, message_ids: Sequence[str]) -> dict:
             sim = _similarity(
                 vec, parse_vector(latest.centroid) if latest.centroid is not None else None
             )
-            if sim is None or sim >= cut_similarity:
+            # As a rebuild cuts runs: a run shorter than MIN_LEAF takes the next message of its
+            # session whatever it says (a short chat is one topic, not one per message).
+            if sim is None or sim >= cut_similarity or latest.message_count < MIN_LEAF:
                 target = latest
         home = None  # the topic whose newest leaf the message belongs after
         if target is None and vec is not None:
@@ -172,7 +177,7 @@ def _sibling_labels(topic: Topic) -> list[str]:
     taken = list(siblings.values_list("label", flat=True))
     if topic.parent_id:
         taken += list(Topic.objects.filter(pk=topic.parent_id).values_list("label", flat=True))
-    return [t for t in taken if t not in ("(new topic)", "(group)")]
+    return [t for t in taken if t not in ("(new topic)", "(group)") and not labels.is_period_label(t)]
 
 
 def _redescribe(
@@ -195,21 +200,30 @@ def _redescribe(
         return
     doc_freq, n_docs = _leaf_doc_freq(owner, exclude=topic.pk)
     _describe([node], doc_freq, n_docs)
-    _name(topic, node.options, node.keywords)
+    _name(topic, node.options, node.keywords, node.by_period)
     topic.summary = _leaf_summary(node, doc_freq, n_docs)
     topic.summary_source = "extractive"
     topic.save(update_fields=["label", "keywords", "summary", "summary_source", "updated_at"])
 
 
-def _name(topic: Topic, options: list[str], keywords: list[str]) -> None:
+def _name(topic: Topic, options: list[str], keywords: list[str], by_period: bool = False) -> None:
     topic.keywords = keywords
     taken = _sibling_labels(topic)
+    free = [o for o in options if not any(labels.same_label(o, t) for t in taken)]
     [topic.label] = labels.distinct_labels(
-        [[o for o in options if not any(labels.same_label(o, t) for t in taken)]
-         or options or [labels.fallback_label(keywords)]],
+        [options if by_period else free or options or [labels.fallback_label(keywords)]],
         [summaries.period_text(topic.period_start, topic.period_end)],
+        [by_period],
     )
+    if by_period and Topic.objects.filter(
+        owner_id=topic.owner_id, parent_id=topic.parent_id, label=topic.label
+    ).exclude(pk=topic.pk).exists():
+        topic.label = f"{topic.label} ({summaries.period_text(topic.period_start, topic.period_end)})"
     topic.label = topic.label[:200]
+
+
+def _subjects(topic: Topic, phrases: labels.Phrases) -> list[str]:
+    return labels.period_subjects(topic.label) or [as_written(topic.label, phrases)]
 
 
 def _parent_phrases(owner, kids: Sequence[Topic]) -> labels.Phrases:
@@ -267,7 +281,13 @@ def _refresh_ancestors(owner, topic_ids: Iterable[str], *, rewrite_summaries: bo
                 _describe([node], doc_freq, n_docs)
                 kid_labels = [k.label for k in kids]
                 options = [o for o in node.options if not any(labels.same_label(o, k) for k in kid_labels)]
-                _name(parent, options or node.options, node.keywords)
+                options, _, by_period = name_parent(
+                    [as_written(o, node.phrases) for o in options or node.options],
+                    [(k.message_count, [k.label], k.keywords, _subjects(k, node.phrases)) for k in kids],
+                    parent.period_start, parent.period_end,
+                )
+                _name(parent, options if by_period else [labels.capitalised(o) for o in options],
+                      node.keywords, by_period)
             parent.save()
             if parent.parent_id:
                 next_parents.add(parent.parent_id)

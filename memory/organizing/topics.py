@@ -106,6 +106,10 @@ class _Node:
     vec_n: int = 0
     options: list[str] = field(default_factory=list)  # label candidates, best first
     keywords: list[str] = field(default_factory=list)
+    # What it is about, as the words would run in a sentence ("moving house", "the React
+    # dashboard"), biggest first: one subject, or a parent's main ones when it holds several.
+    subjects: list[str] = field(default_factory=list)
+    by_period: bool = False  # named for its period and main subjects (holds no one subject)
 
     def add(self, row, vec) -> None:
         self.messages.append(row)
@@ -239,8 +243,10 @@ def _phrase_vectors(phrases: Iterable[str]) -> dict[str, np.ndarray]:
 
 
 def _describe(nodes: Sequence[_Node], doc_freq: Counter, n_docs: int) -> None:
-    """Keywords and label candidates (best first) of nodes whose children, if any, are described
-    already: a leaf's from its messages, a parent's from its children's phrases."""
+    """Keywords, label candidates (best first) and subjects of nodes whose children, if any, are
+    described already: a leaf's from its messages, a parent's from its children's phrases. A
+    parent whose candidates name no subject most of its messages share is named for its period
+    and its main subjects ("May–June 2024: moving house, running, the React dashboard")."""
     pools = []
     for node in nodes:
         if node.children:
@@ -251,10 +257,77 @@ def _describe(nodes: Sequence[_Node], doc_freq: Counter, n_docs: int) -> None:
         pools.append(labels.candidates(node.phrases, doc_freq, n_docs))
     vectors = _phrase_vectors(c.phrase for pool in pools for c in pool)
     for node, pool in zip(nodes, pools, strict=True):
-        node.options = [labels.capitalised(c.phrase) for c in labels.closest(pool, vectors, node.centroid())]
+        ranked = [c.phrase for c in labels.closest(pool, vectors, node.centroid())]
         fallback = labels.fallback_label(node.keywords)
-        if fallback != "(untitled)" and fallback not in node.options:
-            node.options.append(fallback)
+        if fallback != "(untitled)" and fallback.lower() not in (r.lower() for r in ranked):
+            ranked.append(fallback[:1].lower() + fallback[1:] if fallback[1:2].islower() else fallback)
+        if node.children:
+            kids = [(c.size(), c.options[:1], c.keywords, c.subjects) for c in node.children]
+            ranked, node.subjects, node.by_period = name_parent(ranked, kids, node.start(), node.end())
+        else:
+            node.subjects = [as_written(r, node.phrases) for r in ranked[:1]]
+            day = summaries.period_text(node.start(), node.end())
+            if not ranked:  # "ok", "thanks!", "see you": no word names anything
+                ranked = node.subjects = [f"Brief exchange, {day}"]
+            elif all(labels.is_fragment(labels.capitalised(r)) for r in ranked):
+                # A run of a few short messages: named for its day and its words ("3 May 2024: work").
+                ranked = [f"{day}: {', '.join(ranked[:2])}"]
+                node.by_period = True
+        node.options = [r if node.by_period else labels.capitalised(r) for r in ranked]
+
+
+def as_written(label: str, phrases: labels.Phrases) -> str:
+    """A label as its words run in a sentence: "moving house" (its first letter was capitalised
+    only to be a label, or only because a sentence began with it), while a name that is never
+    written in lower case stays ("React dashboard")."""
+    first = label.split(" ", 1)[0]
+    lower = first[:1].lower() + first[1:]
+    if lower == first:
+        return label
+    written = Counter(w for forms in phrases.surface.values() for form in forms for w in form.split()[:1])
+    return label if written[lower] == 0 and written[first] > 0 else lower + label[len(first):]
+
+
+# A parent is about one subject when a name of its own covers children holding this share of
+# its messages; otherwise it is named for its period and its main subjects.
+SUBJECT_SHARE = 0.6
+MAIN_SUBJECTS = 3
+
+
+def about(phrase: str, names: Sequence[str], keywords: Sequence[str]) -> bool:
+    """A topic with these names (its label or best candidates) and keywords is about `phrase`:
+    one of its names is the phrase to a reader, or its keywords hold every word of the phrase."""
+    words = labels.label_key(phrase)
+    return any(labels.same_label(phrase, n) for n in names) or words <= labels.label_key(" ".join(keywords))
+
+
+def name_parent(
+    options: Sequence[str], kids: Sequence[tuple[int, Sequence[str], Sequence[str], Sequence[str]]],
+    start, end,
+) -> tuple[list[str], list[str], bool]:
+    """A parent's label options, subjects and whether it is named for its period, from its own
+    candidates (best first, as the words run) and its children as (size, names, keywords,
+    subjects): the candidates that cover SUBJECT_SHARE of its messages, or else one option, its
+    period and its main subjects (the children's, biggest first)."""
+    total = sum(size for size, *_ in kids) or 1
+
+    def share(option: str) -> float:
+        return sum(size for size, names, keywords, _ in kids if about(option, names, keywords)) / total
+
+    covering = [
+        o for o in options if not labels.is_fragment(labels.capitalised(o)) and share(o) >= SUBJECT_SHARE
+    ]
+    if covering:
+        return covering, covering[:1], False
+    weight: dict[str, int] = {}
+    for size, _, _, subjects in kids:
+        for rank, subject in enumerate(subjects[:MAIN_SUBJECTS]):
+            same = next((s for s in weight if labels.same_label(s, subject)), subject)
+            weight[same] = weight.get(same, 0) + size // (rank + 1)
+    main = sorted(weight, key=lambda s: -weight[s])
+    if not main:
+        return list(options), list(options[:1]), False
+    return [f"{summaries.month_span(start, end)}: {', '.join(main[:MAIN_SUBJECTS])}"], main, True
 
 
 def _name_siblings(
@@ -268,9 +341,15 @@ def _name_siblings(
         against = list(against)
         return [o for o in options if not any(labels.same_label(o, t) for t in against)]
 
-    groups = [free(n.options, [*taken, *used]) or free(n.options, taken) or n.options for n in nodes]
-    names = labels.distinct_labels(groups, [summaries.period_text(n.start(), n.end()) for n in nodes])
-    used.update(names)
+    groups = [
+        n.options if n.by_period else free(n.options, [*taken, *used]) or free(n.options, taken) or n.options
+        for n in nodes
+    ]
+    names = labels.distinct_labels(
+        groups, [summaries.period_text(n.start(), n.end()) for n in nodes], [n.by_period for n in nodes]
+    )
+    # A name for a period lists subjects its subtopics are named for: it takes no name away.
+    used.update(name for name, n in zip(names, nodes, strict=True) if not n.by_period)
     return names
 
 
@@ -333,7 +412,7 @@ def _materialise(owner, top: list[_Node], leaves: list[_Node]):
         )
         topics.append(topic)
         if node.children:
-            names = _name_siblings(node.children, [label], used)
+            names = _name_siblings(node.children, [] if node.by_period else [label], used)
             kids = [walk(c, topic, level + 1, i, names[i]) for i, c in enumerate(node.children)]
             topic.message_count = sum(k.message_count for k in kids)
             topic.token_count = sum(k.token_count for k in kids)

@@ -192,6 +192,9 @@ def _set(job: ImportJob, **fields: Any) -> None:
 # --- step 1: store the messages ------------------------------------------------------------------
 
 
+LINKED_CONVERSATIONS = 20
+
+
 def store(job: ImportJob, parsed: Parsed, progress: Callable[[int], None] | None = None,
           on_error: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Store the messages of `parsed` without vectors and move the job on to embedding
@@ -245,6 +248,8 @@ def store(job: ImportJob, parsed: Parsed, progress: Callable[[int], None] | None
             report = importers.import_json_lines(owner, sources.lines(stream), embed="upkeep",
                                                  progress=advance, on_error=bad)
         summary = report.counts()
+    # The first conversations it started, for the finished import to link to.
+    summary["conversation_ids"] = list(getattr(report, "conversation_ids", []))[:LINKED_CONVERSATIONS]
     summary["errors"] = errors[:50]
     summary["more_errors"] = max(0, len(errors) - 50)
     summary["notes"] = report_notes(summary)
@@ -435,8 +440,9 @@ def learn_facts(job: ImportJob, owner) -> int:
     return learned
 
 
-def finish(job: ImportJob) -> None:
-    _set(job, status=ImportJob.Status.DONE, finished_at=timezone.now())
+def finish(job: ImportJob, facts: int | None = None) -> None:
+    report = {**(job.report or {}), **({"facts": facts} if facts is not None else {})}
+    _set(job, status=ImportJob.Status.DONE, finished_at=timezone.now(), report=report)
     release(job)
 
 

@@ -287,6 +287,7 @@ class HistoryReport:
     errors: list[str] = field(default_factory=list)
     replaced: int = 0  # messages stored with characters replaced (a NUL, half a UTF-16 pair, bad UTF-8)
     left_out: tombstones.LeftOut = field(default_factory=tombstones.LeftOut)  # forgotten before
+    conversation_ids: list[str] = field(default_factory=list)  # the conversations it started, in order
 
     def counts(self) -> dict[str, Any]:
         """What an import job's report keeps of it."""
@@ -374,6 +375,7 @@ def import_conversations(owner, conversations: Iterable[ParsedConversation], *, 
                 if conv.created_at:
                     Conversation.objects.filter(pk=target.pk).update(created_at=conv.created_at)
                 report.conversations += 1
+                report.conversation_ids.append(target.pk)
             store_messages(owner, target, items, embed=embed)
             keep_dates(target.pk)
         if left_out:
@@ -548,6 +550,7 @@ class _JsonLines:
             if conv is None:
                 conv = Conversation.objects.create(owner=self.owner, title=title)
                 self.report.conversations += 1
+                self.report.conversation_ids.append(conv.pk)
             self.conversations[title] = conv
             last = (
                 Message.objects.owned_by(self.owner).logical().filter(conversation=conv)

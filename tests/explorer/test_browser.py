@@ -119,7 +119,7 @@ def map_labels(page, owner, topics: list[tuple[str, int, float, float]]) -> dict
         """() => {
           const svg = document.querySelector('svg.topic-map');
           const [, , w, h] = svg.getAttribute('viewBox').split(' ').map(Number);
-          return {w, h, boxes: [...svg.querySelectorAll('text')].map(t => {
+          return {w, h, boxes: [...svg.querySelectorAll('.topic-labels text')].map(t => {
             const b = t.getBBox();
             return {text: t.textContent, full: t.dataset.label, x: b.x, y: b.y, r: b.x + b.width,
                     b: b.y + b.height};
@@ -156,6 +156,58 @@ def test_topic_map_labels_never_overlap_as_drawn(page, owner):
             assert apart, (a, b)
 
 
+def test_every_map_label_is_in_or_beside_its_circle_and_small_circles_name_themselves_on_hover(page, owner):
+    # Sixty topics of a real spread of sizes (1 to 400 messages) scattered over the layout.
+    import random
+
+    rng = random.Random(3)
+    subjects = ["Garden roses", "Moving house", "Marathon training", "React dashboard", "Thesis chapter",
+                "Sourdough starter", "Trip to Lisbon", "Invoice parser", "Kayak trip", "Tax return"]
+    topics = [(f"{subjects[i % 10]} {i}", int(400 * rng.random() ** 3) + 1, rng.random(), rng.random())
+              for i in range(60)]
+    map_labels(page, owner, topics)
+    shot(page, "topic-map-scattered")
+    drawn = page.evaluate(
+        """() => [...document.querySelectorAll('svg.topic-map a.topic-dot')].map(a => {
+          const c = a.querySelector('circle');
+          const label = [...document.querySelectorAll('.topic-labels text')]
+            .find(t => t.dataset.label === a.dataset.label);
+          const b = label && label.getBBox();
+          return {label: a.dataset.label, cx: +c.getAttribute('cx'), cy: +c.getAttribute('cy'),
+                  r: +c.getAttribute('r'), box: b && {x: b.x, y: b.y, r: b.x + b.width, b: b.y + b.height},
+                  text: label && label.textContent};
+        })"""
+    )
+    assert len(drawn) == 60
+    labelled = [d for d in drawn if d["box"]]
+    assert len(labelled) >= 30, len(labelled)
+    for d in labelled:
+        box = d["box"]
+        # The box's nearest point to the centre is inside the circle or within a few units of its edge.
+        nx, ny = min(max(d["cx"], box["x"]), box["r"]), min(max(d["cy"], box["y"]), box["b"])
+        assert ((d["cx"] - nx) ** 2 + (d["cy"] - ny) ** 2) ** 0.5 <= d["r"] + 6, d
+    # A circle left without a label is too small to hold even its first word ...
+    unlabelled = [d for d in drawn if not d["box"]]
+    for d in unlabelled:
+        first = d["label"].split(" ")[0] + "…"
+        width = page.evaluate(
+            """(t) => { const svg = document.querySelector('svg.topic-map');
+                 const el = document.createElementNS('http://www.w3.org/2000/svg', 'text');
+                 el.textContent = t; svg.querySelector('.topic-labels').appendChild(el);
+                 const w = el.getBBox().width; el.remove(); return w; }""",
+            first,
+        )
+        assert width > 2 * d["r"], d
+    # ... and shows its name when pointed at.
+    if unlabelled:
+        small = unlabelled[0]
+        dot = page.locator(f'.topic-map a[data-label="{small["label"]}"]')
+        hover = dot.locator("text.hover-label")
+        assert not hover.is_visible()
+        dot.hover(force=True)
+        assert hover.is_visible() and hover.text_content() == small["label"]
+
+
 def test_on_a_phone_the_map_keeps_readable_labels_and_scrolls_in_its_own_box(page, owner):
     page.set_viewport_size({"width": 390, "height": 844})
     line = [(f"Kayak trip {i}", 5 + i, i / 9, (i % 3) / 2) for i in range(10)]
@@ -165,7 +217,7 @@ def test_on_a_phone_the_map_keeps_readable_labels_and_scrolls_in_its_own_box(pag
         """() => {
           const box = document.querySelector('.map-box');
           const svg = box.querySelector('svg.topic-map');
-          const text = svg.querySelector('text').getBoundingClientRect();
+          const text = svg.querySelector('.topic-labels text').getBoundingClientRect();
           return {boxRight: box.getBoundingClientRect().right, svgWidth: svg.getBoundingClientRect().width,
                   boxWidth: box.clientWidth, textHeight: text.height, width: window.innerWidth};
         }"""

@@ -61,8 +61,11 @@ def test_topic_map_labels_never_overlap_and_stay_inside_the_map():
     boxes = []
     for c in shown:
         w = charts.label_width(c.label_text)
-        box = (c.label_x - w / 2, c.label_y - charts.LABEL_HEIGHT / 2, c.label_x + w / 2,
-               c.label_y + charts.LABEL_HEIGHT / 2)
+        left = {"start": c.label_x, "end": c.label_x - w}.get(c.label_anchor, c.label_x - w / 2)
+        box = (left, c.label_y - charts.LABEL_HEIGHT / 2, left + w, c.label_y + charts.LABEL_HEIGHT / 2)
+        # In its circle or beside it.
+        near_x, near_y = min(max(c.cx, box[0]), box[2]), min(max(c.cy, box[1]), box[3])
+        assert math.hypot(c.cx - near_x, c.cy - near_y) <= c.r + charts.LABEL_NEAR + 0.2, c
         assert box[0] >= 0 and box[1] >= 0 and box[2] <= crowded.width and box[3] <= crowded.height
         boxes.append(box)
     for i, a in enumerate(boxes):
@@ -94,3 +97,12 @@ def test_a_label_is_cut_only_where_a_word_ends():
         "Planning…",
     ]
     assert charts.label_texts("Supercalifragilisticexpialidocious-ness")[0].endswith("…")
+
+
+def test_the_axis_labels_at_the_chart_ends_are_held_inside_it():
+    days = [(f"2025-09-{d:02d}", d, "/") for d in range(1, 31)]
+    chart = charts.bar_chart(days, width=760)
+    first, last = chart.ticks[0], chart.ticks[-1]
+    assert (first.anchor, first.x) == ("start", chart.bars[0].x)  # "2025-09-01" starts at its bar, not cut
+    assert all(t.anchor == "middle" for t in chart.ticks[1:-1])
+    assert last.anchor in {"middle", "end"} and last.x <= chart.width

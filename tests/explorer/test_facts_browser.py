@@ -20,6 +20,14 @@ def test_correct_pin_and_forget_a_fact(page, owner, conversation):  # noqa: F811
     globex = Fact.objects.get(value="Globex")
     page.goto(page.base + reverse("explorer:overview"))
     row = page.locator(f"#fact-{globex.pk}")
+    # Pin, Forget and Correct: three bordered buttons of one size on one line, Forget in red.
+    actions = [row.get_by_role("button", name="Pin"), row.get_by_role("button", name="Forget"),
+               row.locator("summary", has_text="Correct")]
+    boxes = [a.bounding_box() for a in actions]
+    assert len({round(b["y"]) for b in boxes}) == 1 and len({round(b["height"]) for b in boxes}) == 1, boxes
+    borders = {a.evaluate("(el) => getComputedStyle(el).borderTopStyle") for a in actions}
+    assert borders == {"solid"}, borders
+    assert actions[1].evaluate("(el) => getComputedStyle(el).color") == "rgb(192, 57, 43)"  # --danger
     row.locator("summary", has_text="Correct").click()
     row.locator("textarea").fill("the user works at Globex as head of design")
     row.get_by_role("button", name="Save correction").click()

@@ -57,6 +57,15 @@ def test_an_uploaded_export_shows_its_progress_until_its_topics_are_built(page, 
     assert page.locator(f"#import-{job.pk}").get_attribute("data-status") == "done"
     assert Topic.objects.filter(owner=owner).exists()
     shot(page, "import-done")
+    # A finished import links to what it brought: its conversations and what memory learned.
+    done = page.locator(f"#import-{job.pk}")
+    assert done.get_by_role("link", name="What it learned about you").is_visible()
+    job.refresh_from_db()
+    started = job.new_conversations()
+    assert started and len(started) == min(job.report["conversations"], 20)
+    first = started[0]
+    done.get_by_role("link", name=first.title).click()
+    page.wait_for_url(f"**{reverse('chat:conversation', args=[first.pk])}")
     assert page.js_errors == []
 
 

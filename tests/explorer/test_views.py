@@ -673,3 +673,27 @@ def test_correcting_the_first_message_renames_a_conversation_named_after_it(owne
     owner_client.post(reverse("explorer:edit", args=[first.pk]), {"content": "Trip to Porto"})
     conversation.refresh_from_db()
     assert conversation.title == "Trip to Porto"
+
+
+def test_the_forget_page_names_only_the_parts_a_message_has(owner_client, mem):
+    page = html(owner_client.get(reverse("explorer:forget", args=[mem.question.pk])))
+    assert "removes the message and its embeddings permanently" in page
+    assert " 0 chunk" not in page and " 0 tool call" not in page
+
+
+def test_message_pages_highlight_no_tab_of_the_explorer(owner_client, mem):
+    pk = mem.answer.pk
+    urls = [reverse("explorer:message", args=[pk]), reverse("explorer:forget", args=[pk]),
+            reverse("explorer:diff", args=[pk, 0])]
+    for url in urls:
+        nav = html(owner_client.get(url)).split('<nav class="explorer-nav"', 1)[1].split("</nav>", 1)[0]
+        assert 'aria-current="page"' not in nav, url
+
+
+def test_snippets_show_the_words_of_markdown_not_its_marks(owner_client, owner, conversation):
+    text = "**Offline recall** found [the runbook](https://example.org/r) and `ALTER ROLE`."
+    said = store.store_message(owner, conversation, "assistant", text, embed=False)
+    Message.objects.filter(pk=said.pk).update(edited=True)
+    page = html(owner_client.get(reverse("explorer:overview")))
+    assert "Offline recall found the runbook and ALTER ROLE." in page
+    assert "**Offline recall**" not in page

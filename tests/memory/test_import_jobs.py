@@ -282,3 +282,15 @@ def test_an_import_embeds_the_persons_own_messages_first_newest_first_and_says_w
     assert "Search finds by meaning all your messages, and replies back to 5 Jan 2024." in pages[3]
     job.refresh_from_db()
     assert job.status == ImportJob.Status.TOPICS and job.passages_embedded == 8
+@pytest.mark.django_db
+def test_time_left_waits_for_a_steady_rate_then_counts_down_between_batches(owner):
+    start = dt.datetime(2025, 6, 1, 12, 0, tzinfo=dt.UTC)
+    job = ImportJob(owner=owner, status=ImportJob.Status.EMBEDDING, passages_total=1000,
+                    passages_embedded=100,
+                    rate_since=start, rate_base=0, heartbeat_at=start + dt.timedelta(seconds=10))
+    assert job.eta_seconds(now=start + dt.timedelta(seconds=11)) is None  # 10 s of rate: not yet told
+    job.passages_embedded, job.heartbeat_at = 300, start + dt.timedelta(seconds=30)  # 10 passages a second
+    told = [job.eta_seconds(now=start + dt.timedelta(seconds=s)) for s in (30, 35, 40, 45)]
+    assert told == [70.0, 65.0, 60.0, 55.0]  # down as time passes, though no batch landed meanwhile
+    job.passages_embedded, job.heartbeat_at = 450, start + dt.timedelta(seconds=45)  # the next batch
+    assert job.eta_seconds(now=start + dt.timedelta(seconds=45)) == 55.0  # no jump when it lands

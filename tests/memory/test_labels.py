@@ -132,3 +132,96 @@ def test_a_growing_leaf_is_named_again_from_what_it_became(owner, conversation, 
     leaf = Topic.objects.owned_by(owner).get(children__isnull=True)
     assert leaf.message_count == 4
     assert "sourdough" in leaf.label.lower(), leaf.label
+
+
+@pytest.mark.parametrize(
+    "label",
+    ["Tips for the first", "Orange engine warning light came", "Depends and instinct", "Work", "Getting",
+     "Finished already", "Trip to the", "May 2024: the"],
+)
+def test_pieces_of_a_sentence_are_fragments(label):
+    assert labels.is_fragment(label)
+
+
+@pytest.mark.parametrize(
+    "label",
+    ["React dashboard", "Thesis chapter", "Baking bread", "Trip to the beach", "Wedding plans",
+     "Clases de baile", "Garden roses, June 2023",
+     "May–June 2024: moving house, running, the React dashboard"],
+)
+def test_noun_phrases_and_named_periods_are_not_fragments(label):
+    assert not labels.is_fragment(label)
+
+
+GARDEN = ["the roses in the garden need pruning", "garden roses and tulips bloom in May",
+          "pruning roses in the garden before June"]
+MOVING = ["the moving boxes are packed for the new flat", "moving boxes fill the hallway of the flat",
+          "the removal van takes the moving boxes to the flat"]
+RUNNING = ["my marathon training plan has a long run on Sunday", "marathon training means tempo runs",
+           "the marathon training schedule peaks in week six"]
+
+
+@pytest.mark.django_db
+def test_a_parent_of_several_subjects_is_named_for_its_period_and_main_subjects(
+    owner, conversation, settings
+):
+    settings.TOPIC_MAX_CHILDREN = 3
+    start = timezone.now() - dt.timedelta(days=90)
+    for day, texts in enumerate([GARDEN, MOVING, RUNNING, GARDEN, MOVING, RUNNING, GARDEN, MOVING, RUNNING]):
+        add_turns(owner, conversation, texts, start=start + dt.timedelta(days=day * 9))
+    topics.rebuild(owner)
+    every = list(Topic.objects.owned_by(owner).values_list("label", flat=True))
+    assert not [label for label in every if labels.is_fragment(label)], every
+    parents = list(Topic.objects.owned_by(owner).filter(children__isnull=False).distinct()
+                   .values_list("label", flat=True))
+    named_for_periods = [p for p in parents if labels.is_period_label(p)]
+    assert named_for_periods, parents
+    for label in named_for_periods:
+        period, subjects = label.split(": ")
+        month = r"[A-Z][a-z]+"
+        assert re.fullmatch(rf"{month}(?:–{month})? \d{{4}}|{month} \d{{4}} – {month} \d{{4}}", period), label
+        assert 2 <= len(subjects.split(", ")) <= 3, label
+        # Its subjects are what its leaves are about, as the words run in a sentence.
+        assert any(w in subjects for w in ("garden", "moving", "marathon")), label
+        assert subjects[:1].islower(), label
+
+
+@pytest.mark.django_db
+def test_a_parent_of_one_subject_is_named_for_it(owner, conversation, settings):
+    settings.TOPIC_MAX_CHILDREN = 3
+    start = timezone.now() - dt.timedelta(days=30)
+    for day in range(6):
+        add_turns(owner, conversation, GARDEN, start=start + dt.timedelta(days=day))
+    topics.rebuild(owner)
+    top = list(Topic.objects.owned_by(owner).filter(parent=None).values_list("label", flat=True))
+    assert top and not any(labels.is_period_label(t) for t in top), top
+    assert all("garden" in t.lower() or "roses" in t.lower() or "pruning" in t.lower() for t in top), top
+
+
+@pytest.mark.django_db
+def test_a_short_chat_is_one_topic_not_one_per_message(owner, conversation):
+    from memory.tasks import run_upkeep
+
+    start = timezone.now() - dt.timedelta(minutes=30)
+    said = add_turns(owner, conversation, ["I work at the harbour office on Mondays",
+                                           "my sister Ana lives in Porto",
+                                           "the tomatoes by the south wall need water"], start=start)
+    for message in said:  # one turn at a time, as a chat stores them
+        run_upkeep(owner, [message.pk])
+    leaves = list(Topic.objects.owned_by(owner).filter(children__isnull=True).values_list("label", flat=True))
+    assert len(leaves) == 1, leaves
+    assert not labels.is_fragment(leaves[0]), leaves
+
+
+def test_a_label_ending_in_its_period_is_judged_by_its_words():
+    assert not labels.is_fragment("Garden roses, 3 May 2024")
+    assert not labels.is_fragment("Garden roses, 28 May – 2 June 2023 (2)")
+    assert labels.is_fragment("Tips for the first, 3 May 2024")
+
+
+@pytest.mark.django_db
+def test_a_run_of_messages_naming_nothing_is_a_brief_exchange_of_its_day(owner, conversation):
+    add_turns(owner, conversation, ["ok", "thanks!", "yes", "see you"])
+    topics.rebuild(owner)
+    leaf = Topic.objects.owned_by(owner).get(children__isnull=True)
+    assert leaf.label.startswith("Brief exchange, ") and not labels.is_fragment(leaf.label), leaf.label

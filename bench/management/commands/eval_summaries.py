@@ -13,7 +13,9 @@ builds them, and for every session:
 Both are scored against the written summary with ROUGE-1 and ROUGE-L (recall and F1, on
 lowercased words, no stemming), averaged over the sessions. Also printed: the share of topic
 labels and of keywords that contain an id, a number-letter code or a word of Recollect's own
-texts (goal 0), and how many labels a sibling topic shares (goal 0).
+texts (goal 0), how many labels a sibling topic shares (goal 0), and the share of labels that
+are fragments of a sentence rather than names (labels.is_fragment: under two words, ending in a
+function word or a verb, starting with a verb without its object; goal 0).
 """
 
 from __future__ import annotations
@@ -190,6 +192,7 @@ class Command(BaseCommand):
         out = self.stderr if opts["json"] else self.stdout
         rows: list[dict] = []
         all_labels: list[str] = []
+        top_labels: list[str] = []
         all_keywords: list[str] = []
         shared = 0  # labels a sibling also has (as a reader would see it)
         with scratch_database(opts["scratch_db"], keep=opts["keep"]):
@@ -200,6 +203,7 @@ class Command(BaseCommand):
                 rows += self._score(user, conversation)
                 tree = list(Topic.objects.owned_by(user).values_list("parent_id", "label", "keywords"))
                 all_labels += [label for _, label, _ in tree]
+                top_labels += [label for parent, label, _ in tree if parent is None]
                 all_keywords += [k for *_, keywords in tree for k in keywords or []]
                 shared += shared_labels(tree)
             seconds = time.perf_counter() - started
@@ -215,6 +219,7 @@ class Command(BaseCommand):
         }
         junk = [label for label in all_labels if junk_label(label)]
         junk_keywords = [k for k in all_keywords if junk_label(k)]
+        fragments = [label for label in all_labels if labels.is_fragment(label)]
         words = sum(len(tokens(r["topics_text"])) for r in rows) / max(1, len(rows))
         out.write(f"session summaries: {len(rows)} sessions of {len(conversations)} conversations "
                   f"({', '.join(c.id for c in conversations)}); {words:.0f} words per summary on average")
@@ -231,6 +236,11 @@ class Command(BaseCommand):
                   f"{len(all_keywords)} ({len(junk_keywords) / max(1, len(all_keywords)):.1%})"
                   + (f", e.g. {', '.join(repr(j) for j in junk_keywords[:5])}" if junk_keywords else ""))
         out.write(f"labels a sibling topic also has: {shared} of {len(all_labels)}")
+        out.write(f"labels that are fragments of a sentence: {len(fragments)} of {len(all_labels)} "
+                  f"({len(fragments) / max(1, len(all_labels)):.1%})"
+                  + (f", e.g. {', '.join(repr(f) for f in fragments[:5])}" if fragments else ""))
+        out.write(f"top-level topics: {len(top_labels)}: " + "; ".join(top_labels[:8])
+                  + ("; …" if len(top_labels) > 8 else ""))
         out.write("topics: the summaries of the leaf topics holding the session's turns; lead: the "
                   "session's first sentences, as many words")
         out.write(f"import, topics and scoring {seconds:.0f} s")
@@ -245,6 +255,10 @@ class Command(BaseCommand):
                 "keywords": len(all_keywords),
                 "junk_keywords": len(junk_keywords),
                 "shared_labels": shared,
+                "fragment_labels": len(fragments),
+                "fragment_share": round(len(fragments) / max(1, len(all_labels)), 4),
+                "top_labels": top_labels,
+                "all_labels": all_labels,
             }))
 
     def _score(self, user, conversation: Conversation) -> list[dict]:

@@ -11,6 +11,27 @@ from django.core.management.base import BaseCommand
 from config.private_files import write_private_file
 
 
+def sign_in_lines(url: str, username: str = "admin") -> list[str]:
+    """How to sign in, as lines to print: on a first run (no account yet) an account is made
+    and its password told (and kept in DATA_DIR/first-account.txt, readable by its owner only)."""
+    users = get_user_model().objects
+    credentials_file = settings.DATA_DIR / "first-account.txt"
+    lines = [f"Recollect is ready: {url}/"]
+    if not users.exists():
+        password = secrets.token_urlsafe(9)
+        users.create_superuser(username, email="", password=password)
+        write_private_file(credentials_file, f"username: {username}\npassword: {password}\n")
+        lines.append(f"Sign in as {username!r} with the password {password!r} "
+                     f"(also kept in {credentials_file}).")
+    elif credentials_file.exists():
+        lines.append(f"Sign in with your account (the first account's details are in {credentials_file}).")
+    else:
+        lines.append("Sign in with your account.")
+    if settings.ALLOW_SIGNUP:
+        lines.append(f"Anyone else can make an account at {url}/signup/")
+    return lines
+
+
 class Command(BaseCommand):
     help = "Create a first account when there is none, and print how to sign in."
 
@@ -19,19 +40,5 @@ class Command(BaseCommand):
         parser.add_argument("--url", default="http://127.0.0.1:8000")
 
     def handle(self, *args, **opts) -> None:
-        users = get_user_model().objects
-        credentials_file = settings.DATA_DIR / "first-account.txt"
-        if not users.exists():
-            password = secrets.token_urlsafe(9)
-            users.create_superuser(opts["username"], email="", password=password)
-            write_private_file(credentials_file, f"username: {opts['username']}\npassword: {password}\n")
-            self.stdout.write(
-                self.style.SUCCESS(
-                    f"Created your first account: username {opts['username']!r}, password {password!r} "
-                    f"(also saved in {credentials_file})."
-                )
-            )
-        elif credentials_file.exists():
-            self.stdout.write(f"Your first account's sign-in details are in {credentials_file}.")
-        signup = f" or create an account at {opts['url']}/signup/" if settings.ALLOW_SIGNUP else ""
-        self.stdout.write(f"Recollect: sign in at {opts['url']}/login/{signup}.")
+        for line in sign_in_lines(opts["url"], opts["username"]):
+            self.stdout.write(line)

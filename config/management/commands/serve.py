@@ -4,7 +4,10 @@ same process, so a first run needs one command and no second process."""
 from __future__ import annotations
 
 import logging
+import socket
+import sys
 import threading
+import time
 
 from django.conf import settings
 from django.core.management.base import BaseCommand
@@ -47,6 +50,30 @@ def start_embedder_load() -> threading.Thread:
     return thread
 
 
+def announce_when_listening(host: str, port: int, lines: list[str], timeout: float = 120) -> threading.Thread:
+    """Print `lines` set apart, once something accepts connections on the port: the last thing
+    a person starting the server reads is how to sign in, not daphne's start-up log."""
+    target = "127.0.0.1" if host in ("0.0.0.0", "") else "::1" if host == "::" else host
+
+    def wait_then_print() -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection((target, port), timeout=1):
+                    break
+            except OSError:
+                time.sleep(0.1)
+        else:
+            return
+        rule = "─" * min(78, max(len(line) for line in lines))
+        sys.stdout.write("\n".join(["", rule, *lines, rule, ""]) + "\n")
+        sys.stdout.flush()
+
+    thread = threading.Thread(target=wait_then_print, name="sign-in-notice", daemon=True)
+    thread.start()
+    return thread
+
+
 class Command(BaseCommand):
     help = "Serve Recollect with daphne (and a background task worker unless told not to)."
 
@@ -55,6 +82,9 @@ class Command(BaseCommand):
         parser.add_argument("--port", type=int, default=8000)
         parser.add_argument("--no-worker", action="store_true",
                             help="run background work in separate `manage.py db_worker` processes")
+        parser.add_argument("--sign-in", action="store_true",
+                            help="make a first account when there is none, and once the server answers, "
+                                 "print how to sign in (what `make run` does)")
 
     def handle(self, *args, **opts) -> None:
         from config.daphne_bodies import BoundedCommandLineInterface
@@ -71,7 +101,14 @@ class Command(BaseCommand):
         recovered = recover_quietly()
         if recovered:
             self.stdout.write(f"stored {len(recovered)} reply(s) a stopped server left half-written")
-        self.stdout.write(f"serving on http://{opts['host']}:{opts['port']}/ (Ctrl+C to stop)")
+        url = f"http://{opts['host']}:{opts['port']}"
+        self.stdout.write(f"starting the server on {url}/ (Ctrl+C to stop)")
+        if opts["sign_in"]:
+            from config.management.commands.ensure_account import sign_in_lines
+
+            lines = [*sign_in_lines(url), "Stop the server with Ctrl+C."]
+            announce_when_listening(opts["host"], opts["port"], lines)
+        self.stdout.flush()
         BoundedCommandLineInterface().run(
             # No --proxy-headers: daphne would believe X-Forwarded-For from anyone. The app reads
             # it from TRUSTED_PROXIES only (config/proxies.py).
