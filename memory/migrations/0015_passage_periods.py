@@ -33,7 +33,7 @@ def backfill(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('memory', '0012_facts_fact'),
+        ('memory', '0014_import_embed_order'),
     ]
 
     operations = [

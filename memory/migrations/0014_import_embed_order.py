@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('memory', '0012_facts_fact'),
+        ('memory', '0013_tombstones'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

@@ -9,7 +9,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('auth', '0012_alter_user_first_name_max_length'),
-        ('memory', '0012_facts_fact'),
+        ('memory', '0017_fact_wording'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('memory', '0012_facts_fact'),
+        ('memory', '0016_fact_current_rank'),
     ]
 
     operations = [

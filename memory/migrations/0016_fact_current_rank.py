@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('memory', '0012_facts_fact'),
+        ('memory', '0015_passage_periods'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
