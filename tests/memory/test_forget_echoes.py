@@ -43,6 +43,8 @@ def test_a_words_rarity_is_read_from_english_and_from_the_owners_memory(owner, c
     unusual = unusual_words([SECRET, "Call Priya about the 7731 invoice. Then lunch."])
     assert {WORD, "priya", "7731"} <= set(unusual)
     assert not {"bank", "memorable", "help", "make", "note", "then", "call", "lunch"} & set(unusual)
+    # A weekday or a month is capitalised, but no name.
+    assert not unusual_words(["Let's meet on Friday, or else in December."])
     # A name said in many messages is no echo of one of them.
     add_turns(owner, conversation, [f"Priya says hi ({n})" for n in range(7)])
     assert rare_words(owner, [SECRET, "Call Priya about the 7731 invoice."]) == {WORD, "7731"}
