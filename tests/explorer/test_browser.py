@@ -296,6 +296,7 @@ def test_the_forget_page_offers_the_echoes_ticked_with_the_rare_word_marked(page
     found = execute_tool(owner, "search_and_retrieve", {"query": "vexmorrant cabin"}).result
     call = store_tool_call(owner, reply, "search_and_retrieve", {"query": "vexmorrant cabin"}, found)
     page.goto(page.base + reverse("explorer:forget", args=[secret.pk]))
+    assert "Forgetting removes the message and its embeddings permanently." in page.inner_text("main")
     copy = page.locator(f".forget-copies input[value='{echo.pk}']")
     assert copy.is_checked()
     marks = page.locator(".forget-copies .excerpt mark").all_inner_texts()
