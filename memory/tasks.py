@@ -33,6 +33,7 @@ from django_tasks.signals import task_finished, task_started
 from memory import signals
 from memory.context import rolling_summary
 from memory.knowledge import entities, facts
+from memory.lifecycle import tombstones
 from memory.models import ImportJob, Message, TaskLease, UpkeepRun
 from memory.models.knowledge import sources_lost as fact_sources_lost
 from memory.organizing import periods, summaries, topic_updates, topics
@@ -592,3 +593,16 @@ def _take_task_lease(sender, task_result, **kwargs) -> None:
 @receiver(task_finished, dispatch_uid="memory.end_task_lease")
 def _end_task_lease(sender, task_result, **kwargs) -> None:
     end_lease()
+
+
+@receiver(task_finished, dispatch_uid="memory.forget_task_arguments")
+def _forget_task_arguments(sender, task_result, **kwargs) -> None:
+    """A finished task keeps no id of a message forgotten while it waited or ran (a forget
+    queues upkeep for the very ids it removed)."""
+    try:
+        from django_tasks_db.backend import DatabaseBackend
+
+        if isinstance(task_result.task.get_backend(), DatabaseBackend):
+            tombstones.forget_task_arguments(task_id=task_result.id)
+    except Exception:
+        logger.exception("could not drop forgotten ids from task %s", task_result.id)

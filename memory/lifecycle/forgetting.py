@@ -284,6 +284,8 @@ def _forget_locked(owner, messages: list[Message], keep: set[str]) -> None:
     if topic_ids:
         refresh(owner, topic_ids)  # labels, keywords and summaries lose its words now
     store.queue_upkeep_on_commit(owner.pk, ids)
+    # Tasks already done keep no id of it (the ones still waiting lose it when they finish).
+    transaction.on_commit(lambda: tombstones.forget_task_arguments(message_ids=ids), robust=True)
 
 
 def _forget_echoes(owner, overlap: Overlap, keep: set[str]) -> None:

@@ -38,6 +38,11 @@ MAX_POSITIONS = 64  # occurrences of one word in the forgotten texts that a matc
 _TOKEN = re.compile(r'\\u[0-9a-fA-F]{4}|\\.|(\w+)')
 _UNESCAPED_QUOTE = re.compile(r'(?<!\\)"')
 _STOP = STOP_WORDS
+# Capitalised by English spelling, not names: a weekday or a month tells nothing apart.
+_CALENDAR = frozenset((
+    "monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday", "january", "february",
+    "march", "april", "may", "june", "july", "august", "september", "october", "november", "december",
+))
 # What may stand between a sentence's end and its first word: spaces, quotes, list marks.
 _LEAD = " \t\r\"'“‘(*-•#>_`"
 
@@ -80,7 +85,8 @@ def unusual_words(texts: Iterable[str]) -> dict[str, float]:
                 continue
             freq = english_frequency(word)
             if not everyday_word(word, RARE_PER_MILLION) or (
-                raw[0].isupper() and freq < NAME_PER_MILLION and not _starts_sentence(text, m.start())
+                raw[0].isupper() and freq < NAME_PER_MILLION and word not in _CALENDAR
+                and not _starts_sentence(text, m.start())
             ):
                 found[word] = freq
     return found

@@ -8,18 +8,27 @@ date. An import (web, `import_history`, `import_memory`, a resumed job that stil
 file) asks `forgotten` about each message before storing it, and says how many it left out.
 A text shorter than MIN_TEXT_CHARS is matched by its ids only: "ok, thanks" forgotten once
 must not keep every later "ok, thanks" out.
+
+Background tasks keep their arguments after they ran (django-tasks-db's result rows): topic and
+fact upkeep take lists of message ids, and a forget itself queues upkeep for the ids it removed.
+`forget_task_arguments` drops the ids of messages that no longer exist from finished tasks'
+arguments: at the forget for tasks already done, and as each later task finishes.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import functools
+import operator
 import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from django.conf import settings
+from django.db.models import Q
 from django.utils import timezone
 from django.utils.crypto import salted_hmac
+from django_tasks import TaskResultStatus
 
 from memory.models import Message, Tombstone
 
@@ -126,3 +135,36 @@ class LeftOut:
 
     def as_report(self) -> dict:
         return {"forgotten": self.count, "forgotten_note": self.sentence()}
+
+
+FINISHED = (TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED)
+
+
+def forget_task_arguments(*, message_ids: Iterable[str] = (), task_id: object = None) -> int:
+    """Finished background tasks whose arguments name one of `message_ids` (or the task
+    `task_id`, just finished) lose the ids, in any list argument, of messages that no longer
+    exist. The owner id and the rest of a task's arguments stay. Returns how many tasks changed."""
+    from django_tasks_db.models import DBTaskResult
+
+    ids = [str(i) for i in message_ids if i]
+    if task_id is None and not ids:
+        return 0
+    rows = DBTaskResult.objects.filter(status__in=FINISHED)
+    if task_id is not None:
+        rows = rows.filter(pk=task_id)
+    if ids:
+        # Memory's tasks take (owner_id, [message ids]).
+        naming = (Q(args_kwargs__args__1__contains=[i]) for i in ids)
+        rows = rows.filter(functools.reduce(operator.or_, naming))
+    changed = 0
+    for pk, args_kwargs in rows.values_list("pk", "args_kwargs").iterator():
+        args = (args_kwargs or {}).get("args") or []
+        named = {v for a in args if isinstance(a, list) for v in a if isinstance(v, str)}
+        if not named:
+            continue
+        gone = named - set(Message.objects.filter(pk__in=named).values_list("pk", flat=True))
+        if gone:
+            kept = [[v for v in a if v not in gone] if isinstance(a, list) else a for a in args]
+            DBTaskResult.objects.filter(pk=pk).update(args_kwargs={**args_kwargs, "args": kept})
+            changed += 1
+    return changed

@@ -299,6 +299,11 @@
         break;
       }
       case "error":
+        // Stop pressed just as the reply ended: nothing was left to stop, and nothing is wrong.
+        if (ev.code === "idle") {
+          if (!pending) { streaming = null; setBusy(false); }
+          break;
+        }
         showError(ev.message);
         if (ev.frame === "send") pending = null; // refused: its text stays in the composer
         if (ev.frame === "send" || ev.frame === "regenerate") {

@@ -5,6 +5,7 @@ Screenshots of every step are kept in test-artifacts/explorer/.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -13,9 +14,12 @@ from django.conf import settings
 from django.test import Client
 from django.urls import reverse
 
-from memory.models import Message, Topic
+from memory.context.tools import execute_tool
+from memory.models import Message, ToolCall, Topic
+from memory.storage.store import store_tool_call
 from tests.browser import CHROMIUM, CHROMIUM_ARGS, MISSING, serious_accessibility_violations
 from tests.explorer.conftest import build_memory
+from tests.memory.conftest import EVERYDAY_TEXTS, add_turns
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -335,13 +339,6 @@ def test_no_page_scrolls_sideways_on_a_phone(page, mem_live, conversation):
 def test_the_forget_page_offers_the_echoes_ticked_with_the_rare_word_marked(page, owner, conversation):
     """Issue 32: a reply and a later search that repeat a forgotten message's rare word are
     offered ticked, the word marked; a person unticks the search, and only it keeps the word."""
-    import json as _json
-
-    from memory.context.tools import execute_tool
-    from memory.models import ToolCall
-    from memory.storage.store import store_tool_call
-    from tests.memory.conftest import EVERYDAY_TEXTS, add_turns
-
     secret = add_turns(owner, conversation, ["Our cabin is in Vexmorrant, two hours north."])[0]
     add_turns(owner, conversation, EVERYDAY_TEXTS)
     _, reply, _, echo = add_turns(owner, conversation, [
@@ -351,6 +348,7 @@ def test_the_forget_page_offers_the_echoes_ticked_with_the_rare_word_marked(page
     found = execute_tool(owner, "search_and_retrieve", {"query": "vexmorrant cabin"}).result
     call = store_tool_call(owner, reply, "search_and_retrieve", {"query": "vexmorrant cabin"}, found)
     page.goto(page.base + reverse("explorer:forget", args=[secret.pk]))
+    assert "Forgetting removes the message and its embeddings permanently." in page.inner_text("main")
     copy = page.locator(f".forget-copies input[value='{echo.pk}']")
     assert copy.is_checked()
     marks = page.locator(".forget-copies .excerpt mark").all_inner_texts()
@@ -365,5 +363,5 @@ def test_the_forget_page_offers_the_echoes_ticked_with_the_rare_word_marked(page
     page.locator("form button.primary").click()
     page.wait_for_url(re.compile(r"/explorer/timeline/"))
     assert not Message.objects.filter(pk__in=[secret.pk, echo.pk]).exists()
-    assert _json.loads(ToolCall.objects.get(pk=call.pk).arguments) == {"query": "vexmorrant cabin"}
+    assert json.loads(ToolCall.objects.get(pk=call.pk).arguments) == {"query": "vexmorrant cabin"}
     assert page.js_errors == []

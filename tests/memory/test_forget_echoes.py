@@ -13,7 +13,7 @@ from memory.finding.search import search
 from memory.lifecycle import echoes
 from memory.lifecycle.forgetting import forget_message
 from memory.lifecycle.overlap import Overlap, rare_words, unusual_words
-from memory.models import Conversation, Entity, Fact, Message, ToolCall
+from memory.models import Conversation, Entity, Fact, Message, ToolCall, Topic
 from memory.storage.store import store_tool_call
 from tests.chat.test_forgetting import rows_containing
 from tests.memory.conftest import EVERYDAY_TEXTS, add_turns
@@ -43,6 +43,8 @@ def test_a_words_rarity_is_read_from_english_and_from_the_owners_memory(owner, c
     unusual = unusual_words([SECRET, "Call Priya about the 7731 invoice. Then lunch."])
     assert {WORD, "priya", "7731"} <= set(unusual)
     assert not {"bank", "memorable", "help", "make", "note", "then", "call", "lunch"} & set(unusual)
+    # A weekday or a month is capitalised, but no name.
+    assert not unusual_words(["Let's meet on Friday, or else in December."])
     # A name said in many messages is no echo of one of them.
     add_turns(owner, conversation, [f"Priya says hi ({n})" for n in range(7)])
     assert rare_words(owner, [SECRET, "Call Priya about the 7731 invoice."]) == {WORD, "7731"}
@@ -153,3 +155,21 @@ def test_the_dialog_offers_nothing_of_another_users(owner, stranger, stranger_co
     mine = add_turns(stranger, stranger_conversation, ["Vexmorrant has a lovely lake."])[0]
     assert mine.pk not in {c.message.pk for c in echoes.copies_of(owner, secret)}
     assert f"title:{stranger_conversation.pk}" not in {e.key for e in echoes.echoes_of(owner, secret)}
+
+
+def test_a_topic_whose_label_summary_or_keywords_hold_the_word_is_offered_and_loses_it(
+    owner, conversation, searched
+):
+    secret, reply, call = searched
+    topic = Topic.objects.create(
+        owner=owner, label="Weekend at Vexmorrant", keywords=["vexmorrant", "cabin"],
+        summary="Plans for the cabin in Vexmorrant and what to pack.",
+    )
+    kept = Topic.objects.create(owner=owner, label="Vexmorrant again", summary="Kept by the person.")
+    offered = {e.key: e for e in echoes.dialog(owner, secret).echoes}
+    assert {f"topic:{topic.pk}", f"topic:{kept.pk}"} <= set(offered)
+    assert ("Vexmorrant", True) in offered[f"topic:{topic.pk}"].pieces
+    forget_message(owner, secret.pk, copies=[reply.pk], keep=[f"topic:{kept.pk}"])
+    left = Topic.objects.filter(pk=topic.pk).first()
+    assert left is None or "vexmorrant" not in f"{left.label} {left.summary} {left.keywords}".lower()
+    assert Topic.objects.get(pk=kept.pk).label == "Vexmorrant again"

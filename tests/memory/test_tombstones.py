@@ -13,14 +13,19 @@ from django.contrib.auth import get_user_model
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.management import call_command
 from django.urls import reverse
+from django_tasks import TaskResultStatus
+from django_tasks_db.models import DBTaskResult
 
+from memory import tasks
 from memory.lifecycle import echoes
 from memory.lifecycle.forgetting import forget_message
 from memory.models import Conversation, ImportJob, Message, Tombstone, Topic
 from memory.transfer import import_jobs
 from memory.transfer.export import export_memory
 from tests.chat.test_forgetting import rows_containing
+from tests.memory.conftest import add_turns
 from tests.memory.test_import_jobs import run_queued_imports
+from tests.memory.test_task_lease import make_worker
 
 pytestmark = pytest.mark.django_db
 
@@ -210,3 +215,34 @@ def test_an_old_key_still_finds_a_tombstone_after_the_key_is_rotated(sam, tmp_pa
     settings.SECRET_KEY = "a-new-key-" + "x" * 40
     out = import_file(tmp_path, chatgpt(BANK, GARDEN))
     assert "2 messages skipped: you forgot them" in out
+
+
+@pytest.fixture
+def database_tasks(settings):
+    settings.TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_finished_tasks_arguments_lose_the_forgotten_id_at_the_forget(owner, conversation, database_tasks):
+    secret, other = add_turns(owner, conversation, [SECRET, "The tulips came up early this year."])
+    done = tasks.fact_upkeep.enqueue(owner.pk, [secret.pk, other.pk])
+    DBTaskResult.objects.filter(pk=done.id).update(status=TaskResultStatus.SUCCESSFUL)
+    forget_message(owner, secret.pk)
+    assert DBTaskResult.objects.get(pk=done.id).args_kwargs["args"] == [owner.pk, [other.pk]]
+    # The upkeep the forget queued names it until it has run.
+    assert rows_containing(secret.pk) == {"django_tasks_database_dbtaskresult": 1}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_task_that_waited_through_the_forget_keeps_no_forgotten_id_once_done(
+    owner, conversation, database_tasks
+):
+    secret, other = add_turns(owner, conversation, [SECRET, "The tulips came up early this year."])
+    waiting = tasks.fact_upkeep.enqueue(owner.pk, [secret.pk, other.pk])
+    forget_message(owner, secret.pk)
+    make_worker("forget-test").run()
+    results = DBTaskResult.objects.all()
+    assert len(results) >= 2, "the waiting task and the upkeep the forget queued"
+    assert {r.status for r in results} == {TaskResultStatus.SUCCESSFUL}
+    assert rows_containing(secret.pk) == {}
+    assert DBTaskResult.objects.get(pk=waiting.id).args_kwargs["args"] == [owner.pk, [other.pk]]
