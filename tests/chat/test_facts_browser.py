@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from tests.chat.test_browser import (  # noqa: F401 - fixtures
-    browser_llm,
-    live_daphne,
-    page,
-    person,
-    send,
-    sign_in_and_open_chat,
+from tests.chat import test_browser as chat_browser
+from tests.chat.test_browser import send, sign_in_and_open_chat
+
+# The chat's browser fixtures: the scripted LLM, daphne, a signed-up person and their tab.
+browser_llm, live_daphne, page, person = (
+    chat_browser.browser_llm, chat_browser.live_daphne, chat_browser.page, chat_browser.person
 )
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
