@@ -184,7 +184,8 @@ def test_it_imports_a_recollect_export_too(tmp_path, owner):
         (json.dumps([{"chat_messages": {}}]), "conversations[0].chat_messages: expected a list"),
         ('{\n  "format": "recollect-memory",\n  "version": 9\n}', "version: 9 is not supported"),
         ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
-        ('{"a":' * 100_000 + "1" + "}" * 100_000, "nested too deeply"),
+        # One line of JSON Lines, or one object: either way, only that it is too deep.
+        ('{"a":' * 100_000 + "1" + "}" * 100_000, ": the JSON is nested too deeply to read"),
     ],
 )
 def test_malformed_exports_are_clear_errors(tmp_path, content, words):
