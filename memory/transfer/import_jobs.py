@@ -102,7 +102,7 @@ def _some_good_line(stream) -> int:
     too_deep = False  # the first line was nested too deeply
     for lineno, raw in enumerate(sources.lines(stream), start=1):
         count = lineno
-        if good or not raw.strip():
+        if good or sources.blank(raw):
             continue
         lines += 1
         try:

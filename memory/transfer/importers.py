@@ -459,7 +459,7 @@ def import_json_lines(
     for lineno, raw in enumerate(lines, start=1):
         if progress:
             progress(1)
-        if not raw.strip():
+        if sources.blank(raw):
             continue
         try:
             item = parse_line(raw)

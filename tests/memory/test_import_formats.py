@@ -220,6 +220,22 @@ def test_json_lines_are_still_read_as_before(tmp_path):
 
 
 @pytest.mark.django_db
+def test_a_json_lines_line_too_long_to_read_is_reported_not_passed_over(tmp_path, settings):
+    settings.MAX_MESSAGE_CHARS = 100
+    line = {"conversation": "c", "role": "user", "timestamp": "2025-03-01T10:00:00Z"}
+    path = tmp_path / "h.jsonl"
+    path.write_text("\n".join(json.dumps({**line, "content": text}) for text in
+                              ("hello", "x" * 100_000, "still here")) + "\n")
+    out, err = run("import_history", str(path), "--user", "sam")
+    assert "imported 2 messages" in out and "1 bad lines" in out
+    assert "line 2: longer than 65,636 characters" in err
+    path.write_text(json.dumps({**line, "content": "x" * 100_000}))
+    with pytest.raises(CommandError) as refused:  # its only line: no history at all, and why
+        run("import_history", str(path), "--user", "sam")
+    assert "(line 1: longer than 65,636 characters" in str(refused.value)
+
+
+@pytest.mark.django_db
 def test_a_nul_or_lone_surrogate_in_an_export_costs_at_most_its_message(tmp_path):
     data = [chatgpt_conversation()]
     data[0]["title"] = "Po\x00rts\ud800"
