@@ -158,6 +158,18 @@ _TIME_WORDS_TEXT = """
 """
 _TIME_WORDS = frozenset(_TIME_WORDS_TEXT.split())
 FIRST_PERSON = frozenset({"@i", "@me", "@my"})
+# "for eight" is "for 8".
+_NUMBER_WORDS_TEXT = """
+    zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen
+    sixteen seventeen eighteen nineteen twenty
+"""
+NUMBER_WORDS = {word: str(n) for n, word in enumerate(_NUMBER_WORDS_TEXT.split())}
+NUMBER_WORDS |= {"thirty": "30", "forty": "40", "fifty": "50", "sixty": "60", "seventy": "70",
+                 "eighty": "80", "ninety": "90", "hundred": "100"}
+# "going to charge" is "will charge"; "going to the party" is a trip, its "to" a direction.
+_GOING_TO = re.compile(
+    r"\b(?:going to|gonna)\b(?! (?:the|a|an|my|your|his|her|our|their|this|that|these|those)\b)"
+)
 
 
 @dataclass(frozen=True)
@@ -184,12 +196,21 @@ class Shape:
         """The same pronouns (in order, for a reply) and tense. A query naming no one asks about
         the person asking ("gym schedule on Wednesday" is "my gym schedule..."), and one whose
         words give no tense asks in any ("grocery receipt total from Saturday")."""
-        mine, theirs = (self.pronouns, other.pronouns) if ordered else (
-            tuple(sorted(set(self.pronouns))), tuple(sorted(set(other.pronouns))))
+        mine, theirs = _owner_told(self.pronouns), _owner_told(other.pronouns)
+        if not ordered:
+            mine, theirs = tuple(sorted(set(mine))), tuple(sorted(set(theirs)))
         if mine != theirs and not (not mine and set(theirs) <= FIRST_PERSON) \
                 and not (not theirs and set(mine) <= FIRST_PERSON):
             return False
         return self.tense == other.tense or self.tense is None or other.tense is None
+
+
+def _owner_told(pronouns: tuple[str, ...]) -> tuple[str, ...]:
+    """Without "my" when the query is already in the first person: "can I bring my dog" asks
+    what "can I bring the dog" does. Another person's possessive stays ("his dog")."""
+    if "@i" in pronouns or "@me" in pronouns:
+        return tuple(p for p in pronouns if p != "@my")
+    return pronouns
 
 
 def shape(query: str, *, questions: bool = False) -> Shape:
@@ -198,7 +219,8 @@ def shape(query: str, *, questions: bool = False) -> Shape:
     text = re.sub(r"n't\b", " not", text)
     text = re.sub(r"(?<=[^\W_])-(?=[^\W_])", "", text)  # wi-fi, x-ray, PROJ-1234 as one word
     text = _PREAMBLE.sub("", text)
-    words = _WORD.findall(text)
+    text = _GOING_TO.sub("will", text)
+    words = [NUMBER_WORDS.get(w, w) for w in _WORD.findall(text)]
     terms: list[str] = []
     pronouns: list[str] = []
     modals: set[str] = set()

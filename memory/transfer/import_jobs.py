@@ -102,18 +102,23 @@ def _some_good_line(stream) -> int:
     history at all: say why its first line is not."""
     first_error = None
     good = False
-    count = 0
+    count = lines = 0
+    too_deep = False  # the first line was nested too deeply
     for lineno, raw in enumerate(sources.lines(stream), start=1):
         count = lineno
-        if good or not raw.strip():
+        if good or sources.blank(raw):
             continue
+        lines += 1
         try:
             importers.parse_line(raw)
             good = True
         except importers.LineError as exc:
             first_error = first_error or f"line {lineno}: {exc}"
+            too_deep = too_deep or (lines == 1 and isinstance(exc, importers.LineTooDeep))
     if good:
         return count
+    if lines == 1 and too_deep:  # one document, nested too deeply: say only that
+        raise sources.TooDeep()
     raise portability.InvalidExport(
         "not a chat history: no line is a JSON Lines message, nor is the file a ChatGPT, Claude "
         f"or Recollect export ({first_error or 'the file is empty'})"

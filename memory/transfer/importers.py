@@ -407,6 +407,10 @@ class LineError(ValueError):
     """A JSON Lines line that cannot be imported (the message says why)."""
 
 
+class LineTooDeep(LineError):
+    """A JSON Lines line nested deeper than the decoder follows."""
+
+
 def _check_storable(name: str, value: str) -> None:
     """Raise LineError unless Postgres can store `value`: a NUL or a lone surrogate (JSON's "\\u0000",
     "\\ud800") in a title, id or speaker is this line's fault, not the file's."""
@@ -431,7 +435,7 @@ def parse_line(raw: str) -> dict:
     except json.JSONDecodeError as exc:
         raise LineError(f"not valid JSON ({exc.msg} at column {exc.colno})") from None
     except sources.TooDeep:
-        raise LineError("nested too deeply to read (thousands of levels of [ or {)") from None
+        raise LineTooDeep("nested too deeply to read (thousands of levels of [ or {)") from None
     if not isinstance(data, dict):
         raise LineError("expected a JSON object")
     conv = data.get("conversation")
@@ -509,7 +513,7 @@ def import_json_lines(
     for lineno, raw in enumerate(lines, start=1):
         if progress:
             progress(1)
-        if not raw.strip():
+        if sources.blank(raw):
             continue
         try:
             item = parse_line(raw)

@@ -459,6 +459,11 @@ class TooLong(str):
     not kept (memory.transfer.importers.parse_line says why it is bad)."""
 
 
+def blank(line: str) -> bool:
+    """Whether a line of lines() holds nothing (a TooLong line is not blank: it was too long)."""
+    return not isinstance(line, TooLong) and not line.strip()
+
+
 def lines(stream: IO[str]) -> Iterator[str]:
     """The lines of a text stream, each at most max_line_chars() long; a longer one is given as
     a TooLong (empty), its text skipped a piece at a time."""

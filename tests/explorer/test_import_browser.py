@@ -73,6 +73,8 @@ def test_an_uploaded_export_shows_its_progress_until_its_topics_are_built(page, 
     ("notes.txt", b"just some notes\n", "notes.txt cannot be imported: not a chat history"),
     ("deep.json", b"[" * 100_000 + b"]" * 100_000, "deep.json cannot be imported: the JSON is nested too"),
     ("big.json", b"[" + b" " * (1024 * 1024 + 10) + b"]", "big.json is larger than 1 MB, the most an import"),
+    # Past the limit and its form's slack: refused from its Content-Length, never read.
+    ("huge.json", b"[" + b" " * (3 * 1024 * 1024) + b"]", "The file is larger than 1 MB, the most an import"),
 ])
 def test_a_refused_upload_says_why_where_the_upload_was(page, owner, tmp_path, settings,  # noqa: F811
                                                          name, content, reason):

@@ -184,7 +184,8 @@ def test_it_imports_a_recollect_export_too(tmp_path, owner):
         (json.dumps([{"chat_messages": {}}]), "conversations[0].chat_messages: expected a list"),
         ('{\n  "format": "recollect-memory",\n  "version": 9\n}', "version: 9 is not supported"),
         ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
-        ('{"a":' * 100_000 + "1" + "}" * 100_000, "nested too deeply"),
+        # One line of JSON Lines, or one object: either way, only that it is too deep.
+        ('{"a":' * 100_000 + "1" + "}" * 100_000, ": the JSON is nested too deeply to read"),
     ],
 )
 def test_malformed_exports_are_clear_errors(tmp_path, content, words):
@@ -216,6 +217,22 @@ def test_json_lines_are_still_read_as_before(tmp_path):
                                 "timestamp": "2025-03-01T10:00:00Z"}) + "\n")
     out, _ = run("import_history", str(path), "--user", "sam")
     assert "imported 1 messages" in out
+
+
+@pytest.mark.django_db
+def test_a_json_lines_line_too_long_to_read_is_reported_not_passed_over(tmp_path, settings):
+    settings.MAX_MESSAGE_CHARS = 100
+    line = {"conversation": "c", "role": "user", "timestamp": "2025-03-01T10:00:00Z"}
+    path = tmp_path / "h.jsonl"
+    path.write_text("\n".join(json.dumps({**line, "content": text}) for text in
+                              ("hello", "x" * 100_000, "still here")) + "\n")
+    out, err = run("import_history", str(path), "--user", "sam")
+    assert "imported 2 messages" in out and "1 bad lines" in out
+    assert "line 2: longer than 65,636 characters" in err
+    path.write_text(json.dumps({**line, "content": "x" * 100_000}))
+    with pytest.raises(CommandError) as refused:  # its only line: no history at all, and why
+        run("import_history", str(path), "--user", "sam")
+    assert "(line 1: longer than 65,636 characters" in str(refused.value)
 
 
 @pytest.mark.django_db

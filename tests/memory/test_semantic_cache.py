@@ -178,6 +178,9 @@ def test_the_word_rule_sets_aside_case_punctuation_stop_words_and_endings_but_no
         ("Where is the offsite?", "Where was the offsite?"),
         ("Should I take the early shift?", "Can I take the early shift?"),
         ("Would the landlord accept a later date?", "Will the landlord accept a later date?"),
+        ("Where did I leave my spare charger?", "Where did I leave his spare charger?"),
+        ("Are we going to the street party?", "Did we go to the street party?"),
+        ("When is she going to call the roofer?", "When did she call the roofer?"),
     ],
 )
 def test_pronouns_possessives_direction_tense_and_modal_verbs_make_another_question(a, b):
@@ -195,6 +198,9 @@ def test_pronouns_possessives_direction_tense_and_modal_verbs_make_another_quest
         ("Can you remind me what the plumber quoted?", "what did the plumber quote"),  # how it is asked
         ("Could I call the insurer first?", "Can I call the insurer first?"),
         ("Notes from the standup on 12 January", "notes from the 12 January standup"),
+        ("What will the roofer charge?", "What's the roofer going to charge?"),  # "going to": will
+        ("Should we book the table for eight?", "should we book the table for 8"),
+        ("Where did I leave the spare charger?", "where did I leave my spare charger"),  # mine anyway
     ],
 )
 def test_the_same_question_asked_another_way_still_matches(a, b):

@@ -242,7 +242,7 @@ def reason(text: str) -> str:
     """The sentence a person is shown: the page's alert, or a plain-text answer."""
     found = re.search(r'role="alert">([^<]+)<', text)
     said = found.group(1) if found else text
-    return " ".join(said.replace("&#x27;", "'").replace("&quot;", '"').split())[:160]
+    return " ".join(said.replace("&#x27;", "'").replace("&quot;", '"').split())[:400]
 
 
 class Command(BaseCommand):
