@@ -109,9 +109,20 @@ def _key_entities(writer: Writer, hits: list[SearchHit]) -> None:
         writer.add(line[:400])
 
 
+MATCH_NEIGHBOURS = 3  # the best hits shown with their session neighbours
+
+
+def neighbour_ids(hits: list[SearchHit]) -> list[str]:
+    """The messages among the best hits whose session neighbours the matches show."""
+    return [h.message_id for h in hits[:MATCH_NEIGHBOURS] if h.type == "message"]
+
+
 def _matches(
-    owner, plan, writer, hits, included, deadline, *, header: str, neighbours: int = 3
+    owner, plan, writer, hits, included, deadline, *, header: str, neighbours: int = MATCH_NEIGHBOURS,
+    around=None,
 ) -> None:
+    """around: neighbour_ids(hits)' sessions.neighbours_many, as a Future started while the
+    sections before were written (index_builder), or None to read them here."""
     if not hits:
         return
     writer.add("")
@@ -121,7 +132,7 @@ def _matches(
     # fetched in one query.
     _check(deadline)
     top_ids = [h.message_id for h in hits[:neighbours] if h.type == "message"]
-    around = sessions.neighbours_many(owner, top_ids)
+    around = around.result() if around is not None else sessions.neighbours_many(owner, top_ids)
     recent_ids = {m.pk for m in plan.recent}
     for i, h in enumerate(hits):
         if not writer.add(_hit_line(h)):
@@ -189,6 +200,7 @@ def _snippets(
         included,
         deadline,
         header="Historical Matches (retrieve with get_message_by_id):",
+        around=ahead.around,
     )
 
 
@@ -238,7 +250,7 @@ def _samples(owner, topics: list[Topic]) -> dict[str, Message]:
     return {m.pk: m for m in Message.objects.visible_to(owner).filter(pk__in=ids)}
 
 
-def _entities_and_best_matches(owner, plan, writer, hits, included, deadline) -> None:
+def _entities_and_best_matches(owner, plan, writer, hits, included, deadline, around=None) -> None:
     """The key entities of the hits, then the ten best matches (clusters and hierarchy share it)."""
     _key_entities(writer, hits)
     _matches(
@@ -249,6 +261,7 @@ def _entities_and_best_matches(owner, plan, writer, hits, included, deadline) ->
         included,
         deadline,
         header="Best Matches (retrieve with get_message_by_id):",
+        around=around,
     )
     _check(deadline)
 
@@ -257,7 +270,7 @@ def _clusters(
     owner, plan, writer, hits, left_out, included, deadline, query_vector, ahead
 ) -> None:
     _recent_header(plan, writer, left_out, included)
-    _entities_and_best_matches(owner, plan, writer, hits, included, deadline)
+    _entities_and_best_matches(owner, plan, writer, hits, included, deadline, ahead.around)
     topics = _relevant_topics(owner, query_vector, hits, limit=8)
     if not topics:
         plan.fallbacks.append(
@@ -323,7 +336,7 @@ def _hierarchical(
                 else ""
             )
             writer.add(f'  "{t.label}": {count_of(t.message_count, "message")} {period} [topic {t.pk}]')
-    _entities_and_best_matches(owner, plan, writer, hits, included, deadline)
+    _entities_and_best_matches(owner, plan, writer, hits, included, deadline, ahead.around)
     # No top-level topic means no topic tree at all: nothing to rank.
     topics = _relevant_topics(owner, query_vector, hits, limit=4) if top else []
     if topics:

@@ -1,6 +1,7 @@
 """The FACTS section of a turn when memory holds many facts: its rows are read while the turn's
-search runs, a subject's facts from the top of their index, the subjects one index descent each,
-and a subject is named by whole words as a word-boundary regex would say."""
+search runs (and the best matches' neighbours while the sections before them are written), a
+subject's facts from the top of their index, the subjects one index descent each, and a subject
+is named by whole words as a word-boundary regex would say."""
 
 from __future__ import annotations
 
@@ -79,10 +80,11 @@ def test_a_subjects_facts_are_read_from_the_top_of_their_index_without_sorting(o
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_turn_reads_its_facts_on_the_search_workers_connection_not_its_own(owner, conversation, settings):
+def test_a_turn_reads_its_facts_and_its_matches_neighbours_on_a_search_worker(owner, conversation, settings):
     settings.INDEX_FULL_MAX = 1  # a memory the turn searches (not one listed whole)
     settings.INDEX_SNIPPET_MAX = 2
     settings.INDEX_CLUSTER_MAX = 3
+    settings.SESSION_IDLE_MINUTES = 10**6  # the script's days apart are one session: hits have neighbours
     tell(owner, conversation)
     facts.extract_messages(owner)
     add_turns(owner, conversation, EVERYDAY_TEXTS)
@@ -91,4 +93,6 @@ def test_a_turn_reads_its_facts_on_the_search_workers_connection_not_its_own(own
     assert plan.strategy == "hierarchical" and "search" in plan.timings_ms
     section = plan.text.split("FACTS (", 1)[1]
     assert "Hamburg" in section.split("\n\n", 1)[0]
-    assert not [q["sql"] for q in own if "memory_fact" in q["sql"]]
+    assert "↳ same session:" in plan.text
+    # Neither was waited for on the turn's own connection: both were read while it worked.
+    assert not [q["sql"] for q in own if "memory_fact" in q["sql"] or "anchor_id" in q["sql"]]

@@ -192,3 +192,20 @@ def test_bench_scales_history_holds_facts_and_each_turn_shows_them(capsys):
 
     snapshots = ContextSnapshot.objects.filter(owner__username="bench_facts")
     assert snapshots.exists() and all("FACTS (" in s.text for s in snapshots)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_bench_scale_loads_the_same_history_wherever_it_is_loaded():
+    from memory.models import Passage
+
+    for name in ("bench_same_a", "bench_same_b"):
+        call_command("bench_scale", sizes="60", database="", turns=1, user=name, keep=True)
+
+    def history(name):
+        rows = Passage.objects.filter(
+            owner__username=name, conversation__title="synthetic history"
+        ).order_by("timestamp")
+        return [(p.text, [round(float(x), 6) for x in p.embedding]) for p in rows]
+
+    a, b = history("bench_same_a"), history("bench_same_b")
+    assert len(a) == 60 and a == b
