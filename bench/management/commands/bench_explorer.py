@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import os
 import random
 import statistics
 import time
@@ -88,8 +89,10 @@ class Command(BaseCommand):
             self._build(user, opts["messages"], opts["vector_every"])
         else:
             self.stdout.write(f"reusing the bench memory of {have:,} messages")
+        self.stdout.write("load average before: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
         self._bench(user, opts["runs"])
         self._private_clause(user, opts["runs"])
+        self.stdout.write("load average after: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
 
     # --- building ----------------------------------------------------------------------------
 
