@@ -468,31 +468,30 @@ class Command(BaseCommand):
 
     def _private_clause(self, user, runs: int) -> None:
         """What leaving out the conversations memory does not keep costs search: its two
-        candidate queries with the clause (memory.finding.search.SearchFilters.sql with the
-        owner) and without it, alternating, on the same queries."""
+        candidate queries as search() runs them (the ids of those conversations read once,
+        memory.finding.search.SearchFilters.private) and with nothing to leave out and nothing
+        read, alternating, on the same queries."""
+        from dataclasses import replace
+
         from memory.finding import search as hybrid
         from memory.finding.candidates import _keyword_candidates, _vector_candidates
 
         queries = [" ".join(words[:3]) for words in TOP_WORDS]
-        filters = hybrid.SearchFilters()
-        with_clause = hybrid.SearchFilters.sql
 
-        def without_clause(self, owner_id=None):
-            return with_clause(self)
+        def with_lookup() -> hybrid.SearchFilters:
+            return replace(hybrid.SearchFilters(), private=hybrid._private_conversations(user.pk, None))
 
-        timings: dict[str, list[float]] = {"with the clause": [], "without it": []}
+        variants = {"with the lookup": with_lookup, "without it": lambda: hybrid.SearchFilters(private=())}
+        timings: dict[str, list[float]] = {name: [] for name in variants}
         for i in range(max(2, runs // 4)):
-            names = list(timings) if i % 2 == 0 else list(reversed(timings))
+            names = list(variants) if i % 2 == 0 else list(reversed(variants))
             for name in names:
-                hybrid.SearchFilters.sql = with_clause if name == "with the clause" else without_clause
-                try:
-                    for query in queries:
-                        t = time.perf_counter()
-                        _keyword_candidates(user, query, filters, 100, hybrid.SearchResults(query))
-                        _vector_candidates(user, query, filters, 100, hybrid.SearchResults(query))
-                        timings[name].append((time.perf_counter() - t) * 1000)
-                finally:
-                    hybrid.SearchFilters.sql = with_clause
+                for query in queries:
+                    t = time.perf_counter()
+                    filters = variants[name]()
+                    _keyword_candidates(user, query, filters, 100, hybrid.SearchResults(query))
+                    _vector_candidates(user, query, filters, 100, hybrid.SearchResults(query))
+                    timings[name].append((time.perf_counter() - t) * 1000)
         self.stdout.write("\nsearch's two candidate queries, per query (none of the memory is private):")
         for name, values in timings.items():
             self.stdout.write(f"  {name:16} p50 {statistics.median(values):7.1f} ms  (n={len(values)})")
