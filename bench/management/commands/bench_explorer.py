@@ -483,7 +483,7 @@ class Command(BaseCommand):
 
         variants = {"with the lookup": with_lookup, "without it": lambda: hybrid.SearchFilters(private=())}
         timings: dict[str, list[float]] = {name: [] for name in variants}
-        for i in range(max(2, runs // 4)):
+        for i in range(max(4, runs)):
             names = list(variants) if i % 2 == 0 else list(reversed(variants))
             for name in names:
                 for query in queries:
