@@ -394,7 +394,24 @@ class Command(BaseCommand):
 
     # --- timing ------------------------------------------------------------------------------
 
+    def _two_hundred_conversations(self, user) -> None:
+        """The conversation list is timed at 200 conversations (issue 36): the memory's 20 long
+        ones and short ones up to 200, spread over the two years (added once, kept)."""
+        have = models.Conversation.objects.owned_by(user).count()
+        if have >= 200:
+            return
+        rng = random.Random(11)
+        now = timezone.now()
+        made = models.Conversation.objects.bulk_create(
+            [models.Conversation(owner=user, title=f"Short chat {i + 1}") for i in range(200 - have)]
+        )
+        for conv in made:
+            conv.updated_at = now - dt.timedelta(seconds=rng.uniform(0, 730 * 86400))
+        models.Conversation.objects.bulk_update(made, ["updated_at"])
+        self.stdout.write(f"added {len(made)} short conversations: 200 in the list")
+
     def _bench(self, user, runs: int) -> None:
+        self._two_hundred_conversations(user)
         client = Client()
         client.force_login(user)
         owned = models.Message.objects.owned_by(user)
