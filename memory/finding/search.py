@@ -47,7 +47,7 @@ from memory.finding.candidates import (
 )
 from memory.finding.fusion import QueryBoosts, fuse
 from memory.knowledge import graph
-from memory.models import Message, Passage, ToolCall
+from memory.models import Conversation, Message, Passage, ToolCall
 
 
 @dataclass
@@ -117,18 +117,22 @@ class SearchFilters:
     # The conversation reading memory: its own messages are found even when memory does not
     # keep them (None: the one `reading_for` names, if any).
     reader: str | None = None
+    # The ids of the conversations left out (see sql), read once per search; None: not yet read.
+    private: tuple[str, ...] | None = None
 
     def sql(self, owner_id: int | None = None) -> tuple[str, list[Any]]:
         """The filters as SQL on passages `p`. With `owner_id`, the conversations memory does
         not keep are left out too (Conversation.remembered), except the one reading
-        (`reading_for`): the list of them is read once per query, from a tiny partial index."""
+        (`reading_for`): their ids are read first, from a tiny partial index, so that a memory
+        with none of them (the usual case) is searched by exactly the query it had before."""
         clauses, params = [], []
         if owner_id is not None:
-            clauses.append(
-                "p.conversation_id <> ALL(ARRAY(SELECT c.id FROM memory_conversation c "
-                "WHERE c.owner_id = %s AND NOT c.remembered AND c.id <> %s))"
-            )
-            params += [owner_id, self.reader or ""]
+            private = self.private
+            if private is None:
+                private = _private_conversations(owner_id, self.reader)
+            if private:
+                clauses.append("p.conversation_id <> ALL(%s)")
+                params.append(list(private))
         for clause, value in (
             ("p.logical_message_id <> %s", self.exclude_message_id),
             ("p.conversation_id = %s", self.conversation_id),
@@ -146,6 +150,14 @@ class SearchFilters:
             clauses.append("p.kind = 'message'")
         return "".join(f" AND {c}" for c in clauses), params
 
+
+
+def _private_conversations(owner_id: int, reader: str | None) -> tuple[str, ...]:
+    """The owner's conversations memory does not keep, but the reader's own."""
+    private = Conversation.objects.filter(owner_id=owner_id, remembered=False)
+    if reader:
+        private = private.exclude(pk=reader)
+    return tuple(private.values_list("id", flat=True))
 
 
 _EXCLUDED: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar(
@@ -224,6 +236,8 @@ def search(
     if filters.reader is None and _READER.get():
         # Carried by the filters: the vector list is read on a worker thread.
         filters = replace(filters, reader=_READER.get())
+    if filters.private is None:  # read once here, not by each of the queries below
+        filters = replace(filters, private=_private_conversations(owner.pk, filters.reader))
     exclude = {str(m) for m in exclude_message_ids if m} | _EXCLUDED.get()
     k = (candidates or max(100, limit * 5)) + len(exclude)
 

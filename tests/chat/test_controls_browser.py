@@ -11,18 +11,39 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.urls import reverse
 
-from bench.launch import ARTIFACTS
+from bench.launch import ARTIFACTS, ServerProcess
 from memory.knowledge import facts
 from memory.models import Conversation, Fact, Preferences
 from memory.storage.store import store_message
-from tests.browser import accessibility_in_both_themes, screenshots
-from tests.chat.test_browser import browser_llm, live_daphne, page, person, send  # noqa: F401
+from tests.browser import CHROMIUM, MISSING, accessibility_in_both_themes, screenshots
+from tests.chat.test_browser import browser_llm, page, person, send  # noqa: F401
 from tests.chat.test_forgetting import rows_containing
 from tests.dump import dump_holds
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 SHOTS = ARTIFACTS / "controls"
+MODELS = ["gpt-4o-mini", "gpt-4o"]  # CHAT_MODEL first: the default
+
+
+@pytest.fixture(scope="module")
+def live_daphne(django_db_setup, django_db_blocker, browser_llm):  # noqa: F811
+    """The chat's server, offering two models (CHAT_MODELS), so the header has a picker."""
+    import os
+
+    from django.db import connection
+
+    if not os.path.exists(CHROMIUM):
+        pytest.fail(MISSING)
+    with django_db_blocker.unblock():
+        db_name = connection.settings_dict["NAME"]
+    server = ServerProcess(
+        "browser-controls", db_name, browser_llm.base_url, llm_embeddings=False,
+        extra_env={"OPENAI_API_KEY": "test", "LLM_MAX_RETRIES": "3", "RECOLLECT_TESTING": "true",
+                   "CHAT_MODEL": MODELS[0], "CHAT_MODELS": ",".join(MODELS)},
+    )
+    yield server.start(90).url
+    server.stop()
 
 
 @pytest.fixture(autouse=True)
@@ -155,3 +176,35 @@ def test_copy_buttons_copy_a_message_and_a_code_block(person, page, live_daphne,
     mine.get_by_role("button", name="Copy your message").click()
     assert page.evaluate("navigator.clipboard.readText()") == "copytest: how do I print?"
     screenshots(page, SHOTS, "chat-copy-buttons")
+
+
+def test_the_model_picker_sets_who_answers_and_each_reply_names_its_model(
+    person, page, live_daphne, browser_llm  # noqa: F811
+):
+    sign_in(page, live_daphne, person)
+    page.get_by_role("button", name="New chat", exact=True).click()
+    page.wait_for_selector("#connection:has-text('connected')")
+    picker = page.get_by_label("Model", exact=True)
+    assert [o.strip() for o in picker.locator("option").all_inner_texts()] == MODELS
+    assert picker.input_value() == MODELS[0]
+    send(page, "hello, default model")
+    reply_done(page, 1)
+    assert browser_llm.state.requests[-1]["model"] == MODELS[0]
+
+    with page.expect_response(lambda r: "/model/" in r.url and r.request.method == "POST") as picked:
+        picker.select_option(MODELS[1])
+    assert picked.value.status == 204
+    send(page, "hello, bigger model")
+    reply_done(page, 2)
+    assert browser_llm.state.requests[-1]["model"] == MODELS[1]
+    names = page.locator("li.message.assistant .model-name").all_inner_texts()
+    assert names == MODELS, names
+    chat = Conversation.objects.get(owner__username=person[0])
+    assert chat.model == MODELS[1]
+    page.reload()
+    page.wait_for_selector("#connection:has-text('connected')")
+    assert page.get_by_label("Model", exact=True).input_value() == MODELS[1]
+    assert page.locator("li.message.assistant .model-name").all_inner_texts() == MODELS
+    found = accessibility_in_both_themes(page)
+    screenshots(page, SHOTS, "chat-model-picker")
+    assert not found, "\n".join(found)
