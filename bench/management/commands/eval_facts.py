@@ -117,17 +117,15 @@ def unit_rows(vectors) -> np.ndarray:
 
 def unrelated_level(conversations: list[Conversation], references: dict) -> float:
     """The cosine that 95% of the annotated facts stay below with their nearest annotated fact
-    about other people (the other conversations): two facts this close are no longer merely on
-    related topics. The list-precision threshold is set at or above it."""
+    about other people (the other conversations; with one conversation, the other speaker's):
+    two facts this close are no longer merely on related topics."""
     best = []
-    for c in conversations:
-        mine = [rows for (cid, _), rows in references.items() if cid == c.id]
-        others = [rows for (cid, _), rows in references.items() if cid != c.id]
-        if not mine or not others:
-            continue
-        theirs = np.vstack(others)
-        for rows in mine:
-            best += list((rows @ theirs.T).max(axis=1))
+    alone = len({cid for cid, _ in references}) == 1
+    for key, rows in references.items():
+        others = [theirs for other, theirs in references.items()
+                  if (other != key if alone else other[0] != key[0])]
+        if others:
+            best += list((rows @ np.vstack(others).T).max(axis=1))
     return round(float(np.percentile(best, 95)), 4) if best else 0.0
 
 
