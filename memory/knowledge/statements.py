@@ -240,7 +240,8 @@ _KINDS: list[tuple[str, float, re.Pattern[str]]] = [
     ("diet", 2.5, re.compile(
         r"\b(?:I(?:'m| am| have been|'ve been) (?:a |now |strictly |mostly |)(?:vegan|vegetarian|pescatarian|"
         r"gluten[- ]free|dairy[- ]free|keto|on a diet|lactose intolerant)|(?:don't|doesn't|do not|does not|"
-        r"can't|cannot|never|won't) (?:eat|drink|touch)|I(?:'m| am) (?:trying to |)(?:avoid|cut(?:ting)? "
+        r"can't|cannot|never|won't)(?: want to| like to)? (?:eat|drink|touch)|"
+        r"I(?:'m| am) (?:trying to |)(?:avoid|cut(?:ting)? "
         r"(?:out|back on)|reduc)\w* (?:my )?(?:sugar|meat|dairy|gluten|carbs|caffeine|alcohol|salt))\b",
         re.I)),
     ("family", 2.3, re.compile(
@@ -329,6 +330,8 @@ _NOT_A_NAME = {
     "Time", "The", "A", "An", "And", "But", "So", "Also", "Then", "Now", "Yes", "No", "Mine", "Yours",
     "Ours"
 }
+_WE_MOVE = re.compile(r"^We(?:'re| are) (?P<rest>(?:moving|relocating|flying|travell?ing|getting married|"
+                      r"emigrating) .*)")
 _FIRST_START = re.compile(r"^(?:I|I'm|I've|I'd|I'll|My)\b")
 _WE_START = re.compile(r"^(?:We|We're|We've|Our)\b")
 _NUMBER = re.compile(
@@ -576,8 +579,11 @@ def _judge(clause: str, people: set[str], said: set[str], explicit: list[Clause]
         return None  # "I'll focus on my niche": an intention of the moment, not a plan
     subject = ""
     core = _bare(_FRONTED.sub("", clause))  # "Last week I adopted…" is read as "I adopted…"
+    fronted = core != clause
     if _FIRST_START.match(core):
         pass
+    elif moving := _WE_MOVE.match(clause):  # "We're moving to Berlin in June": the speaker's plan too
+        core = "I'm " + moving["rest"]
     elif _WE_START.match(clause):
         # "We have two kids", "our fridge has 20 dozen eggs": kept only for a life's things.
         if not re.search(rf"\b(?:{_REL}|{_PET}|house|home|apartment|fridge|garden|car|kids)\b", clause, re.I):
@@ -587,7 +593,7 @@ def _judge(clause: str, people: set[str], said: set[str], explicit: list[Clause]
     else:
         return None
     kind, score = score_clause(core)
-    score += 0.5 * (core != clause)  # a time it names
+    score += 0.5 * fronted  # a time it names
     if answer and not _NUMBER.search(core) and echoes(clause, answer):
         score -= 1.0
     if kind == "preference" and (clause.endswith("!") or _GENERAL_LIKING.match(core)):
