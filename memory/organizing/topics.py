@@ -266,6 +266,9 @@ def _describe(nodes: Sequence[_Node], doc_freq: Counter, n_docs: int) -> None:
             ranked, node.subjects, node.by_period = name_parent(ranked, kids, node.start(), node.end())
         else:
             node.subjects = [as_written(r, node.phrases) for r in ranked[:1]]
+        # A parent described from its children's phrases alone (topic upkeep) has no messages of
+        # its own and is named by its caller: only a leaf is named for its day.
+        if not node.children and node.messages:
             day = summaries.period_text(node.start(), node.end())
             if not ranked:  # "ok", "thanks!", "see you": no word names anything
                 ranked = node.subjects = [f"Brief exchange, {day}"]

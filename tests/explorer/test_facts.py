@@ -39,6 +39,20 @@ def test_the_facts_page_lists_every_fact_of_a_subject(owner_client, life):
         assert value in page, value
 
 
+def test_a_facts_line_names_its_kind_only_where_it_has_one(owner, conversation, owner_client, life):
+    """"the user · lives in · said 2024-03-01", but a statement reads "the user · said
+    2024-05-02", not "the user · about · said"."""
+    tell(owner, conversation, [(130, "Last week I finally adopted a rescue greyhound called Pepper from the "
+                                     "shelter near my work, and she already sleeps on my bed.")])
+    facts.extract_messages(owner)
+    assert Fact.objects.filter(attribute=facts.ABOUT).exists()
+    page = html(owner_client.get(reverse("explorer:facts") + "?subject=the+user"))
+    assert "adopted a rescue greyhound" in page
+    assert "· about\n" not in page and "· about ·" not in page
+    home = Fact.objects.exclude(attribute=facts.ABOUT).first()
+    assert f"· {home.attribute}\n" in page
+
+
 def test_an_entitys_page_shows_the_facts_that_name_it(owner, owner_client, life):
     entities.rebuild(owner)
     sam = Entity.objects.owned_by(owner).get(normalized="sam")
