@@ -273,14 +273,14 @@ class Command(BaseCommand):
             cursor.execute(
                 """
                 INSERT INTO memory_fact (owner_id, message_id, subject, subject_key, attribute,
-                    value, statement, corrected, said_at, valid_from, pinned, origin, score,
-                    created_at)
+                    value, statement, wording, kind, corrected, said_at, valid_from, pinned, origin,
+                    score, created_at)
                 SELECT m.owner_id, m.id, s.subject, lower(s.subject), a.attribute,
                        CASE WHEN a.attribute = 'about' THEN '' ELSE split_part(m.content, ' ', 3) END,
                        CASE WHEN a.attribute = 'about' THEN s.subject || ' said ' || left(m.content, 80)
                             ELSE s.subject || ' ' || a.attribute || ' ' || split_part(m.content, ' ', 3)
                        END,
-                       '', m.timestamp, m.timestamp, false, 'synthetic', 0, now()
+                       '', '', '', m.timestamp, m.timestamp, false, 'synthetic', 0, now()
                 FROM memory_message m,
                 LATERAL (SELECT CASE WHEN (m.position / %(every)s) %% 5 = 0
                                      THEN (%(people)s::text[])[1 + (m.position / %(every)s / 5) %% %(np)s]
