@@ -116,7 +116,11 @@ def test_deleting_a_message_takes_its_mentions_and_edges_out_of_the_graph(
     )
     assert edge("Elena Rostova", "Madrid").weight == 2
     last = Message.objects.filter(content="Elena Rostova is back from Madrid").get()
-    forgetting.forget_message(owner, last.pk)
+    # The dialog offers the names that hold its rare words (ticked): a person who unticks them
+    # keeps the names, and the edge loses only this message's share.
+    names = Entity.objects.owned_by(owner).filter(normalized__in=["elena rostova", "madrid"])
+    kept = [f"entity:{pk}" for pk in names.values_list("pk", flat=True)]
+    forgetting.forget_message(owner, last.pk, keep=kept)
     assert edge("Elena Rostova", "Madrid").weight == 1
     forgetting.forget_message(owner, Message.objects.get(content="Elena Rostova flew to Madrid").pk)
     assert not Entity.objects.filter(normalized="madrid").exists()
