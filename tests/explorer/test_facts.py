@@ -46,7 +46,7 @@ def test_a_facts_line_names_its_kind_only_where_it_has_one(owner, conversation, 
                                      "shelter near my work, and she already sleeps on my bed.")])
     facts.extract_messages(owner)
     assert Fact.objects.filter(attribute=facts.ABOUT).exists()
-    page = html(owner_client.get(reverse("explorer:facts") + "?subject=the+user"))
+    page = html(owner_client.get(reverse("explorer:overview")))  # the Memory page's facts: a line each
     assert "adopted a rescue greyhound" in page
     assert "· about\n" not in page and "· about ·" not in page
     home = Fact.objects.exclude(attribute=facts.ABOUT).first()

@@ -24,7 +24,7 @@ def test_the_page_lists_what_it_remembers_with_edit_forget_and_source(owner_clie
     assert reverse("chat:message", args=[hamburg.message_id]) in row and "Test conversation" in row
     # What newer facts replaced is below, apart.
     assert page.index('id="facts-current"') < page.index("Hamburg") < page.index('id="facts-superseded"')
-    assert page.index('id="facts-superseded"') < page.index("the user lives in Berlin")
+    assert page.index('id="facts-superseded"') < page.index("You live in Berlin")  # as the person reads it
 
 
 def test_search_narrows_the_list_to_the_facts_with_its_words(owner_client, life):
