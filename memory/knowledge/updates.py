@@ -183,6 +183,8 @@ def supersedes(new: str, old: str) -> bool:
     if b.values.get("date") and days != {v for v, _, _ in b.values["date"]}:
         return False  # what happened on a day stays true: another day is another event
     past = _SIMPLE_PAST.match(new) and _SIMPLE_PAST.match(old)
+    if _SIMPLE_PAST.match(new) and not past and (b.values.get("weekday") or b.values.get("frequency")):
+        return False  # "I ran the long run in 2 h 31": one time it happened, not a new routine
     shared = (a.content & b.content) - _LIGHT - _GENERIC
     for kind in ("number", "ordinal", "money", "time", "weekday", "frequency", "name"):
         va = {v for v, _, _ in a.values.get(kind, [])}

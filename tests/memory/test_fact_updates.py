@@ -47,6 +47,10 @@ def test_a_new_value_for_the_same_thing_supersedes(old, new):
         ("My sister Ana lives in Porto.", "My brother Tom lives in Lisbon."),
         ("I run 5 km every Monday.", "I swim 2 km every Friday."),
         ("I'm 34 years old.", "I have 2 kids."),
+        # One time it happened is no new value of what recurs.
+        ("My marathon training plan has a long run of 26 km on Sundays.",
+         "I ran the long run in 2 h 31, my knee held up after the physio exercises."),
+        ("I walk 8,000 steps every day.", "I walked 12,000 steps with Ana along the river."),
     ],
 )
 def test_different_things_never_supersede(old, new):
