@@ -22,8 +22,10 @@ def test_every_apt_get_waits_for_the_dpkg_lock():
 
 def _recipe(*args: str) -> str:
     """What make would run (nothing run), as if nothing were installed yet."""
-    return subprocess.run(["make", "-n", "--always-make", *args], cwd=ROOT, capture_output=True, text=True,
-                          check=True).stdout
+    # --no-print-directory: under `make test` this make is a sub-make, which would add its
+    # "Entering/Leaving directory" lines.
+    return subprocess.run(["make", "-n", "--always-make", "--no-print-directory", *args], cwd=ROOT,
+                          capture_output=True, text=True, check=True).stdout
 
 
 def test_make_run_installs_only_what_the_product_needs_and_make_test_the_tests_tools():
