@@ -70,3 +70,18 @@ def test_the_linter_sees_an_import_inside_a_function(tmp_path):
     done = lint_imports(tmp_path)
     assert done.returncode != 0
     assert "probe.low -> probe.high" in done.stdout
+
+
+# A room a person can hold in their head: no module of the product's apps past this many lines.
+MAX_MODULE_LINES = 800
+
+
+def test_no_module_of_the_apps_is_over_800_lines():
+    too_long = {
+        str(path.relative_to(ROOT)): lines
+        for app in ("memory", "explorer", "chat", "config")
+        for path in (ROOT / app).rglob("*.py")
+        if "migrations" not in path.parts
+        and (lines := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
+    }
+    assert not too_long, f"split these by concern: {too_long}"
