@@ -277,3 +277,26 @@ def test_every_pinned_message_gets_in_even_when_they_would_fill_the_index(owner,
     # Past half the memory zone, pinned messages come as short quotes: the rest keeps room.
     assert plan.text.count("(pinned; read with get_message_by_id)") >= 2
     assert count_tokens(pinned_part) < plan.tokens_by_zone["memory"]
+
+
+def test_the_boundaries_are_those_of_the_whole_walk_of_the_newest_messages(owner, history):
+    from django.conf import settings
+    from django.db.models.fields.json import KeyTextTransform
+    from django.db.models.functions import Left
+
+    from memory.organizing import hierarchy
+
+    aside = store_message(owner, history["conv"], "user", "An aside, deleted: no level shows it.")
+    delete_message(owner, aside.pk)
+    for size in (4, 5, 8, 13, 30):
+        settings.HIERARCHY_ARCHIVE_THRESHOLD = size
+        settings.HIERARCHY_META_THRESHOLD = min(6, size - 1)
+        walk = hierarchy._live(owner).order_by("-timestamp", "-id")
+        keys = list(walk.values_list("timestamp", "id")[: size + 1])
+        assert hierarchy.boundaries(owner) == hierarchy.boundaries_of(keys)
+        with_lines = walk.annotate(
+            head=Left("content", 1000), written=KeyTextTransform("summary", "metadata")
+        ).values_list("timestamp", "id", "role", "head", "written")[: size + 1]
+        expected = hierarchy.boundaries_of(list(with_lines), lines=True)
+        assert hierarchy.boundaries(owner, lines=True) == expected
+    assert expected.active and len(expected.summary_lines) == 4
