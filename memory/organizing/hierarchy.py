@@ -305,16 +305,39 @@ def level_rows(owner, messages: list[Message] | None = None) -> LevelRows:
         b = boundaries_of([_line_key(m) for m in newest], lines=True)
     topics: dict[Level, list[Topic]] = {}
     if b.active and b.summary is not None:
+        rows = Topic.objects.raw(
+            _LEVEL_TOPICS,
+            {
+                "owner": owner.pk,
+                "meta": b.meta[0] if b.meta is not None else None,
+                "archive": b.archive[0] if b.archive is not None else None,
+                "n": settings.TOPIC_MAX_CHILDREN * 2,
+            },
+        )
         for level in (Level.ARCHIVE, Level.META):
-            # Only what a line shows (a topic's centroid is a vector: costly to read each turn).
-            rows = list(
-                topics_at(owner, b, level)
-                .only(*TOPIC_LINE_FIELDS)
-                .order_by("-period_end")[: settings.TOPIC_MAX_CHILDREN * 2]
-            )
-            rows.reverse()
-            topics[level] = rows
+            topics[level] = []
+        for t in rows:
+            topics[Level[t.which]].insert(0, t)  # oldest first
     return LevelRows(b, topics)
+
+
+# topics_at's ARCHIVE and META topics, the newest of each, with only what a line shows (a topic's
+# centroid is a vector: costly to read each turn), in one query written out: the ORM's building
+# of the two took more CPU than Postgres' running them. No boundary: none at that level.
+_COLUMNS = "t.id, t.label, t.summary, t.period_start, t.period_end, t.message_count"
+_LEVEL_TOPICS = f"""
+    (SELECT {_COLUMNS}, 'ARCHIVE' AS which FROM memory_topic t
+     LEFT JOIN memory_topic up ON up.id = t.parent_id
+     WHERE t.owner_id = %(owner)s AND t.period_end <= %(archive)s
+       AND (t.parent_id IS NULL OR up.period_end > %(archive)s)
+     ORDER BY t.period_end DESC LIMIT %(n)s)
+    UNION ALL
+    (SELECT {_COLUMNS}, 'META' AS which FROM memory_topic t
+     WHERE t.owner_id = %(owner)s AND t.period_end <= %(meta)s
+       AND (%(archive)s IS NULL OR t.period_end > %(archive)s)
+       AND NOT EXISTS (SELECT 1 FROM memory_topic c WHERE c.parent_id = t.id)
+     ORDER BY t.period_end DESC LIMIT %(n)s)
+"""
 
 
 def _line_key(m: Message) -> tuple:

@@ -300,3 +300,27 @@ def test_the_boundaries_are_those_of_the_whole_walk_of_the_newest_messages(owner
         expected = hierarchy.boundaries_of(list(with_lines), lines=True)
         assert hierarchy.boundaries(owner, lines=True) == expected
     assert expected.active and len(expected.summary_lines) == 4
+
+
+def test_the_levels_topics_are_those_topics_at_finds_oldest_first(owner, history, settings):
+    from memory.organizing import hierarchy
+
+    # A second leaf under baking, and an old root of its own: ARCHIVE holds both roots' trees.
+    extra = _topic(owner, "rye", history["old"][:2], parent=history["baking"])
+    lone = _topic(owner, "lone", history["old"][2:4])
+    for limit in (1, 8):
+        settings.TOPIC_MAX_CHILDREN = limit
+        rows = hierarchy.level_rows(owner)
+        b = rows.boundaries
+        for level in (hierarchy.Level.ARCHIVE, hierarchy.Level.META):
+            expected = list(
+                hierarchy.topics_at(owner, b, level).order_by("-period_end")[: limit * 2]
+            )[::-1]
+            assert [t.pk for t in rows.topics[level]] == [t.pk for t in expected]
+            for shown, t in zip(rows.topics[level], expected, strict=True):
+                line = (shown.label, shown.summary, shown.message_count)
+                assert line == (t.label, t.summary, t.message_count)
+                assert (shown.period_start, shown.period_end) == (t.period_start, t.period_end)
+    assert {t.pk for t in rows.topics[hierarchy.Level.ARCHIVE]} >= {history["baking"].pk, lone.pk}
+    assert extra.pk not in {t.pk for level in rows.topics.values() for t in level}
+    assert [t.pk for t in rows.topics[hierarchy.Level.META]] == [history["bicycles"].pk]
