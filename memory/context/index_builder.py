@@ -263,10 +263,19 @@ def recent_messages(
     """The last `limit` visible messages of the conversation, newest first."""
     if conversation is None or limit <= 0:
         return []
-    qs = Message.objects.visible_to(owner).logical().filter(conversation_id=conversation.pk)
+    # Message.objects.visible_to(owner).logical() of the conversation, written out: read on
+    # every turn, and building the queryset cost twice the CPU of reading it.
+    active = "" if active_message_ids is None else " AND id = ANY(%s)"
+    params: list[Any] = [owner.pk, conversation.pk]
     if active_message_ids is not None:
-        qs = qs.filter(pk__in=list(active_message_ids))
-    return list(qs.exclude(pk__in=exclude).order_by("-position")[:limit])
+        params.append([str(i) for i in active_message_ids])
+    return list(
+        Message.objects.raw(
+            "SELECT * FROM memory_message WHERE owner_id = %s AND NOT deleted AND NOT is_chunk "
+            f"AND conversation_id = %s{active} AND NOT (id = ANY(%s)) ORDER BY position DESC LIMIT %s",
+            [*params, [str(i) for i in exclude], limit],
+        )
+    )
 
 
 def prepare_context(
@@ -691,22 +700,16 @@ def _recent_of(
 def _recent_tool_names(owner, conversation) -> list[str]:
     """The tools the model used in this conversation's latest replies (bounded: the ids of the
     last 25 replies first, so an owner with many tool calls elsewhere is not walked)."""
-    from memory.models import ToolCall
-
-    recent_replies = (
-        Message.objects.filter(owner_id=owner.pk, conversation_id=conversation.pk, role="assistant")
-        .filter(is_chunk=False)
-        .order_by("-position")
-        .values("pk")[:25]
-    )
-    # One query: the replies' ids are a subquery.
-    return list(
-        dict.fromkeys(
-            ToolCall.objects.filter(owner_id=owner.pk, message_id__in=recent_replies)
-            .order_by("-timestamp")
-            .values_list("tool_name", flat=True)[:6]
+    # Written out: read on every turn, and the ORM's building of it cost more than running it.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT t.tool_name FROM memory_toolcall t WHERE t.owner_id = %s AND t.message_id IN ("
+            "SELECT m.id FROM memory_message m WHERE m.owner_id = %s AND m.conversation_id = %s "
+            "AND m.role = 'assistant' AND NOT m.is_chunk ORDER BY m.position DESC LIMIT 25) "
+            "ORDER BY t.timestamp DESC LIMIT 6",
+            [owner.pk, owner.pk, conversation.pk],
         )
-    )
+        return list(dict.fromkeys(row[0] for row in cursor.fetchall()))
 
 
 def _query_vector(query: str):

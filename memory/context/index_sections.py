@@ -27,7 +27,7 @@ from memory.knowledge import entities
 from memory.models import Message, Topic
 from memory.organizing.labels import count_of
 from memory.storage import sessions
-from memory.tokens import count_tokens
+from memory.tokens import count_joined, count_tokens
 
 
 class Writer:
@@ -52,11 +52,11 @@ class Writer:
     def text(self) -> str:
         text = "\n".join(self.lines)
         # Joined text can tokenise differently from its lines; drop lines until it fits.
-        self.tokens = count_tokens(text)
+        self.tokens = count_joined(self.lines)
         while self.lines and self.tokens > self.allowance:
             self.lines.pop()
             text = "\n".join(self.lines)
-            self.tokens = count_tokens(text)
+            self.tokens = count_joined(self.lines)
         return text
 
 

@@ -99,8 +99,40 @@ def boundaries(owner, *, lines: bool = False) -> Boundaries:
         # A line is one sentence: the start of a message is enough to find its first one.
         walk = walk.annotate(head=Left("content", 1000), written=KeyTextTransform("summary", "metadata"))
         fields += ["role", "head", "written"]
-    keys = list(walk.values_list(*fields)[: settings.HIERARCHY_ARCHIVE_THRESHOLD + 1])
-    return boundaries_of(keys, lines=lines)
+    recent, meta, archive = (
+        settings.HIERARCHY_RECENT_NODES,
+        settings.HIERARCHY_META_THRESHOLD,
+        settings.HIERARCHY_ARCHIVE_THRESHOLD,
+    )
+    inner, params = walk.values_list(*fields)[: archive + 1].query.sql_with_params()
+    # Of the walk's rows only those boundaries_of reads come back (the first, for their number;
+    # the three boundaries; with lines, the SUMMARY-aged ones): a turn otherwise parsed every
+    # row's time and read every row's start, two hundred of them, for a few dozen.
+    columns = ", ".join(f'w."{c}"' for c in fields)
+    summary_upto = meta - 1 if lines else -1
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {columns}, w.rn, w.n FROM (SELECT s.*, row_number() OVER "
+            '(ORDER BY s."timestamp" DESC, s."id" DESC) - 1 AS rn, count(*) OVER () AS n '
+            f"FROM ({inner}) s) w WHERE w.rn IN (0, %s, %s, %s) OR w.rn BETWEEN %s AND %s ORDER BY w.rn",
+            [*params, recent, meta, archive, recent, summary_upto],
+        )
+        rows = cursor.fetchall()
+    count = rows[0][-1] if rows else 0
+    if count <= settings.HIERARCHY_SUMMARY_THRESHOLD:
+        return Boundaries(False, None, None, None)
+    by_back = {row[-2]: row[:-2] for row in rows}
+
+    def key_at(back: int) -> tuple[dt.datetime, str] | None:
+        return (by_back[back][0], by_back[back][1]) if back in by_back else None
+
+    return Boundaries(
+        True,
+        key_at(recent),
+        key_at(meta),
+        key_at(archive),
+        tuple(by_back[i] for i in range(recent, meta) if i in by_back) if lines else (),
+    )
 
 
 def boundaries_of(keys: list[tuple], *, lines: bool = False) -> Boundaries:
@@ -273,16 +305,39 @@ def level_rows(owner, messages: list[Message] | None = None) -> LevelRows:
         b = boundaries_of([_line_key(m) for m in newest], lines=True)
     topics: dict[Level, list[Topic]] = {}
     if b.active and b.summary is not None:
+        rows = Topic.objects.raw(
+            _LEVEL_TOPICS,
+            {
+                "owner": owner.pk,
+                "meta": b.meta[0] if b.meta is not None else None,
+                "archive": b.archive[0] if b.archive is not None else None,
+                "n": settings.TOPIC_MAX_CHILDREN * 2,
+            },
+        )
         for level in (Level.ARCHIVE, Level.META):
-            # Only what a line shows (a topic's centroid is a vector: costly to read each turn).
-            rows = list(
-                topics_at(owner, b, level)
-                .only(*TOPIC_LINE_FIELDS)
-                .order_by("-period_end")[: settings.TOPIC_MAX_CHILDREN * 2]
-            )
-            rows.reverse()
-            topics[level] = rows
+            topics[level] = []
+        for t in rows:
+            topics[Level[t.which]].insert(0, t)  # oldest first
     return LevelRows(b, topics)
+
+
+# topics_at's ARCHIVE and META topics, the newest of each, with only what a line shows (a topic's
+# centroid is a vector: costly to read each turn), in one query written out: the ORM's building
+# of the two took more CPU than Postgres' running them. No boundary: none at that level.
+_COLUMNS = "t.id, t.label, t.summary, t.period_start, t.period_end, t.message_count"
+_LEVEL_TOPICS = f"""
+    (SELECT {_COLUMNS}, 'ARCHIVE' AS which FROM memory_topic t
+     LEFT JOIN memory_topic up ON up.id = t.parent_id
+     WHERE t.owner_id = %(owner)s AND t.period_end <= %(archive)s
+       AND (t.parent_id IS NULL OR up.period_end > %(archive)s)
+     ORDER BY t.period_end DESC LIMIT %(n)s)
+    UNION ALL
+    (SELECT {_COLUMNS}, 'META' AS which FROM memory_topic t
+     WHERE t.owner_id = %(owner)s AND t.period_end <= %(meta)s
+       AND (%(archive)s IS NULL OR t.period_end > %(archive)s)
+       AND NOT EXISTS (SELECT 1 FROM memory_topic c WHERE c.parent_id = t.id)
+     ORDER BY t.period_end DESC LIMIT %(n)s)
+"""
 
 
 def _line_key(m: Message) -> tuple:

@@ -79,6 +79,53 @@ def test_a_subjects_facts_are_read_from_the_top_of_their_index_without_sorting(o
     assert "Sort" not in plan
 
 
+@pytest.mark.django_db
+def test_the_index_reads_a_subjects_facts_from_the_top_of_their_index_too(owner, conversation):
+    tell(owner, conversation)
+    facts.extract_messages(owner)
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute("SET LOCAL enable_sort = off")
+        cursor.execute("SET LOCAL enable_incremental_sort = off")
+        cursor.execute("EXPLAIN " + facts._LINES, [owner.pk, Fact.FORGOTTEN, "the user", 24])
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "fact_current_rank" in plan
+    assert "Sort" not in plan.split("SubPlan")[0]
+
+
+@pytest.mark.django_db
+def test_the_index_shows_the_facts_ranked_shows_with_what_each_replaced(owner, conversation):
+    message = tell(owner, conversation, SCRIPT[:1])[0]
+    when = message.timestamp
+
+    def fact(value: str, **extra) -> Fact:
+        return Fact.objects.create(
+            owner=owner, message=message, subject="the user", subject_key="the user",
+            attribute=extra.pop("attribute", "lives in"), value=value,
+            statement=f"I live in {value}", said_at=when, valid_from=when, **extra,
+        )
+
+    lisbon = fact("Lisbon")
+    porto = fact("Porto", pinned=True)
+    lisbon.superseded_by = porto
+    lisbon.save()
+    corrected = fact("", attribute="partner", corrected="my partner is Alex")
+    ana = fact("", attribute="partner")
+    corrected.superseded_by = ana
+    corrected.save()
+    fact("", attribute="about")
+    shown = facts.current_for_index(owner, "where do I live?")
+    assert [f.pk for f in shown] == [f.pk for f in facts.ranked(owner, "the user")]
+    lines = [facts.fact_line(f) for f in shown]
+    # What fact_line says of a fact read by the ORM, with what it replaced prefetched.
+    assert lines == [
+        facts.fact_line(f) for f in facts.ranked(owner, "the user").prefetch_related("supersedes")
+    ]
+    assert "; was: Lisbon)" in lines[0]
+    assert any("; was: my partner is Alex)" in line for line in lines)
+    assert sum("; was:" in line for line in lines) == 2
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_turn_reads_its_facts_and_its_matches_neighbours_on_a_search_worker(owner, conversation, settings):
     settings.INDEX_FULL_MAX = 1  # a memory the turn searches (not one listed whole)

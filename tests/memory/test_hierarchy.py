@@ -277,3 +277,50 @@ def test_every_pinned_message_gets_in_even_when_they_would_fill_the_index(owner,
     # Past half the memory zone, pinned messages come as short quotes: the rest keeps room.
     assert plan.text.count("(pinned; read with get_message_by_id)") >= 2
     assert count_tokens(pinned_part) < plan.tokens_by_zone["memory"]
+
+
+def test_the_boundaries_are_those_of_the_whole_walk_of_the_newest_messages(owner, history):
+    from django.conf import settings
+    from django.db.models.fields.json import KeyTextTransform
+    from django.db.models.functions import Left
+
+    from memory.organizing import hierarchy
+
+    aside = store_message(owner, history["conv"], "user", "An aside, deleted: no level shows it.")
+    delete_message(owner, aside.pk)
+    for size in (4, 5, 8, 13, 30):
+        settings.HIERARCHY_ARCHIVE_THRESHOLD = size
+        settings.HIERARCHY_META_THRESHOLD = min(6, size - 1)
+        walk = hierarchy._live(owner).order_by("-timestamp", "-id")
+        keys = list(walk.values_list("timestamp", "id")[: size + 1])
+        assert hierarchy.boundaries(owner) == hierarchy.boundaries_of(keys)
+        with_lines = walk.annotate(
+            head=Left("content", 1000), written=KeyTextTransform("summary", "metadata")
+        ).values_list("timestamp", "id", "role", "head", "written")[: size + 1]
+        expected = hierarchy.boundaries_of(list(with_lines), lines=True)
+        assert hierarchy.boundaries(owner, lines=True) == expected
+    assert expected.active and len(expected.summary_lines) == 4
+
+
+def test_the_levels_topics_are_those_topics_at_finds_oldest_first(owner, history, settings):
+    from memory.organizing import hierarchy
+
+    # A second leaf under baking, and an old root of its own: ARCHIVE holds both roots' trees.
+    extra = _topic(owner, "rye", history["old"][:2], parent=history["baking"])
+    lone = _topic(owner, "lone", history["old"][2:4])
+    for limit in (1, 8):
+        settings.TOPIC_MAX_CHILDREN = limit
+        rows = hierarchy.level_rows(owner)
+        b = rows.boundaries
+        for level in (hierarchy.Level.ARCHIVE, hierarchy.Level.META):
+            expected = list(
+                hierarchy.topics_at(owner, b, level).order_by("-period_end")[: limit * 2]
+            )[::-1]
+            assert [t.pk for t in rows.topics[level]] == [t.pk for t in expected]
+            for shown, t in zip(rows.topics[level], expected, strict=True):
+                line = (shown.label, shown.summary, shown.message_count)
+                assert line == (t.label, t.summary, t.message_count)
+                assert (shown.period_start, shown.period_end) == (t.period_start, t.period_end)
+    assert {t.pk for t in rows.topics[hierarchy.Level.ARCHIVE]} >= {history["baking"].pk, lone.pk}
+    assert extra.pk not in {t.pk for level in rows.topics.values() for t in level}
+    assert [t.pk for t in rows.topics[hierarchy.Level.META]] == [history["bicycles"].pk]

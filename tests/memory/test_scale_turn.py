@@ -209,3 +209,23 @@ def test_bench_scale_loads_the_same_history_wherever_it_is_loaded():
 
     a, b = history("bench_same_a"), history("bench_same_b")
     assert len(a) == 60 and a == b
+
+
+@pytest.mark.django_db(transaction=True)
+def test_bench_scale_sequential_runs_every_step_of_a_turn_on_its_thread(capsys, monkeypatch):
+    import threading
+
+    from memory.finding import candidates
+
+    threads = set()
+    real = candidates._vector_candidates
+
+    def vector_candidates(*args, **kwargs):
+        threads.add(threading.current_thread().name)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(candidates, "_vector_candidates", vector_candidates)
+    call_command("bench_scale", sizes="60", database="", turns=2, user="bench_sequential", sequential=True)
+    assert "search_vector_query" in capsys.readouterr().out
+    assert threads == {threading.current_thread().name}
+    assert candidates.PARALLEL_SEARCH  # only for the run

@@ -72,3 +72,25 @@ def test_outside_a_transaction_the_vector_search_runs_beside_the_keyword_search(
     assert [h.message_id for h in together.hits] == [h.message_id for h in in_turn.hits]
     assert "Lisbon" in together.hits[0].passage_text
     assert together.timings_ms["vector"] > 0 and "vector_after_keyword" in together.timings_ms
+
+
+def test_a_hit_in_a_chunk_is_its_messages_with_the_messages_external_id(owner, conversation, settings):
+    from memory.models import Message
+    from memory.storage.store import store_message
+
+    settings.INDEX_CHUNK_THRESHOLD = 100
+    words = " ".join(f"filler{i}" for i in range(60))
+    long = store_message(
+        owner, conversation, "user", f"{words} the kingfisher dives at dawn. {words}",
+        metadata={"external_id": "import-7"},
+    )
+    plain = store_message(
+        owner, conversation, "user", "a kingfisher on the fence", metadata={"external_id": 12}
+    )
+    assert Message.objects.filter(chunk_parent=long).exists()
+    hits = {h.message_id: h for h in search(owner, "kingfisher dives").hits}
+    chunk = hits[long.pk]
+    assert chunk.is_chunk and chunk.id != long.pk and chunk.type == "message"
+    assert chunk.external_id == "import-7" and chunk.conversation == conversation.pk
+    assert hits[plain.pk].external_id == 12 and not hits[plain.pk].is_chunk
+    assert hits[plain.pk].role == "user" and hits[plain.pk].timestamp == plain.timestamp

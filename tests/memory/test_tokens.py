@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
+
 from memory import tokens
 from memory.tokens import count_tokens, encoding
 
@@ -34,3 +38,34 @@ def test_a_text_over_the_long_cache_limit_is_counted_without_being_kept():
     before = tokens._count_long.cache_info().currsize
     assert count_tokens(huge) == _exact(huge)
     assert tokens._count_long.cache_info().currsize == before
+
+
+# Lines as an index writes them: words, numbers, quotes and punctuation, indents, tabs, empty
+# lines, newlines inside a line, and characters of several bytes.
+_PIECES = ["a", "Zo", " ", "  ", "\t", "'s", "'", '"', ":", "(", ")", "…", "↳", "é", "7", "2024",
+           "-", ".", "\n", "\r", "\r\n", "日本", "🙂", "_", "*", "- ", "    "]
+_LINE = st.lists(st.sampled_from(_PIECES), max_size=10).map("".join)
+
+
+@hypothesis_settings(max_examples=1500, deadline=None)
+@given(lines=st.lists(_LINE, max_size=10))
+def test_lines_joined_are_counted_exactly_without_encoding_the_whole_text(lines):
+    assert tokens.count_joined(lines) == _exact("\n".join(lines))
+
+
+def test_an_index_counted_by_its_lines_encodes_only_the_lines_it_has_not_seen(monkeypatch):
+    lines = ["Memory Levels:", "", '  - topic 1 "redis" (3 messages)', "FACTS:", "- the user lives in Porto"]
+    assert tokens.count_joined(lines) == _exact("\n".join(lines))
+    encoded = []
+    real = tokens.encoding()
+
+    class Spy:
+        def encode_ordinary(self, text):
+            encoded.append(text)
+            return real.encode_ordinary(text)
+
+    monkeypatch.setattr(tokens, "encoding", lambda: Spy())
+    more = [*lines, "- the user works at Acme"]
+    assert tokens.count_joined(more) == len(real.encode_ordinary("\n".join(more)))
+    # The lines before the last two were counted with the newline that follows them already.
+    assert encoded == ["- the user lives in Porto\n", "- the user works at Acme"]

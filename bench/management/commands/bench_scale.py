@@ -91,6 +91,11 @@ class Command(BaseCommand):
         )
         parser.add_argument("--profile", action="store_true", help="cProfile the measured turns")
         parser.add_argument(
+            "--sequential", action="store_true",
+            help="every step of a turn on its own thread, one after another: each step's figure "
+            "is its cost alone, with nothing of the turn running beside it",
+        )
+        parser.add_argument(
             "--window", type=int, default=0,
             help="the model's context window in tokens (default: CHAT_CONTEXT_TOKENS or CHAT_MODEL's)",
         )
@@ -126,7 +131,7 @@ class Command(BaseCommand):
                 continue
             fill_s = self._fill(user, bulk, stored, size) if size > stored else 0.0
             stored = size
-            rows.append(self._measure(user, stored, fill_s, opts))
+            rows.append(self._measured(user, stored, fill_s, opts))
         self.stdout.write("")
         self.stdout.write(
             "vectors of the bulk history are SYNTHETIC (random); its text is "
@@ -316,6 +321,16 @@ class Command(BaseCommand):
             )
 
     # --- measured turns -------------------------------------------------------------------------
+
+    def _measured(self, user, size: int, fill_s: float, opts) -> dict:
+        from memory.finding import candidates
+
+        parallel = candidates.PARALLEL_SEARCH
+        candidates.PARALLEL_SEARCH = parallel and not opts["sequential"]
+        try:
+            return self._measure(user, size, fill_s, opts)
+        finally:
+            candidates.PARALLEL_SEARCH = parallel
 
     def _measure(self, user, size: int, fill_s: float, opts) -> dict:
         from memory.context.budget import allocate
