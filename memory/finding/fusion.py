@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import heapq
 import json
 import math
 import re
@@ -54,6 +55,9 @@ PRESENT_POOL = 10
 # conversation with no gap over SESSION_GAP between them): evidence spread over a session.
 SESSION_SHARE = 0.1
 SESSION_GAP = dt.timedelta(hours=3)
+# Evidence spread over chats: in the final order, a turn loses DIVERSITY_SHIFT for each turn of its
+# own conversation already placed above it, so another chat's best turn can take a place.
+DIVERSITY_SHIFT = 0.0
 
 
 @dataclass
@@ -203,8 +207,7 @@ def fuse(
     _share_neighbour_scores(scores, chains)
     if boosts is not None and boosts.present:
         _lift_the_newest(scores, info)
-    ranked = sorted(scores.items(), key=lambda kv: -kv[1])[:limit]
-    return ranked, info
+    return _diversified(scores, info, limit), info
 
 
 def _shift_other_speakers(query: str, scores: dict[tuple[str, str], float], info: dict) -> None:
@@ -221,31 +224,65 @@ def _shift_other_speakers(query: str, scores: dict[tuple[str, str], float], info
             scores[key] -= SPEAKER_SHIFT
 
 
-def _share_session_scores(scores: dict[tuple[str, str], float], info: dict) -> None:
-    """Each turn gains SESSION_SHARE of the best score of its session (the candidates of one
-    conversation with no gap over SESSION_GAP between them, itself included): a turn among
-    others that match is likelier the answer than one alone (evidence spread over a session)."""
-    if not SESSION_SHARE:
-        return
+def _sessions(scores: dict[tuple[str, str], float], info: dict) -> dict[tuple[str, str], tuple[str, int]]:
+    """The session of each scored turn: the candidates of one conversation with no gap over
+    SESSION_GAP between them, as (conversation, its n-th session among the candidates). A turn
+    without a conversation or a time has none."""
     by_conversation: dict[str, list[tuple[dt.datetime, tuple[str, str]]]] = {}
     for key, entry in info.items():
         if key in scores and entry.get("conversation") and entry.get("timestamp") is not None:
             by_conversation.setdefault(entry["conversation"], []).append((entry["timestamp"], key))
-    base = dict(scores)
-    for turns in by_conversation.values():
+    sessions: dict[tuple[str, str], tuple[str, int]] = {}
+    for conversation, turns in by_conversation.items():
         turns.sort()
-        session: list[tuple[str, str]] = []
-        last = None
-        for when, key in [*turns, (None, None)]:
-            if session and (when is None or when - last > SESSION_GAP):
-                best = max(base[k] for k in session)
-                if best > 0:
-                    for k in session:
-                        scores[k] += SESSION_SHARE * best
-                session = []
-            if key is not None:
-                session.append(key)
-                last = when
+        number, last = 0, None
+        for when, key in turns:
+            if last is not None and when - last > SESSION_GAP:
+                number += 1
+            sessions[key] = (conversation, number)
+            last = when
+    return sessions
+
+
+def _share_session_scores(scores: dict[tuple[str, str], float], info: dict) -> None:
+    """Each turn gains SESSION_SHARE of the best score of its session (itself included): a turn
+    among others that match is likelier the answer than one alone (evidence spread over a
+    session)."""
+    if not SESSION_SHARE:
+        return
+    best: dict[tuple[str, int], float] = {}
+    sessions = _sessions(scores, info)
+    for key, session in sessions.items():
+        best[session] = max(best.get(session, scores[key]), scores[key])
+    for key, session in sessions.items():
+        if best[session] > 0:
+            scores[key] += SESSION_SHARE * best[session]
+
+
+def _diversified(
+    scores: dict[tuple[str, str], float], info: dict, limit: int
+) -> list[tuple[tuple[str, str], float]]:
+    """The best `limit` turns, best first, each having lost DIVERSITY_SHIFT for every turn of its
+    conversation placed before it: a chat whose many turns repeat the question's subject (a
+    request, the assistant's long answers) yields places to the best turns of other chats, where
+    a fact was told in passing; a clearly better turn of the same chat still comes first."""
+    if not DIVERSITY_SHIFT:
+        return sorted(scores.items(), key=lambda kv: -kv[1])[:limit]
+    chats = {key: entry["conversation"] for key, entry in info.items() if entry.get("conversation")}
+    placed: dict[Any, int] = {}
+    heap = [(-score, 0, key) for key, score in scores.items()]
+    heapq.heapify(heap)
+    ranked: list[tuple[tuple[str, str], float]] = []
+    while heap and len(ranked) < limit:
+        negative, seen, key = heapq.heappop(heap)
+        chat = chats.get(key, key)
+        if placed.get(chat, 0) != seen:  # its chat gained a place since: score it again
+            seen = placed[chat]
+            heapq.heappush(heap, (-(scores[key] - DIVERSITY_SHIFT * seen), seen, key))
+            continue
+        ranked.append((key, -negative))
+        placed[chat] = seen + 1
+    return ranked
 
 
 def _lift_the_newest(scores: dict[tuple[str, str], float], info: dict) -> None:
