@@ -57,7 +57,7 @@ SESSION_SHARE = 0.1
 SESSION_GAP = dt.timedelta(hours=3)
 # Evidence spread over chats: in the final order, a turn loses DIVERSITY_SHIFT for each turn of its
 # own conversation already placed above it, so another chat's best turn can take a place.
-DIVERSITY_SHIFT = 0.0
+DIVERSITY_SHIFT = 1.0
 
 
 @dataclass
