@@ -35,6 +35,10 @@ KEYWORD_WEIGHT = 1.0
 VECTOR_WEIGHT = 1.0
 PERIOD_BOOST = 1.0
 REPLY_SHARE = 0.2
+# A candidate one list did not return scores as that list's weakest return, but never lower than
+# ABSENT_Z below that list's mean (0: no bound): a long tail of weak keyword matches (a name said
+# in every other turn) must not sink a turn the vector list ranks high but that shares no word.
+ABSENT_Z = 0.5
 NEIGHBOR_SHARE = 0.4
 # How many of the best messages have their turns two replies away join the candidates (see
 # _neighbours_and_chains): the best one. More seeds cost recall on the dev split (5: -1 point).
@@ -127,7 +131,8 @@ def _standardised(values: dict[Any, float]) -> tuple[dict[Any, float], float]:
     mean = sum(values.values()) / n
     sd = math.sqrt(sum((v - mean) ** 2 for v in values.values()) / n) or 1.0
     z = {key: (v - mean) / sd for key, v in values.items()}
-    return z, min(z.values())
+    floor = min(z.values())
+    return z, max(floor, -ABSENT_Z) if ABSENT_Z else floor
 
 
 def fuse(

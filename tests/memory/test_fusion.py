@@ -55,3 +55,14 @@ def test_a_clearly_better_turn_of_the_same_chat_still_comes_first(monkeypatch, s
     scores = {("message", "a1"): 5.0, ("message", "a2"): second, ("message", "b1"): 3.0}
     info = {key: {"conversation": key[1][0]} for key in scores}
     assert [key[1] for key, _ in fusion._diversified(scores, info, 3)] == order
+
+
+def test_a_turn_one_list_did_not_return_loses_no_more_than_absent_z(monkeypatch):
+    monkeypatch.setattr(fusion, "ABSENT_Z", 0.5)
+    # One strong match and a long tail of weak ones: the weakest is far below the mean.
+    scores = {"strong": 10.0, **{f"weak{i}": 1.0 for i in range(8)}, "weakest": 0.1}
+    z, floor = fusion._standardised(scores)
+    assert min(z.values()) < -0.5
+    assert floor == -0.5
+    monkeypatch.setattr(fusion, "ABSENT_Z", 0.0)
+    assert fusion._standardised(scores)[1] == min(z.values())
