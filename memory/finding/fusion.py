@@ -2,8 +2,9 @@
 z-scores over its own candidates, weighted and summed; the period a question names lifts what
 was said then, or what names that period; the graph boost (memory.knowledge.graph); what the
 question asks for (memory.finding.intent) moves turns: whose words answer it, statements over
-questions, the newest for "now"; turns of a session that matches share its score; and turns near
-the best ones join the candidates and share scores with them.
+questions, the newest for "now"; turns of a session that matches share its score; turns near
+the best ones join the candidates and share scores with them; and in the final order one chat's
+many turns leave places to other chats' best.
 
 The weights and shares are tuned on the dev split of `manage.py eval_recall` (its --set tries
 other values: they are read from this module when a search runs).
@@ -59,6 +60,11 @@ PRESENT_POOL = 10
 # conversation with no gap over SESSION_GAP between them): evidence spread over a session.
 SESSION_SHARE = 0.1
 SESSION_GAP = dt.timedelta(hours=3)
+# Links from the first hits (pseudo-relevance feedback): the words of the LINK_SEEDS best turns
+# that the question lacks and only a few candidates hold (a name, a place, a thing) lift the
+# other candidates holding them, the best linked by LINK_SHARE.
+LINK_SHARE = 0.5
+LINK_SEEDS = 3
 # Evidence spread over chats: in the final order, a turn loses DIVERSITY_SHIFT for each turn of its
 # own conversation already placed above it, so another chat's best turn can take a place.
 DIVERSITY_SHIFT = 1.0
@@ -190,6 +196,8 @@ def fuse(
     if boosts is not None and boosts.text:
         # Graph-aware search (memory.knowledge.graph); GRAPH_SEARCH turns it off.
         graph.boost_scores(owner, boosts.text, scores, info, relevance=boosts.graph)
+    if boosts is not None:
+        _link_first_hits(boosts.text, scores, info)
     _share_session_scores(scores, info)
     try:
         neighbours, chains = _neighbours_and_chains(owner, scores, expand)
@@ -227,6 +235,40 @@ def _shift_other_speakers(query: str, scores: dict[tuple[str, str], float], info
     for key, entry in info.items():
         if key in scores and entry.get("speaker") and entry["speaker"] != named[0]:
             scores[key] -= SPEAKER_SHIFT
+
+
+_WORD = re.compile(r"[^\W\d_][\w'-]{3,}")
+
+
+def _link_first_hits(query: str, scores: dict[tuple[str, str], float], info: dict) -> None:
+    """The other candidates that share the first hits' rarer words gain up to LINK_SHARE: the
+    turn that names the subject often leads to the one that holds the fact ("since I moved
+    from my home country" ... "a gift from my grandma in my home country, Sweden")."""
+    if not LINK_SHARE or len(scores) < 4:
+        return
+
+    def words(text: str) -> set[str]:
+        return {w.lower() for w in _WORD.findall(text or "")}
+
+    asked = words(query)
+    bags = {key: words(info.get(key, {}).get("text", "")) for key in scores}
+    df: dict[str, int] = {}
+    for bag in bags.values():
+        for w in bag:
+            df[w] = df.get(w, 0) + 1
+    rare = max(2, len(bags) // 20)
+    seeds = sorted(scores, key=lambda key: -scores[key])[:LINK_SEEDS]
+    weights = {
+        w: math.log(len(bags) / df[w]) for key in seeds for w in bags[key] - asked if 1 < df[w] <= rare
+    }
+    if not weights:
+        return
+    linked = {key: sum(weights.get(w, 0.0) for w in bags[key]) for key in scores if key not in seeds}
+    best = max(linked.values(), default=0.0)
+    if best <= 0:
+        return
+    for key, weight in linked.items():
+        scores[key] += LINK_SHARE * weight / best
 
 
 def _sessions(scores: dict[tuple[str, str], float], info: dict) -> dict[tuple[str, str], tuple[str, int]]:

@@ -66,3 +66,23 @@ def test_a_turn_one_list_did_not_return_loses_no_more_than_absent_z(monkeypatch)
     assert floor == -0.5
     monkeypatch.setattr(fusion, "ABSENT_Z", 0.0)
     assert fusion._standardised(scores)[1] == min(z.values())
+
+
+def test_a_turn_sharing_the_first_hits_rarer_words_is_lifted(monkeypatch):
+    monkeypatch.setattr(fusion, "LINK_SHARE", 0.5)
+    texts = {
+        "seed": "I've known these friends since I moved from my home country.",
+        "fact": "This necklace is from my grandma in my home country, Sweden.",
+        "other": "The pottery class was fun, I made a bowl.",
+        **{f"filler{i}": f"We talked about the weather on day {i}." for i in range(40)},
+    }
+    info = {("message", k): {"text": t} for k, t in texts.items()}
+    monkeypatch.setattr(fusion, "LINK_SEEDS", 3)
+    # The seed first; the fact and the other turn below every filler.
+    scores = dict.fromkeys(info, 0.0)
+    scores |= {("message", "seed"): 3.0, ("message", "fact"): -1.0, ("message", "other"): -1.0}
+    fusion._link_first_hits("Where did she move from?", scores, info)
+    assert scores[("message", "fact")] == pytest.approx(-0.5)
+    assert scores[("message", "other")] == -1.0
+    # Words most candidates hold link nothing.
+    assert all(scores[("message", f"filler{i}")] == 0.0 for i in range(40))
