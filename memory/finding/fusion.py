@@ -2,8 +2,9 @@
 z-scores over its own candidates, weighted and summed; the period a question names lifts what
 was said then, or what names that period; the graph boost (memory.knowledge.graph); what the
 question asks for (memory.finding.intent) moves turns: whose words answer it, statements over
-questions, the newest for "now"; turns of a session that matches share its score; and turns near
-the best ones join the candidates and share scores with them.
+questions, the newest for "now"; turns of a session that matches share its score; turns near
+the best ones join the candidates and share scores with them; and in the final order one chat's
+many turns leave places to other chats' best.
 
 The weights and shares are tuned on the dev split of `manage.py eval_recall` (its --set tries
 other values: they are read from this module when a search runs).
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import heapq
 import json
 import math
 import re
@@ -34,6 +36,10 @@ KEYWORD_WEIGHT = 1.0
 VECTOR_WEIGHT = 1.0
 PERIOD_BOOST = 1.0
 REPLY_SHARE = 0.2
+# A candidate one list did not return scores as that list's weakest return, but never lower than
+# ABSENT_Z below that list's mean (0: no bound): a long tail of weak keyword matches (a name said
+# in every other turn) must not sink a turn the vector list ranks high but that shares no word.
+ABSENT_Z = 0.5
 NEIGHBOR_SHARE = 0.4
 # How many of the best messages have their turns two replies away join the candidates (see
 # _neighbours_and_chains): the best one. More seeds cost recall on the dev split (5: -1 point).
@@ -54,6 +60,16 @@ PRESENT_POOL = 10
 # conversation with no gap over SESSION_GAP between them): evidence spread over a session.
 SESSION_SHARE = 0.1
 SESSION_GAP = dt.timedelta(hours=3)
+# Links from the first hits (pseudo-relevance feedback): the words of the LINK_SEEDS best turns
+# that the question lacks and only a few candidates hold (a name, a place, a thing) lift the
+# other candidates holding them, the best linked by LINK_SHARE; read over the LINK_POOL best
+# candidates only (reading the words of every candidate's passage costs ~10 ms a search).
+LINK_SHARE = 0.5
+LINK_SEEDS = 3
+LINK_POOL = 100
+# Evidence spread over chats: in the final order, a turn loses DIVERSITY_SHIFT for each turn of its
+# own conversation already placed above it, so another chat's best turn can take a place.
+DIVERSITY_SHIFT = 1.0
 
 
 @dataclass
@@ -123,7 +139,8 @@ def _standardised(values: dict[Any, float]) -> tuple[dict[Any, float], float]:
     mean = sum(values.values()) / n
     sd = math.sqrt(sum((v - mean) ** 2 for v in values.values()) / n) or 1.0
     z = {key: (v - mean) / sd for key, v in values.items()}
-    return z, min(z.values())
+    floor = min(z.values())
+    return z, max(floor, -ABSENT_Z) if ABSENT_Z else floor
 
 
 def fuse(
@@ -181,6 +198,8 @@ def fuse(
     if boosts is not None and boosts.text:
         # Graph-aware search (memory.knowledge.graph); GRAPH_SEARCH turns it off.
         graph.boost_scores(owner, boosts.text, scores, info, relevance=boosts.graph)
+    if boosts is not None:
+        _link_first_hits(boosts.text, scores, info)
     _share_session_scores(scores, info)
     try:
         neighbours, chains = _neighbours_and_chains(owner, scores, expand)
@@ -203,8 +222,7 @@ def fuse(
     _share_neighbour_scores(scores, chains)
     if boosts is not None and boosts.present:
         _lift_the_newest(scores, info)
-    ranked = sorted(scores.items(), key=lambda kv: -kv[1])[:limit]
-    return ranked, info
+    return _diversified(scores, info, limit), info
 
 
 def _shift_other_speakers(query: str, scores: dict[tuple[str, str], float], info: dict) -> None:
@@ -221,31 +239,100 @@ def _shift_other_speakers(query: str, scores: dict[tuple[str, str], float], info
             scores[key] -= SPEAKER_SHIFT
 
 
-def _share_session_scores(scores: dict[tuple[str, str], float], info: dict) -> None:
-    """Each turn gains SESSION_SHARE of the best score of its session (the candidates of one
-    conversation with no gap over SESSION_GAP between them, itself included): a turn among
-    others that match is likelier the answer than one alone (evidence spread over a session)."""
-    if not SESSION_SHARE:
+_WORD = re.compile(r"\w{4,}")
+
+
+def _link_first_hits(query: str, scores: dict[tuple[str, str], float], info: dict) -> None:
+    """The other candidates that share the first hits' rarer words gain up to LINK_SHARE: the
+    turn that names the subject often leads to the one that holds the fact ("since I moved
+    from my home country" ... "a gift from my grandma in my home country, Sweden")."""
+    if not LINK_SHARE or len(scores) < 4:
         return
+
+    def words(text: str) -> set[str]:
+        return set(_WORD.findall((text or "").lower()))
+
+    asked = words(query)
+    pool = sorted(scores, key=lambda key: -scores[key])[:LINK_POOL]
+    bags = {key: words(info.get(key, {}).get("text", "")) for key in pool}
+    df: dict[str, int] = {}
+    for bag in bags.values():
+        for w in bag:
+            df[w] = df.get(w, 0) + 1
+    rare = max(2, len(bags) // 20)
+    seeds = pool[:LINK_SEEDS]
+    weights = {
+        w: math.log(len(bags) / df[w]) for key in seeds for w in bags[key] - asked if 1 < df[w] <= rare
+    }
+    if not weights:
+        return
+    linked = {key: sum(weights.get(w, 0.0) for w in bags[key]) for key in pool[LINK_SEEDS:]}
+    best = max(linked.values(), default=0.0)
+    if best <= 0:
+        return
+    for key, weight in linked.items():
+        scores[key] += LINK_SHARE * weight / best
+
+
+def _sessions(scores: dict[tuple[str, str], float], info: dict) -> dict[tuple[str, str], tuple[str, int]]:
+    """The session of each scored turn: the candidates of one conversation with no gap over
+    SESSION_GAP between them, as (conversation, its n-th session among the candidates). A turn
+    without a conversation or a time has none."""
     by_conversation: dict[str, list[tuple[dt.datetime, tuple[str, str]]]] = {}
     for key, entry in info.items():
         if key in scores and entry.get("conversation") and entry.get("timestamp") is not None:
             by_conversation.setdefault(entry["conversation"], []).append((entry["timestamp"], key))
-    base = dict(scores)
-    for turns in by_conversation.values():
+    sessions: dict[tuple[str, str], tuple[str, int]] = {}
+    for conversation, turns in by_conversation.items():
         turns.sort()
-        session: list[tuple[str, str]] = []
-        last = None
-        for when, key in [*turns, (None, None)]:
-            if session and (when is None or when - last > SESSION_GAP):
-                best = max(base[k] for k in session)
-                if best > 0:
-                    for k in session:
-                        scores[k] += SESSION_SHARE * best
-                session = []
-            if key is not None:
-                session.append(key)
-                last = when
+        number, last = 0, None
+        for when, key in turns:
+            if last is not None and when - last > SESSION_GAP:
+                number += 1
+            sessions[key] = (conversation, number)
+            last = when
+    return sessions
+
+
+def _share_session_scores(scores: dict[tuple[str, str], float], info: dict) -> None:
+    """Each turn gains SESSION_SHARE of the best score of its session (itself included): a turn
+    among others that match is likelier the answer than one alone (evidence spread over a
+    session)."""
+    if not SESSION_SHARE:
+        return
+    best: dict[tuple[str, int], float] = {}
+    sessions = _sessions(scores, info)
+    for key, session in sessions.items():
+        best[session] = max(best.get(session, scores[key]), scores[key])
+    for key, session in sessions.items():
+        if best[session] > 0:
+            scores[key] += SESSION_SHARE * best[session]
+
+
+def _diversified(
+    scores: dict[tuple[str, str], float], info: dict, limit: int
+) -> list[tuple[tuple[str, str], float]]:
+    """The best `limit` turns, best first, each having lost DIVERSITY_SHIFT for every turn of its
+    conversation placed before it: a chat whose many turns repeat the question's subject (a
+    request, the assistant's long answers) yields places to the best turns of other chats, where
+    a fact was told in passing; a clearly better turn of the same chat still comes first."""
+    if not DIVERSITY_SHIFT:
+        return sorted(scores.items(), key=lambda kv: -kv[1])[:limit]
+    chats = {key: entry["conversation"] for key, entry in info.items() if entry.get("conversation")}
+    placed: dict[Any, int] = {}
+    heap = [(-score, 0, key) for key, score in scores.items()]
+    heapq.heapify(heap)
+    ranked: list[tuple[tuple[str, str], float]] = []
+    while heap and len(ranked) < limit:
+        negative, seen, key = heapq.heappop(heap)
+        chat = chats.get(key, key)
+        if placed.get(chat, 0) != seen:  # its chat gained a place since: score it again
+            seen = placed[chat]
+            heapq.heappush(heap, (-(scores[key] - DIVERSITY_SHIFT * seen), seen, key))
+            continue
+        ranked.append((key, -negative))
+        placed[chat] = seen + 1
+    return ranked
 
 
 def _lift_the_newest(scores: dict[tuple[str, str], float], info: dict) -> None:
