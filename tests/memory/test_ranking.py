@@ -199,6 +199,8 @@ def test_a_turn_gets_a_share_of_the_score_of_the_turn_two_replies_away(owner, co
     ]
     retreat, _, fact, _, far = add_turns(owner, conversation, texts, linked=True)
     monkeypatch.setattr(fusion, "REPLY_SHARE", 0.0)
+    # The scores as fused: the final order's places (DIVERSITY_SHIFT) lower the later turns of one chat.
+    monkeypatch.setattr(fusion, "DIVERSITY_SHIFT", 0.0)
 
     def scores(share: float) -> dict[str, float]:
         monkeypatch.setattr(fusion, "NEIGHBOR_SHARE", share)
