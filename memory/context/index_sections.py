@@ -50,14 +50,12 @@ class Writer:
         return True
 
     def text(self) -> str:
-        text = "\n".join(self.lines)
         # Joined text can tokenise differently from its lines; drop lines until it fits.
         self.tokens = count_joined(self.lines)
         while self.lines and self.tokens > self.allowance:
             self.lines.pop()
-            text = "\n".join(self.lines)
             self.tokens = count_joined(self.lines)
-        return text
+        return "\n".join(self.lines)
 
 
 class DeadlinePassed(Exception):
