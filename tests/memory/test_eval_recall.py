@@ -14,12 +14,15 @@ from django.core.management.base import CommandError
 from django.db import connection
 
 from bench.management.commands.eval_recall import (
+    ABLATIONS,
     TUNABLES,
     Dataset,
     load_datasets,
     miss_lines,
     session_recall_at,
+    tunables_set,
 )
+from memory.finding import fusion
 from memory.finding.search import search
 from tests.memory.conftest import add_turns
 
@@ -142,6 +145,47 @@ def test_every_constant_set_can_try_is_held_by_the_module_it_sets():
     where nothing reads it, and the run would quietly measure the default."""
     for name, (module, _kind) in TUNABLES.items():
         assert hasattr(module, name), name
+
+
+def test_every_rule_ablate_turns_off_is_a_constant_set_can_try():
+    for label, changes in ABLATIONS.items():
+        assert changes and set(changes) <= set(TUNABLES), label
+
+
+def test_constants_set_for_a_block_are_put_back_after_it_even_on_an_error():
+    before = (fusion.PERIOD_BOOST, fusion.LINK_SEEDS)
+    with pytest.raises(RuntimeError), tunables_set({"PERIOD_BOOST": "0", "LINK_SEEDS": "7"}):
+        assert (fusion.PERIOD_BOOST, fusion.LINK_SEEDS) == (0.0, 7)
+        raise RuntimeError("a query failed")
+    assert before == (fusion.PERIOD_BOOST, fusion.LINK_SEEDS)
+
+
+def test_ablate_runs_hybrid_search_once_with_each_rule_off(eval_recall, monkeypatch):
+    """Every query is searched with all rules on, then once more with each rule off alone; the
+    constants are the module's own again after the run."""
+    from bench.management.commands import eval_recall as command
+
+    names = sorted({name for changes in ABLATIONS.values() for name in changes})
+    before = {name: getattr(TUNABLES[name][0], name) for name in names}
+    seen: list[frozenset[str]] = []  # per search, the constants that differed from their own
+
+    def recording(*args, **kwargs):
+        seen.append(frozenset(n for n in names if getattr(TUNABLES[n][0], n) != before[n]))
+        return search(*args, **kwargs)
+
+    monkeypatch.setattr(command, "search", recording)
+    out, table = eval_recall("--json", "--keep", "--ablate")
+    assert {name: getattr(TUNABLES[name][0], name) for name in names} == before
+    queries = json.loads(out)["queries"]
+    assert seen.count(frozenset()) == queries
+    for label, changes in ABLATIONS.items():
+        assert seen.count(frozenset(changes)) == queries, label
+    folder = json.loads(out)["datasets"]["eval-mini"]
+    assert list(folder["ablation"]) == list(ABLATIONS)
+    for label in ABLATIONS:
+        assert list(folder["ablation"][label]) == CATEGORIES, label
+    assert "hybrid recall@10 with each ranking rule off" in table
+    assert sum(1 for line in table.splitlines() if line.startswith(tuple(ABLATIONS))) == len(ABLATIONS)
 
 
 def test_limit_queries_takes_the_first_queries_of_each_conversation():
