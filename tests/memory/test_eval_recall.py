@@ -242,6 +242,26 @@ def test_a_question_date_that_is_no_date_is_refused(tmp_path):
         load_datasets([str(tmp_path)])
 
 
+def test_a_question_without_a_date_is_asked_just_after_the_historys_last_turn(tmp_path):
+    """LoCoMo's questions have no question_date: "last year" is the year before the chats
+    ended, not the year before the run."""
+    turns = [("h:1", "2023-05-08T13:56:00Z"), ("h:2", "2023-10-22T09:30:00Z"),
+             ("h:3", "2023-06-01T10:00:00Z")]
+    (tmp_path / "h.history.jsonl").write_text("".join(
+        json.dumps({"conversation": "s", "role": "user", "content": "hi", "timestamp": when,
+                    "external_id": turn}) + "\n"
+        for turn, when in turns
+    ))
+    (tmp_path / "h.queries.jsonl").write_text(
+        json.dumps({"query": "What did I do last year?", "expected": ["h:1"]}) + "\n"
+        + json.dumps({"query": "hi?", "expected": ["h:2"], "question_date": "2024-01-05T08:00:00Z"}) + "\n"
+    )
+    [dataset] = load_datasets([str(tmp_path)])
+    assert [q["as_of"].isoformat() for q in dataset.queries] == [
+        "2023-10-22T09:30:00+00:00", "2024-01-05T08:00:00+00:00"
+    ]
+
+
 def test_questions_are_asked_at_their_date_and_session_recall_is_printed_per_kind(eval_recall):
     out, err = eval_recall("--json", folder=SESSIONS)
     results = json.loads(out)["datasets"]["eval-sessions"]

@@ -16,6 +16,7 @@ the queries.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import logging
@@ -137,12 +138,15 @@ def load_datasets(
             continue
         if cid in datasets:
             raise CommandError(f"{history}: {cid!r} is already in {datasets[cid].history.parent}")
-        turns, sessions = {}, {}
+        turns, sessions, last = {}, {}, None
         for lineno, turn in read_jsonl(history):
             if not turn.get("external_id"):
                 raise CommandError(f"{history}:{lineno}: a turn without external_id can't be scored")
             turns[str(turn["external_id"])] = turn.get("content") or ""
             sessions[str(turn["external_id"])] = str(turn.get("conversation") or "")
+            with contextlib.suppress(CommandError):  # import_history reports a bad timestamp
+                when = question_moment(turn.get("timestamp"), f"{history}:{lineno}")
+                last = max(last, when) if last and when else when or last
         queries_file = history.with_name(f"{cid}.queries.jsonl")
         if not queries_file.is_file():
             raise CommandError(f"{history}: no {queries_file.name} beside it")
@@ -153,8 +157,10 @@ def load_datasets(
                 raise CommandError(f'{queries_file}:{lineno}: needs "query" and a list "expected"')
             if unknown := [e for e in expected if str(e) not in turns]:
                 raise CommandError(f"{queries_file}:{lineno}: no turn {unknown[0]!r} in {history.name}")
-            query = {**query, "expected": list(dict.fromkeys(map(str, expected))),
-                     "as_of": question_moment(query.get("question_date"), f"{queries_file}:{lineno}")}
+            # Asked at its question_date; without one, just after the history's last turn (when
+            # a person who had these chats would ask: "last year" is the year before that).
+            asked = question_moment(query.get("question_date"), f"{queries_file}:{lineno}")
+            query = {**query, "expected": list(dict.fromkeys(map(str, expected))), "as_of": asked or last}
             queries.append(query)
         datasets[cid] = Dataset(cid, history, turns, queries[:limit_queries], sessions)
     if only and (unknown := sorted(set(only) - set(datasets))):
