@@ -184,8 +184,9 @@ def test_ablate_runs_hybrid_search_once_with_each_rule_off(eval_recall, monkeypa
     assert list(folder["ablation"]) == list(ABLATIONS)
     for label in ABLATIONS:
         assert list(folder["ablation"][label]) == CATEGORIES, label
-    assert "hybrid recall@10 with each ranking rule off" in table
-    assert sum(1 for line in table.splitlines() if line.startswith(tuple(ABLATIONS))) == len(ABLATIONS)
+    for k in (5, 10):
+        assert f"hybrid recall@{k} with each ranking rule off" in table
+    assert sum(1 for line in table.splitlines() if line.startswith(tuple(ABLATIONS))) == 2 * len(ABLATIONS)
 
 
 def test_limit_queries_takes_the_first_queries_of_each_conversation():

@@ -84,6 +84,7 @@ ABLATIONS: dict[str, dict[str, str]] = {
     "absent floor": {"ABSENT_Z": "0"},
     "graph": {"GRAPH_SEARCH": "0"},
 }
+ABLATION_KS = (5, 10)
 # Passages taken from each candidate list on its own: what search() takes for 25 results.
 CANDIDATES = max(50, max(KS) * 5)
 # scikit-learn's stop words with Snowball stemming reproduce the dataset README's 59.2%
@@ -359,7 +360,7 @@ class Command(BaseCommand):
                             help=f"the scratch database's name (default {SCRATCH_DB})")
         parser.add_argument("--ablate", action="store_true",
                             help="also run hybrid search once with each ranking rule off ("
-                            + ", ".join(ABLATIONS) + ") and print recall@10 per kind for each")
+                            + ", ".join(ABLATIONS) + ") and print recall@5 and @10 per kind for each")
         parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                             help="try a ranking constant for this run: one of "
                             + ", ".join(sorted(TUNABLES)) + " (context ones apply at import: "
@@ -506,20 +507,22 @@ class Command(BaseCommand):
 
     @staticmethod
     def _ablation_rows(out, folder: str, hybrid: dict, ablation: dict) -> None:
-        """Hybrid recall@10 per kind with every rule on, then with each rule off (the change in
-        points beside it)."""
+        """Hybrid recall@5 and @10 per kind with every rule on, then with each rule off (the
+        change in points beside it)."""
         kinds = list(hybrid)
-        out.write(f"{folder}: hybrid recall@10 with each ranking rule off (points against all rules on)")
-        out.write("")
-        out.write(f"{'rule off':<16}" + "".join(f"{kind[:16]:>18}" for kind in kinds))
-        out.write(f"{'(none)':<16}" + "".join(f"{hybrid[kind]['recall@10']:>18.1%}" for kind in kinds))
-        for label, by_kind in ablation.items():
-            cells = []
-            for kind in kinds:
-                value = by_kind[kind]["recall@10"]
-                cells.append(f"{value:>10.1%} ({100 * (value - hybrid[kind]['recall@10']):+.1f})")
-            out.write(f"{label:<16}" + "".join(f"{cell:>18}" for cell in cells))
-        out.write("")
+        for k in ABLATION_KS:
+            key = f"recall@{k}"
+            out.write(f"{folder}: hybrid recall@{k} with each ranking rule off (points against all rules on)")
+            out.write("")
+            out.write(f"{'rule off':<16}" + "".join(f"{kind[:16]:>18}" for kind in kinds))
+            out.write(f"{'(none)':<16}" + "".join(f"{hybrid[kind][key]:>18.1%}" for kind in kinds))
+            for label, by_kind in ablation.items():
+                cells = [
+                    f"{by_kind[kind][key]:>10.1%} ({100 * (by_kind[kind][key] - hybrid[kind][key]):+.1f})"
+                    for kind in kinds
+                ]
+                out.write(f"{label:<16}" + "".join(f"{cell:>18}" for cell in cells))
+            out.write("")
 
     @staticmethod
     def _rows(out, by_method: dict, headers: list[str], keys: list[str]) -> None:
