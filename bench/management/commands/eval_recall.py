@@ -11,7 +11,8 @@ one's memory is touched. Then every query goes to four searches over the same tu
 - keyword, dense: the two candidate lists search() fuses, each on its own.
 
 Turn recall@k: the share of a query's expected turns among its first k results, averaged over
-the queries.
+the queries. A query is asked at its `question_date`, or without one just after its history's
+last turn. --ablate adds hybrid search with each ranking rule off in turn (ABLATIONS).
 """
 
 from __future__ import annotations
@@ -263,9 +264,13 @@ def bm25_ranker(dataset: Dataset) -> Callable[[str], list[str]]:
 Ranker = Callable[[str, "dt.datetime | None"], list[str]]
 
 
-def rankers(user, dataset: Dataset) -> dict[str, Ranker]:
-    """The four searches over one user's memory of `dataset`: each gives a query's turn ids
-    (external ids) in rank order, for the query asked at a moment (None: now)."""
+METHODS = ("hybrid", "bm25", "keyword", "dense")
+
+
+def rankers(user, dataset: Dataset, only: tuple[str, ...] = METHODS) -> dict[str, Ranker]:
+    """The four searches over one user's memory of `dataset` (or those `only` names): each
+    gives a query's turn ids (external ids) in rank order, for the query asked at a moment
+    (None: now)."""
     turn_of = dict(Message.objects.owned_by(user).logical().values_list("pk", "external_id"))
 
     def hybrid(query: str, as_of) -> list[str]:
@@ -280,8 +285,11 @@ def rankers(user, dataset: Dataset) -> dict[str, Ranker]:
         rows = _vector_candidates(user, query, SearchFilters(), CANDIDATES, SearchResults(query))
         return [turn_of.get(row[2]) for row in rows]
 
-    bm25 = bm25_ranker(dataset)
-    return {"hybrid": hybrid, "bm25": lambda query, as_of: bm25(query), "keyword": keyword, "dense": dense}
+    methods: dict[str, Ranker] = {"hybrid": hybrid, "keyword": keyword, "dense": dense}
+    if "bm25" in only:  # its index is built from every turn's text
+        bm25 = bm25_ranker(dataset)
+        methods["bm25"] = lambda query, as_of: bm25(query)
+    return {method: methods[method] for method in only}
 
 
 @contextmanager
@@ -449,8 +457,8 @@ class Command(BaseCommand):
         return import_history_as_user(dataset.id, dataset.history, self.stderr, storable)
 
     def _run_queries(
-        self, datasets: list[Dataset], users: dict,
-        only: tuple[str, ...] = ("hybrid", "bm25", "keyword", "dense"), changes: dict[str, str] | None = None,
+        self, datasets: list[Dataset], users: dict, only: tuple[str, ...] = METHODS,
+        changes: dict[str, str] | None = None,
     ):
         """Every query through every method (or those `only` names), asked at its question_date
         when it has one, with the ranking constants of `changes` set meanwhile (put back after):
@@ -466,7 +474,7 @@ class Command(BaseCommand):
         misses: list[str] = []
         with Progress(sum(len(d.queries) for d in datasets), f"queries {note}".strip()) as bar:
             for dataset in datasets:
-                methods = {m: run for m, run in rankers(users[dataset.id], dataset).items() if m in only}
+                methods = rankers(users[dataset.id], dataset, only)
                 for query in dataset.queries:
                     category = query.get("category") or "none"
                     expected_sessions = [str(s) for s in query.get("expected_sessions") or []]
