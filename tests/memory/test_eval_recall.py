@@ -14,12 +14,15 @@ from django.core.management.base import CommandError
 from django.db import connection
 
 from bench.management.commands.eval_recall import (
+    ABLATIONS,
     TUNABLES,
     Dataset,
     load_datasets,
     miss_lines,
     session_recall_at,
+    tunables_set,
 )
+from memory.finding import fusion
 from memory.finding.search import search
 from tests.memory.conftest import add_turns
 
@@ -144,6 +147,48 @@ def test_every_constant_set_can_try_is_held_by_the_module_it_sets():
         assert hasattr(module, name), name
 
 
+def test_every_rule_ablate_turns_off_is_a_constant_set_can_try():
+    for label, changes in ABLATIONS.items():
+        assert changes and set(changes) <= set(TUNABLES), label
+
+
+def test_constants_set_for_a_block_are_put_back_after_it_even_on_an_error():
+    before = (fusion.PERIOD_BOOST, fusion.LINK_SEEDS)
+    with pytest.raises(RuntimeError), tunables_set({"PERIOD_BOOST": "0", "LINK_SEEDS": "7"}):
+        assert (fusion.PERIOD_BOOST, fusion.LINK_SEEDS) == (0.0, 7)
+        raise RuntimeError("a query failed")
+    assert before == (fusion.PERIOD_BOOST, fusion.LINK_SEEDS)
+
+
+def test_ablate_runs_hybrid_search_once_with_each_rule_off(eval_recall, monkeypatch):
+    """Every query is searched with all rules on, then once more with each rule off alone; the
+    constants are the module's own again after the run."""
+    from bench.management.commands import eval_recall as command
+
+    names = sorted({name for changes in ABLATIONS.values() for name in changes})
+    before = {name: getattr(TUNABLES[name][0], name) for name in names}
+    seen: list[frozenset[str]] = []  # per search, the constants that differed from their own
+
+    def recording(*args, **kwargs):
+        seen.append(frozenset(n for n in names if getattr(TUNABLES[n][0], n) != before[n]))
+        return search(*args, **kwargs)
+
+    monkeypatch.setattr(command, "search", recording)
+    out, table = eval_recall("--json", "--keep", "--ablate")
+    assert {name: getattr(TUNABLES[name][0], name) for name in names} == before
+    queries = json.loads(out)["queries"]
+    assert seen.count(frozenset()) == queries
+    for label, changes in ABLATIONS.items():
+        assert seen.count(frozenset(changes)) == queries, label
+    folder = json.loads(out)["datasets"]["eval-mini"]
+    assert list(folder["ablation"]) == list(ABLATIONS)
+    for label in ABLATIONS:
+        assert list(folder["ablation"][label]) == CATEGORIES, label
+    for k in (5, 10):
+        assert f"hybrid recall@{k} with each ranking rule off" in table
+    assert sum(1 for line in table.splitlines() if line.startswith(tuple(ABLATIONS))) == 2 * len(ABLATIONS)
+
+
 def test_limit_queries_takes_the_first_queries_of_each_conversation():
     datasets = load_datasets([str(DATA)], limit_queries=2)
     assert [(d.id, len(d.queries), len(d.turns)) for d in datasets] == [("garden", 2, 10), ("islands", 2, 10)]
@@ -196,6 +241,26 @@ def test_a_question_date_that_is_no_date_is_refused(tmp_path):
     )
     with pytest.raises(CommandError, match="question_date 'last Tuesday' is not an ISO 8601 date"):
         load_datasets([str(tmp_path)])
+
+
+def test_a_question_without_a_date_is_asked_just_after_the_historys_last_turn(tmp_path):
+    """LoCoMo's questions have no question_date: "last year" is the year before the chats
+    ended, not the year before the run."""
+    turns = [("h:1", "2023-05-08T13:56:00Z"), ("h:2", "2023-10-22T09:30:00Z"),
+             ("h:3", "2023-06-01T10:00:00Z")]
+    (tmp_path / "h.history.jsonl").write_text("".join(
+        json.dumps({"conversation": "s", "role": "user", "content": "hi", "timestamp": when,
+                    "external_id": turn}) + "\n"
+        for turn, when in turns
+    ))
+    (tmp_path / "h.queries.jsonl").write_text(
+        json.dumps({"query": "What did I do last year?", "expected": ["h:1"]}) + "\n"
+        + json.dumps({"query": "hi?", "expected": ["h:2"], "question_date": "2024-01-05T08:00:00Z"}) + "\n"
+    )
+    [dataset] = load_datasets([str(tmp_path)])
+    assert [q["as_of"].isoformat() for q in dataset.queries] == [
+        "2023-10-22T09:30:00+00:00", "2024-01-05T08:00:00+00:00"
+    ]
 
 
 def test_questions_are_asked_at_their_date_and_session_recall_is_printed_per_kind(eval_recall):

@@ -11,11 +11,13 @@ one's memory is touched. Then every query goes to four searches over the same tu
 - keyword, dense: the two candidate lists search() fuses, each on its own.
 
 Turn recall@k: the share of a query's expected turns among its first k results, averaged over
-the queries.
+the queries. A query is asked at its `question_date`, or without one just after its history's
+last turn. --ablate adds hybrid search with each ranking rule off in turn (ABLATIONS).
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import logging
@@ -68,6 +70,22 @@ TUNABLES: dict[str, tuple[Any, Callable[[str], Any]]] = {
     "GRAPH_SEARCH_HOPS": (settings, int),
     "GRAPH_MAX_SHARE": (settings, float),
 }
+# Each rule of the ranking, and the values that turn it off (--ablate): what each adds on a split.
+ABLATIONS: dict[str, dict[str, str]] = {
+    "period named": {"PERIOD_BOOST": "0"},
+    "reply share": {"REPLY_SHARE": "0"},
+    "neighbours": {"NEIGHBOR_SHARE": "0"},
+    "whose words": {"ROLE_SHIFT": "0"},
+    "named speaker": {"SPEAKER_SHIFT": "0"},
+    "statements": {"QUESTION_SHIFT": "0"},
+    "newest for now": {"PRESENT_BOOST": "0"},
+    "session share": {"SESSION_SHARE": "0"},
+    "links": {"LINK_SHARE": "0"},
+    "other chats": {"DIVERSITY_SHIFT": "0"},
+    "absent floor": {"ABSENT_Z": "0"},
+    "graph": {"GRAPH_SEARCH": "0"},
+}
+ABLATION_KS = (5, 10)
 # Passages taken from each candidate list on its own: what search() takes for 25 results.
 CANDIDATES = max(50, max(KS) * 5)
 # scikit-learn's stop words with Snowball stemming reproduce the dataset README's 59.2%
@@ -122,12 +140,15 @@ def load_datasets(
             continue
         if cid in datasets:
             raise CommandError(f"{history}: {cid!r} is already in {datasets[cid].history.parent}")
-        turns, sessions = {}, {}
+        turns, sessions, last = {}, {}, None
         for lineno, turn in read_jsonl(history):
             if not turn.get("external_id"):
                 raise CommandError(f"{history}:{lineno}: a turn without external_id can't be scored")
             turns[str(turn["external_id"])] = turn.get("content") or ""
             sessions[str(turn["external_id"])] = str(turn.get("conversation") or "")
+            with contextlib.suppress(CommandError):  # import_history reports a bad timestamp
+                when = question_moment(turn.get("timestamp"), f"{history}:{lineno}")
+                last = max(last, when) if last and when else when or last
         queries_file = history.with_name(f"{cid}.queries.jsonl")
         if not queries_file.is_file():
             raise CommandError(f"{history}: no {queries_file.name} beside it")
@@ -138,8 +159,10 @@ def load_datasets(
                 raise CommandError(f'{queries_file}:{lineno}: needs "query" and a list "expected"')
             if unknown := [e for e in expected if str(e) not in turns]:
                 raise CommandError(f"{queries_file}:{lineno}: no turn {unknown[0]!r} in {history.name}")
-            query = {**query, "expected": list(dict.fromkeys(map(str, expected))),
-                     "as_of": question_moment(query.get("question_date"), f"{queries_file}:{lineno}")}
+            # Asked at its question_date; without one, just after the history's last turn (when
+            # a person who had these chats would ask: "last year" is the year before that).
+            asked = question_moment(query.get("question_date"), f"{queries_file}:{lineno}")
+            query = {**query, "expected": list(dict.fromkeys(map(str, expected))), "as_of": asked or last}
             queries.append(query)
         datasets[cid] = Dataset(cid, history, turns, queries[:limit_queries], sessions)
     if only and (unknown := sorted(set(only) - set(datasets))):
@@ -241,9 +264,13 @@ def bm25_ranker(dataset: Dataset) -> Callable[[str], list[str]]:
 Ranker = Callable[[str, "dt.datetime | None"], list[str]]
 
 
-def rankers(user, dataset: Dataset) -> dict[str, Ranker]:
-    """The four searches over one user's memory of `dataset`: each gives a query's turn ids
-    (external ids) in rank order, for the query asked at a moment (None: now)."""
+METHODS = ("hybrid", "bm25", "keyword", "dense")
+
+
+def rankers(user, dataset: Dataset, only: tuple[str, ...] = METHODS) -> dict[str, Ranker]:
+    """The four searches over one user's memory of `dataset` (or those `only` names): each
+    gives a query's turn ids (external ids) in rank order, for the query asked at a moment
+    (None: now)."""
     turn_of = dict(Message.objects.owned_by(user).logical().values_list("pk", "external_id"))
 
     def hybrid(query: str, as_of) -> list[str]:
@@ -258,8 +285,11 @@ def rankers(user, dataset: Dataset) -> dict[str, Ranker]:
         rows = _vector_candidates(user, query, SearchFilters(), CANDIDATES, SearchResults(query))
         return [turn_of.get(row[2]) for row in rows]
 
-    bm25 = bm25_ranker(dataset)
-    return {"hybrid": hybrid, "bm25": lambda query, as_of: bm25(query), "keyword": keyword, "dense": dense}
+    methods: dict[str, Ranker] = {"hybrid": hybrid, "keyword": keyword, "dense": dense}
+    if "bm25" in only:  # its index is built from every turn's text
+        bm25 = bm25_ranker(dataset)
+        methods["bm25"] = lambda query, as_of: bm25(query)
+    return {method: methods[method] for method in only}
 
 
 @contextmanager
@@ -336,6 +366,9 @@ class Command(BaseCommand):
                                  "exists (run once without --keep after changing how memory is stored)")
         parser.add_argument("--scratch-db", default=SCRATCH_DB, metavar="NAME",
                             help=f"the scratch database's name (default {SCRATCH_DB})")
+        parser.add_argument("--ablate", action="store_true",
+                            help="also run hybrid search once with each ranking rule off ("
+                            + ", ".join(ABLATIONS) + ") and print recall@5 and @10 per kind for each")
         parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                             help="try a ranking constant for this run: one of "
                             + ", ".join(sorted(TUNABLES)) + " (context ones apply at import: "
@@ -347,9 +380,8 @@ class Command(BaseCommand):
             name, _, value = assignment.partition("=")
             if name not in TUNABLES or not value:
                 raise CommandError(f"--set takes NAME=VALUE with NAME one of {', '.join(sorted(TUNABLES))}")
-            module, kind = TUNABLES[name]
             try:
-                setattr(module, name, kind(value))
+                set_tunable(name, value)
             except ValueError:
                 raise CommandError(f"--set {name}: {value!r} is not a valid value") from None
             self.stderr.write(f"note: {name} = {value} for this run")
@@ -364,6 +396,10 @@ class Command(BaseCommand):
             users = {d.id: self._import(d) for d in datasets}
             import_s = time.perf_counter() - started
             scores, misses, seconds = self._run_queries(datasets, users)
+            ablated = {
+                label: self._run_queries(datasets, users, ("hybrid",), changes)[0]["hybrid"]
+                for label, changes in (ABLATIONS.items() if opts["ablate"] else ())
+            }
         if opts["verbose_misses"]:
             for line in misses:
                 out.write(line)
@@ -393,6 +429,11 @@ class Command(BaseCommand):
         n_queries = sum(len(d.queries) for d in datasets)
         ms_per_query = {m: round(1000 * s / max(1, n_queries), 1) for m, s in seconds.items()}
         for folder, results in by_folder.items():
+            if ablated:
+                results["ablation"] = {
+                    label: summarise([r for r in rows if r.folder == folder])
+                    for label, rows in ablated.items()
+                }
             self._table(out, folder, results, embedder)
         for method, label in labels.items():
             out.write(f"{method:<9}{label}")
@@ -415,16 +456,25 @@ class Command(BaseCommand):
         storable = sum(1 for text in dataset.turns.values() if text.strip())
         return import_history_as_user(dataset.id, dataset.history, self.stderr, storable)
 
-    def _run_queries(self, datasets: list[Dataset], users: dict):
-        """Every query through every method, asked at its question_date when it has one: (per
-        method, a Scored row per query; hybrid's misses at 10 as printable lines; seconds per
-        method)."""
-        scores: dict[str, list[Scored]] = {m: [] for m in ("hybrid", "bm25", "keyword", "dense")}
+    def _run_queries(
+        self, datasets: list[Dataset], users: dict, only: tuple[str, ...] = METHODS,
+        changes: dict[str, str] | None = None,
+    ):
+        """Every query through every method (or those `only` names), asked at its question_date
+        when it has one, with the ranking constants of `changes` set meanwhile (put back after):
+        (per method, a Scored row per query; hybrid's misses at 10 as printable lines; seconds
+        per method)."""
+        changes = changes or {}
+        with tunables_set(changes):
+            return self._queries(datasets, users, only, ", ".join(f"{k}={v}" for k, v in changes.items()))
+
+    def _queries(self, datasets: list[Dataset], users: dict, only: tuple[str, ...], note: str):
+        scores: dict[str, list[Scored]] = {m: [] for m in only}
         seconds = dict.fromkeys(scores, 0.0)
         misses: list[str] = []
-        with Progress(sum(len(d.queries) for d in datasets), "queries") as bar:
+        with Progress(sum(len(d.queries) for d in datasets), f"queries {note}".strip()) as bar:
             for dataset in datasets:
-                methods = rankers(users[dataset.id], dataset)
+                methods = rankers(users[dataset.id], dataset, only)
                 for query in dataset.queries:
                     category = query.get("category") or "none"
                     expected_sessions = [str(s) for s in query.get("expected_sessions") or []]
@@ -453,12 +503,33 @@ class Command(BaseCommand):
         out.write("")
         self._rows(out, recall, [f"@{k}" for k in KS], [f"recall@{k}" for k in KS])
         out.write("")
+        if results.get("ablation"):
+            self._ablation_rows(out, folder, recall["hybrid"], results["ablation"])
         if sessions["hybrid"]:
             out.write(f"{folder}: session recall: whether any / all of a query's expected sessions are among "
                       "the sessions of its first k turns")
             out.write("")
             names = [f"{which}@{k}" for which in ("any", "all") for k in SESSION_KS]
             self._rows(out, sessions, names, names)
+            out.write("")
+
+    @staticmethod
+    def _ablation_rows(out, folder: str, hybrid: dict, ablation: dict) -> None:
+        """Hybrid recall@5 and @10 per kind with every rule on, then with each rule off (the
+        change in points beside it)."""
+        kinds = list(hybrid)
+        for k in ABLATION_KS:
+            key = f"recall@{k}"
+            out.write(f"{folder}: hybrid recall@{k} with each ranking rule off (points against all rules on)")
+            out.write("")
+            out.write(f"{'rule off':<16}" + "".join(f"{kind[:16]:>18}" for kind in kinds))
+            out.write(f"{'(none)':<16}" + "".join(f"{hybrid[kind][key]:>18.1%}" for kind in kinds))
+            for label, by_kind in ablation.items():
+                cells = [
+                    f"{by_kind[kind][key]:>10.1%} ({100 * (by_kind[kind][key] - hybrid[kind][key]):+.1f})"
+                    for kind in kinds
+                ]
+                out.write(f"{label:<16}" + "".join(f"{cell:>18}" for cell in cells))
             out.write("")
 
     @staticmethod
@@ -469,6 +540,25 @@ class Command(BaseCommand):
                 row = by_category[category]
                 head = f"{category:<26}{row['queries']:>8}" if i == 0 else " " * 34
                 out.write(f"{head}  {method:<9}" + "".join(f"{row[key]:>8.1%}" for key in keys))
+
+
+def set_tunable(name: str, value: str) -> None:
+    """Set one ranking constant of TUNABLES from its text (ValueError when it is no value)."""
+    module, kind = TUNABLES[name]
+    setattr(module, name, kind(value))
+
+
+@contextmanager
+def tunables_set(changes: dict[str, str]) -> Iterator[None]:
+    """Within this block, the ranking constants of `changes` hold their values; then their own."""
+    before = {name: getattr(TUNABLES[name][0], name) for name in changes}
+    try:
+        for name, value in changes.items():
+            set_tunable(name, value)
+        yield
+    finally:
+        for name, value in before.items():
+            setattr(TUNABLES[name][0], name, value)
 
 
 @dataclass
