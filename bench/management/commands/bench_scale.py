@@ -22,6 +22,7 @@ loaded history stays and the next run reuses it, adding only the rows a larger s
 from __future__ import annotations
 
 import math
+import os
 import random
 import statistics
 import time
@@ -352,6 +353,9 @@ class Command(BaseCommand):
         _vacuum()
         live = Conversation.objects.create(owner=user, title=f"live at {size}")
         costs, plan_tokens, prompt_tokens, over, tools, background = [], [], [], 0, [], []
+        # CPU of this process (every thread: the query's embedding, search workers) per turn:
+        # less swayed by the machine's other work than the clock.
+        cpu: list[float] = []
         allocation = allocate(opts.get("window") or None)
         sent: dict[str, list[int]] = {}
         strategy = ""
@@ -370,6 +374,7 @@ class Command(BaseCommand):
             if profiler and turn >= 0:
                 profiler.enable()
             t0 = time.perf_counter()
+            c0 = time.process_time()
             # As the chat does: the message's vector (the query's) is computed while the
             # message is stored; its passage gets the vector from background work afterwards.
             # prepare_context waits for the vector only when it searches.
@@ -390,6 +395,7 @@ class Command(BaseCommand):
                 gone_since_read(user, seen)
                 save_snapshot(plan, user, live, message)
             t3 = time.perf_counter()
+            c3 = time.process_time()
             if profiler and turn >= 0:
                 profiler.disable()
             # Background work, off the turn's path: the passage's vector (an HNSW insert).
@@ -399,6 +405,7 @@ class Command(BaseCommand):
                 store_message(user, live, "assistant", "warm-up answer", embed=False)
                 continue
             costs.append((t3 - t0) * 1000)
+            cpu.append((c3 - c0) * 1000)
             timings.setdefault("store_message", []).append((t1 - t0) * 1000)
             timings.setdefault("prepare_context", []).append((t_plan - t1) * 1000)
             timings.setdefault("read_by", []).append((t2 - t_plan) * 1000)
@@ -422,6 +429,7 @@ class Command(BaseCommand):
             "fill_s": fill_s,
             "p50": statistics.median(costs),
             "p95": _percentile(costs, 95),
+            "cpu": statistics.median(cpu),
             "plan": max(plan_tokens),
             "prompt": statistics.median(prompt_tokens),
             "history": history_tokens,
@@ -430,7 +438,8 @@ class Command(BaseCommand):
         }
         self.stdout.write(
             f"{size:>9,} msgs  fill {fill_s:6.1f}s  turn p50 {row['p50']:6.1f} ms  "
-            f"p95 {row['p95']:6.1f} ms  plan ≤{row['plan']} tok  prompt {row['prompt']:.0f} tok  "
+            f"p95 {row['p95']:6.1f} ms  cpu p50 {row['cpu']:5.1f} ms  "
+            f"plan ≤{row['plan']} tok  prompt {row['prompt']:.0f} tok  "
             f"history {history_tokens:,} tok  ({history_tokens / max(1, row['prompt']):,.0f}x)  "
             f"tools {statistics.median(tools):.0f}  over budget {over}  strategy {strategy}  "
             f"load {load}"
@@ -457,7 +466,12 @@ class Command(BaseCommand):
             import pstats
 
             out = io.StringIO()
-            pstats.Stats(profiler, stream=out).sort_stats("cumulative").print_stats(30)
+            stats = pstats.Stats(profiler, stream=out)
+            if os.environ.get("BENCH_PROFILE_DUMP"):
+                stats.dump_stats(os.environ["BENCH_PROFILE_DUMP"])
+            # Where the time is spent (cumulative), then which functions spend it themselves.
+            stats.sort_stats("cumulative").print_stats(30)
+            stats.sort_stats("tottime").print_stats(40)
             self.stdout.write(out.getvalue())
         return row
 
@@ -503,8 +517,6 @@ def _vacuum() -> None:
 
 def _loadavg() -> str:
     try:
-        import os
-
         return " ".join(f"{x:.2f}" for x in os.getloadavg())
     except OSError:
         return "?"
