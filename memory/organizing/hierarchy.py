@@ -28,7 +28,7 @@ from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Left
 from django.utils import timezone
 
-from memory.models import Message, Topic
+from memory.models import NOT_REMEMBERED, Message, Topic
 from memory.organizing.labels import count_of
 from memory.organizing.topics import first_sentence
 from memory.tokens import count_tokens, snip
@@ -231,9 +231,14 @@ def _period(t: Topic) -> str:
 
 def pinned_rows(owner) -> list[Message]:
     """The owner's pinned messages that are not deleted, newest pin first (at most
-    INDEX_PINNED_MAX)."""
+    INDEX_PINNED_MAX): _live(owner).pinned().order_by("-pinned_at", "-timestamp"), written out:
+    read on every turn, and building the queryset cost more than running it."""
     return list(
-        _live(owner).pinned().order_by("-pinned_at", "-timestamp")[: settings.INDEX_PINNED_MAX]
+        Message.objects.raw(
+            "SELECT * FROM memory_message WHERE owner_id = %s AND NOT deleted AND NOT is_chunk "
+            "AND NOT (metadata @> %s::jsonb) AND pinned ORDER BY pinned_at DESC, timestamp DESC LIMIT %s",
+            [owner.pk, json.dumps({NOT_REMEMBERED: True}), settings.INDEX_PINNED_MAX],
+        )
     )
 
 
