@@ -288,6 +288,9 @@ def test_the_boundaries_are_those_of_the_whole_walk_of_the_newest_messages(owner
 
     aside = store_message(owner, history["conv"], "user", "An aside, deleted: no level shows it.")
     delete_message(owner, aside.pk)
+    # Nor what memory does not keep (a chat started with "Remember new chats" off), the newest.
+    kept_out = Conversation.objects.create(owner=owner, title="not kept", remembered=False)
+    store_message(owner, kept_out, "user", "Not kept in memory: no level shows it.", embed=False)
     for size in (4, 5, 8, 13, 30):
         settings.HIERARCHY_ARCHIVE_THRESHOLD = size
         settings.HIERARCHY_META_THRESHOLD = min(6, size - 1)
