@@ -278,17 +278,25 @@ def fast_timestamps(cursor) -> None:
 def with_local_settings(values: dict[str, str], sql: str, params: list[Any]) -> list[tuple]:
     """The rows of `sql` run with `values` as transaction-local settings, in one round trip:
     outside a transaction the two statements of one message are Postgres' implicit
-    transaction, so the settings end with it; inside one, a savepoint keeps a failed query
-    (a statement timeout) from aborting the caller's transaction."""
+    transaction, so the settings end with it. Inside the caller's transaction they run in a
+    savepoint that is rolled back once the rows are read (`sql` only reads): a released
+    savepoint would keep the settings to the end of the caller's transaction, and its later
+    statements were planned with them (a tool's search in a chat turn: `enable_sort` off made
+    the neighbours' query walk every passage, ~100 ms at 100,000 messages); and a failed query
+    (a statement timeout) does not abort the caller's transaction."""
     names = list(values)
     settings_sql = "SELECT " + ", ".join("set_config(%s, %s, true)" for _ in names)
     settings_params = [v for name in names for v in (name, values[name])]
-    scope = transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext()
-    with scope, connection.cursor() as cursor:
-        fast_timestamps(cursor)
-        cursor.execute(f"{settings_sql}; {sql}", [*settings_params, *params])
-        cursor.nextset()
-        return cursor.fetchall()
+    savepoint = transaction.savepoint() if connection.in_atomic_block else None
+    try:
+        with connection.cursor() as cursor:
+            fast_timestamps(cursor)
+            cursor.execute(f"{settings_sql}; {sql}", [*settings_params, *params])
+            cursor.nextset()
+            return cursor.fetchall()
+    finally:
+        if savepoint is not None:
+            transaction.savepoint_rollback(savepoint)
 
 
 def _note_model_mismatch(other, model_name: str, results) -> None:

@@ -155,3 +155,43 @@ def test_a_search_reads_the_same_hits_with_fast_timestamps(owner, conversation, 
     slow = search(owner, "heron nests in spring", limit=10).hits
     assert [(h.id, h.timestamp, h.score) for h in fast] == [(h.id, h.timestamp, h.score) for h in slow]
     assert len(fast) == 10 and all(h.timestamp.tzinfo is slow[0].timestamp.tzinfo for h in fast)
+
+
+def _planner_settings():
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT current_setting('enable_sort'), current_setting('enable_seqscan'), "
+            "current_setting('hnsw.ef_search', true), current_setting('hnsw.iterative_scan', true)"
+        )
+        return cursor.fetchone()
+
+
+def test_a_search_in_a_transaction_leaves_its_planner_settings_behind(owner, conversation, settings):
+    from django.db import transaction
+
+    settings.INDEX_FULL_MAX = 0
+    add_turns(owner, conversation, [f"note {i}: the heron nests by the lake" for i in range(6)])
+    before = _planner_settings()
+    with transaction.atomic():
+        hits = search(owner, "heron nests", limit=5).hits
+        # The rest of the caller's transaction is planned as before: a tool's search in a chat
+        # turn had left enable_sort off, and the neighbours' query then walked every passage.
+        assert _planner_settings() == before
+    assert hits and _planner_settings() == before
+
+
+def test_a_timed_out_read_in_a_transaction_leaves_the_transaction_usable(owner):
+    from django.db import OperationalError, transaction
+
+    from memory.finding.candidates import with_local_settings
+
+    with transaction.atomic():
+        with pytest.raises(OperationalError):
+            with_local_settings({"statement_timeout": "20"}, "SELECT pg_sleep(0.5)", [])
+        assert with_local_settings({"enable_sort": "off"}, "SELECT current_setting('enable_sort')", []) == [
+            ("off",)
+        ]
+        assert _planner_settings()[0] == "on"
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+            assert cursor.fetchone() == (1,)
