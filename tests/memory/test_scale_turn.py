@@ -162,6 +162,8 @@ def test_bench_scale_prints_the_turns_cpu_and_keeps_its_profile(capsys, monkeypa
     cpu = float(line.split("cpu p50")[1].split("ms")[0])
     # The process's CPU over the turn: some, and no more than two cores' worth of its time.
     assert 0 < cpu <= 2 * turn_p50 + 1
+    tool = next(x for x in out.splitlines() if "search_and_retrieve call" in x)
+    assert float(tool.split("p50 ")[1].split(" ms")[0]) > 0
     assert "Ordered by: internal time" in out and "Ordered by: cumulative time" in out
     assert any("prepare_context" in f[2] for f in pstats.Stats(str(dump)).stats)
 

@@ -356,6 +356,7 @@ class Command(BaseCommand):
         # CPU of this process (every thread: the query's embedding, search workers) per turn:
         # less swayed by the machine's other work than the clock.
         cpu: list[float] = []
+        tool_calls: list[float] = []  # the model's search_and_retrieve after the turn, as a chat runs it
         allocation = allocate(opts.get("window") or None)
         sent: dict[str, list[int]] = {}
         strategy = ""
@@ -416,7 +417,8 @@ class Command(BaseCommand):
                 timings.setdefault(k, []).append(v)
             strategy = plan.strategy
             plan_tokens.append(plan.total_tokens)
-            used = _sent_to_model(user, live, allocation, plan, message)
+            used, tool_ms = _sent_to_model(user, live, allocation, plan, message)
+            tool_calls.append(tool_ms)
             for zone, tokens in used.items():
                 sent.setdefault(zone, []).append(tokens)
             prompt_tokens.append(sum(used.values()))
@@ -458,6 +460,10 @@ class Command(BaseCommand):
             f"{statistics.median(background):.1f} ms, p95 {_percentile(sorted(background), 95):.1f} ms"
         )
         self.stdout.write(
+            f"           the model's search_and_retrieve call (a tool round of the turn): p50 "
+            f"{statistics.median(tool_calls):.1f} ms, p95 {_percentile(sorted(tool_calls), 95):.1f} ms"
+        )
+        self.stdout.write(
             "           median ms: "
             + "  ".join(f"{k} {statistics.median(v):.1f}" for k, v in timings.items())
         )
@@ -476,9 +482,10 @@ class Command(BaseCommand):
         return row
 
 
-def _sent_to_model(user, conversation, allocation, plan, message) -> dict[str, int]:
+def _sent_to_model(user, conversation, allocation, plan, message) -> tuple[dict[str, int], float]:
     """The tokens of each zone of the request a chat turn sends after one round of tools: the
-    turn's own Prompt, with the result of a real search_and_retrieve for the message."""
+    turn's own Prompt, with the result of a real search_and_retrieve for the message; and that
+    call's milliseconds."""
     import json
 
     from memory.context.budget import Prompt, ToolResultText
@@ -486,10 +493,12 @@ def _sent_to_model(user, conversation, allocation, plan, message) -> dict[str, i
 
     prompt = Prompt.for_message(allocation, plan, message)
     arguments = {"query": message.content}
+    started = time.perf_counter()
     outcome = execute_tool(
         user, "search_and_retrieve", arguments, conversation=conversation,
         exclude_message_ids=[message.pk],
     )
+    tool_ms = (time.perf_counter() - started) * 1000
     result = outcome.result if outcome.ok else {"error": outcome.error}
     call = {
         "id": "call_bench",
@@ -500,7 +509,7 @@ def _sent_to_model(user, conversation, allocation, plan, message) -> dict[str, i
         "", [call], [ToolResultText("call_bench", json.dumps(result, default=str), outcome.summary or "")]
     )
     prompt.messages(plan.tools)
-    return dict(prompt.used)
+    return dict(prompt.used), tool_ms
 
 
 def _vacuum() -> None:
