@@ -655,13 +655,7 @@ def _read_ahead(
     periods: dict[str, PeriodSummary] = {}
     top: list[Topic] = []
     if plan.strategy == "hierarchical":
-        periods = {p.period: p for p in PeriodSummary.objects.owned_by(owner)}
-        top = list(
-            Topic.objects.owned_by(owner)
-            .filter(parent=None)
-            .only("label", "message_count", "period_start", "period_end", "order")
-            .order_by("order")[: settings.TOPIC_MAX_CHILDREN]
-        )
+        periods, top = _overview(owner)
     return _Ahead(
         tool_names=recently_used_tools or [],
         window=window,
@@ -673,6 +667,43 @@ def _read_ahead(
         facts=facts.current_for_index(owner, plan.query),
         ms=round((time.perf_counter() - started) * 1000, 2),
     )
+
+
+# The columns the hierarchical overview shows of the period summaries and of the top-level topics.
+_PERIOD_FIELDS = ("id", "period", "message_count", "top_topics")
+_TOPIC_FIELDS = ("id", "order", "label", "period_start", "period_end", "message_count")
+
+
+def _overview(owner) -> tuple[dict[str, PeriodSummary], list[Topic]]:
+    """The owner's period summaries by period, and the first TOPIC_MAX_CHILDREN top-level topics
+    in their order, those columns only (as .only() reads them), in one round trip: written out,
+    as the ORM's building of the two queries cost more than running them on every turn."""
+    # In the model's field order, as Model.from_db takes them.
+    period_columns = [f.attname for f in PeriodSummary._meta.concrete_fields if f.attname in _PERIOD_FIELDS]
+    topic_columns = [f.attname for f in Topic._meta.concrete_fields if f.attname in _TOPIC_FIELDS]
+    periods_list = ", ".join(f'"{c}"' for c in period_columns)
+    topics_list = ", ".join(f'"{c}"' for c in topic_columns)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {periods_list} FROM memory_periodsummary WHERE owner_id = %s; "
+            f"SELECT {topics_list} FROM memory_topic "
+            'WHERE owner_id = %s AND parent_id IS NULL ORDER BY "order" LIMIT %s',
+            [owner.pk, owner.pk, settings.TOPIC_MAX_CHILDREN],
+        )
+        period_rows = cursor.fetchall()
+        cursor.nextset()
+        topic_rows = cursor.fetchall()
+    alias = connection.alias
+    json_at = period_columns.index("top_topics")
+    periods: dict[str, PeriodSummary] = {}
+    for row in period_rows:
+        values = list(row)
+        # jsonb reaches a cursor as text (Django's adapters); JSONField would decode it.
+        values[json_at] = json.loads(values[json_at]) if values[json_at] is not None else None
+        summary = PeriodSummary.from_db(alias, period_columns, values)
+        periods[summary.period] = summary
+    top = [Topic.from_db(alias, topic_columns, row) for row in topic_rows]
+    return periods, top
 
 
 def _hit_limit(strategy: str) -> int:

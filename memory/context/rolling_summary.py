@@ -20,11 +20,12 @@ window that are not digested yet.
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 
 from memory.models import ConversationSummary, Message
 from memory.organizing import summaries
@@ -272,12 +273,20 @@ def for_plan(
     when the conversation has nothing before its window or no summary yet."""
     if not settings.CONVERSATION_SUMMARY or conversation is None or allowance <= 0:
         return "", {}
-    summary = ConversationSummary.objects.filter(conversation_id=conversation.pk, owner_id=owner.pk).first()
-    if summary is None or not summary.blocks:
+    # Written out: read on every turn, and the ORM's building of it cost more than running it.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT blocks FROM memory_conversationsummary WHERE conversation_id = %s AND owner_id = %s",
+            [conversation.pk, owner.pk],
+        )
+        row = cursor.fetchone()
+    # jsonb reaches a cursor as text (Django's adapters), as JSONField would read it.
+    stored = json.loads(row[0]) if row is not None and row[0] is not None else None
+    if not stored:
         return "", {}
     active = set(active_message_ids) if active_message_ids is not None else None
     blocks = []
-    for b in summary.blocks:
+    for b in stored:
         if window_start is not None and b["last_position"] >= window_start:
             break
         if active is not None and (b["first_id"] not in active or b["last_id"] not in active):

@@ -24,11 +24,9 @@ from typing import Any
 from django.conf import settings
 from django.db import connection
 from django.db.models import Q
-from django.db.models.fields.json import KeyTextTransform
-from django.db.models.functions import Left
 from django.utils import timezone
 
-from memory.models import Message, Topic
+from memory.models import NOT_REMEMBERED, Message, Topic
 from memory.organizing.labels import count_of
 from memory.organizing.topics import first_sentence
 from memory.tokens import count_tokens, snip
@@ -89,22 +87,32 @@ def _live(owner):
     return Message.objects.visible_to(owner).logical().remembered_or_in(None)
 
 
+# _live(owner)'s condition written out (owner, then _LIVE_PARAM): the turn's hot reads below,
+# where building the queryset cost more CPU than running it. Tests compare them with _live's.
+_LIVE_SQL = "owner_id = %s AND NOT deleted AND NOT is_chunk AND NOT (metadata @> %s::jsonb)"
+_LIVE_PARAM = json.dumps({NOT_REMEMBERED: True})
+
+
 def boundaries(owner, *, lines: bool = False) -> Boundaries:
     """Where each level starts: the keys of the messages HIERARCHY_RECENT_NODES, _META_THRESHOLD
     and _ARCHIVE_THRESHOLD back, read in one indexed walk of the newest keys. lines: that walk
     also reads what the plan's SUMMARY lines show of the messages it passes at that level."""
     fields = ["timestamp", "id"]
-    walk = _live(owner).order_by("-timestamp", "-id")
+    # A line is one sentence: the start of a message is enough to find its first one.
+    extra = ', role, left(content, 1000) AS head, metadata ->> \'summary\' AS written' if lines else ""
     if lines:
-        # A line is one sentence: the start of a message is enough to find its first one.
-        walk = walk.annotate(head=Left("content", 1000), written=KeyTextTransform("summary", "metadata"))
         fields += ["role", "head", "written"]
     recent, meta, archive = (
         settings.HIERARCHY_RECENT_NODES,
         settings.HIERARCHY_META_THRESHOLD,
         settings.HIERARCHY_ARCHIVE_THRESHOLD,
     )
-    inner, params = walk.values_list(*fields)[: archive + 1].query.sql_with_params()
+    # _live(owner).order_by("-timestamp", "-id").values_list(*fields)[: archive + 1], written out.
+    inner = (
+        f"SELECT timestamp, id{extra} FROM memory_message WHERE {_LIVE_SQL} "
+        "ORDER BY timestamp DESC, id DESC LIMIT %s"
+    )
+    params = [owner.pk, _LIVE_PARAM, archive + 1]
     # Of the walk's rows only those boundaries_of reads come back (the first, for their number;
     # the three boundaries; with lines, the SUMMARY-aged ones): a turn otherwise parsed every
     # row's time and read every row's start, two hundred of them, for a few dozen.
@@ -231,9 +239,14 @@ def _period(t: Topic) -> str:
 
 def pinned_rows(owner) -> list[Message]:
     """The owner's pinned messages that are not deleted, newest pin first (at most
-    INDEX_PINNED_MAX)."""
+    INDEX_PINNED_MAX): _live(owner).pinned().order_by("-pinned_at", "-timestamp"), written out:
+    read on every turn, and building the queryset cost more than running it."""
     return list(
-        _live(owner).pinned().order_by("-pinned_at", "-timestamp")[: settings.INDEX_PINNED_MAX]
+        Message.objects.raw(
+            f"SELECT * FROM memory_message WHERE {_LIVE_SQL} AND pinned "
+            "ORDER BY pinned_at DESC, timestamp DESC LIMIT %s",
+            [owner.pk, _LIVE_PARAM, settings.INDEX_PINNED_MAX],
+        )
     )
 
 

@@ -288,6 +288,9 @@ def test_the_boundaries_are_those_of_the_whole_walk_of_the_newest_messages(owner
 
     aside = store_message(owner, history["conv"], "user", "An aside, deleted: no level shows it.")
     delete_message(owner, aside.pk)
+    # Nor what memory does not keep (a chat started with "Remember new chats" off), the newest.
+    kept_out = Conversation.objects.create(owner=owner, title="not kept", remembered=False)
+    store_message(owner, kept_out, "user", "Not kept in memory: no level shows it.", embed=False)
     for size in (4, 5, 8, 13, 30):
         settings.HIERARCHY_ARCHIVE_THRESHOLD = size
         settings.HIERARCHY_META_THRESHOLD = min(6, size - 1)
@@ -324,3 +327,36 @@ def test_the_levels_topics_are_those_topics_at_finds_oldest_first(owner, history
     assert {t.pk for t in rows.topics[hierarchy.Level.ARCHIVE]} >= {history["baking"].pk, lone.pk}
     assert extra.pk not in {t.pk for level in rows.topics.values() for t in level}
     assert [t.pk for t in rows.topics[hierarchy.Level.META]] == [history["bicycles"].pk]
+
+
+def test_the_pinned_rows_are_those_of_the_whole_pinned_query(
+    owner, stranger, conversation, stranger_conversation, settings
+):
+    from memory.organizing import hierarchy
+
+    settings.INDEX_PINNED_MAX = 4
+    messages = add_turns(owner, conversation, [f"pinned note {i}" for i in range(7)], embed=False)
+    kept_out = Conversation.objects.create(owner=owner, title="not kept")
+    aside = store_message(owner, kept_out, "user", "not kept in memory", embed=False,
+                          metadata={"not_remembered": True})
+    theirs = store_message(stranger, stranger_conversation, "user", "a stranger's pin", embed=False)
+    for m in [*messages, aside, theirs]:
+        m.set_pinned(True)
+    delete_message(owner, messages[1].pk)
+    # Two pinned at the same moment: the newer message first.
+    Message.objects.filter(pk__in=[messages[5].pk, messages[6].pk]).update(pinned_at=messages[0].pinned_at)
+
+    def whole_query():
+        return list(
+            hierarchy._live(owner).pinned().order_by("-pinned_at", "-timestamp")[: settings.INDEX_PINNED_MAX]
+        )
+
+    for limit in (4, 20):
+        settings.INDEX_PINNED_MAX = limit
+        rows, expected = hierarchy.pinned_rows(owner), whole_query()
+        assert [m.pk for m in rows] == [m.pk for m in expected]
+        assert [(m.content, m.timestamp, m.role, m.pinned_at) for m in rows] == [
+            (m.content, m.timestamp, m.role, m.pinned_at) for m in expected
+        ]
+    assert aside.pk not in {m.pk for m in rows} and theirs.pk not in {m.pk for m in rows}
+    assert messages[1].pk not in {m.pk for m in rows} and len(rows) == 6

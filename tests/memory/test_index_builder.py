@@ -207,3 +207,44 @@ def test_topic_and_period_counts_the_model_reads_say_1_message(owner, conversati
     text = prepare_context(owner, conversation, "garden tomatoes").text
     assert re.search(r"(?<![\d,])1 message\b", text), text
     assert not re.search(r"(?<![\d,])1 messages\b", text), text
+
+
+@pytest.mark.django_db
+def test_the_overview_reads_the_period_summaries_and_top_topics_the_orm_reads(owner, stranger, settings):
+    import datetime as dt
+
+    from django.utils import timezone
+
+    from memory.context.index_builder import _overview
+    from memory.models import PeriodSummary, Topic
+
+    now = timezone.now()
+    for who in (owner, stranger):
+        PeriodSummary.objects.create(owner=who, period="today", message_count=3,
+                                     top_topics=[{"label": f"kites of {who.username}", "count": 2}])
+        PeriodSummary.objects.create(owner=who, period="older", message_count=90, top_topics=[])
+        for i in range(5):
+            root = Topic.objects.create(
+                owner=who, label=f"root {i} of {who.username}", level=0, order=(3 - i) % 4, message_count=i,
+                period_start=now - dt.timedelta(days=10 + i), period_end=now - dt.timedelta(days=i),
+            )
+            Topic.objects.create(owner=who, parent=root, label=f"leaf {i}", level=1, order=0, message_count=1)
+    for limit in (2, 8):
+        settings.TOPIC_MAX_CHILDREN = limit
+        periods, top = _overview(owner)
+        expected = {p.period: p for p in PeriodSummary.objects.owned_by(owner)}
+        assert {k: (p.message_count, p.top_topics) for k, p in periods.items()} == {
+            k: (p.message_count, p.top_topics) for k, p in expected.items()
+        }
+        orm = list(
+            Topic.objects.owned_by(owner).filter(parent=None)
+            .only("label", "message_count", "period_start", "period_end", "order").order_by("order")[:limit]
+        )
+        assert [t.order for t in top] == [t.order for t in orm]
+        # Equal orders may come in either order, from either query; the rest is the same.
+        def shown(topics):
+            return [(t.pk, t.label, t.message_count, t.period_start, t.period_end)
+                    for t in sorted(topics, key=lambda t: (t.order, t.pk))]
+
+        assert shown(top) == shown(orm)
+    assert periods["today"].top_topics == [{"label": "kites of " + owner.username, "count": 2}]

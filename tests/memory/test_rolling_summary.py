@@ -134,3 +134,15 @@ def test_offline_answers_stay_out_of_the_digest_even_those_marked_only_by_their_
     assert "heron" in digests and "tomatoes" in digests  # what the person said is digested
     for word in ("configured", "offline", "matches"):
         assert word not in digests.lower(), digests
+
+
+def test_the_plan_reads_no_summary_of_another_persons_conversation(
+    owner, stranger, conversation, small_window
+):
+    messages = _conversation(owner, conversation)
+    rolling_summary.update_for_messages(owner, [messages[-1].pk])
+    mine = rolling_summary.for_plan(owner, conversation, window_start=messages[-2].position,
+                                    active_message_ids=None, allowance=2000)
+    assert mine[0].startswith("Conversation Summary:") and mine[1]["blocks"] == 3
+    assert rolling_summary.for_plan(stranger, conversation, window_start=messages[-2].position,
+                                    active_message_ids=None, allowance=2000) == ("", {})

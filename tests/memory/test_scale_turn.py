@@ -149,6 +149,25 @@ def test_bench_scale_prints_what_the_model_is_sent_against_the_whole_history(cap
     assert history > sent and ratio == pytest.approx(history / sent, abs=0.06)
 
 
+@pytest.mark.django_db(transaction=True)
+def test_bench_scale_prints_the_turns_cpu_and_keeps_its_profile(capsys, monkeypatch, tmp_path):
+    import pstats
+
+    dump = tmp_path / "turns.prof"
+    monkeypatch.setenv("BENCH_PROFILE_DUMP", str(dump))
+    call_command("bench_scale", sizes="60", database="", turns=2, user="bench_cpu", profile=True)
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if "60 msgs  fill" in x)
+    turn_p50 = float(line.split("turn p50")[1].split("ms")[0])
+    cpu = float(line.split("cpu p50")[1].split("ms")[0])
+    # The process's CPU over the turn: some, and no more than two cores' worth of its time.
+    assert 0 < cpu <= 2 * turn_p50 + 1
+    tool = next(x for x in out.splitlines() if "search_and_retrieve call" in x)
+    assert float(tool.split("p50 ")[1].split(" ms")[0]) > 0
+    assert "Ordered by: internal time" in out and "Ordered by: cumulative time" in out
+    assert any("prepare_context" in f[2] for f in pstats.Stats(str(dump)).stats)
+
+
 @pytest.mark.django_db
 def test_the_tools_recently_used_are_this_conversations_and_read_with_a_bound(owner, conversation):
     from memory.context.index_builder import _recent_tool_names

@@ -94,3 +94,104 @@ def test_a_hit_in_a_chunk_is_its_messages_with_the_messages_external_id(owner, c
     assert chunk.external_id == "import-7" and chunk.conversation == conversation.pk
     assert hits[plain.pk].external_id == 12 and not hits[plain.pk].is_chunk
     assert hits[plain.pk].role == "user" and hits[plain.pk].timestamp == plain.timestamp
+
+
+def _rows(sql, *, fast):
+    from memory.finding.candidates import fast_timestamps
+
+    with connection.cursor() as cursor:
+        if fast:
+            fast_timestamps(cursor)
+        try:
+            cursor.execute(sql)
+            return cursor.fetchall()
+        except Exception as exc:  # noqa: BLE001 (the same failure either way is what is asserted)
+            return type(exc)
+
+
+def test_fast_timestamps_reads_the_datetimes_djangos_loader_reads(owner, conversation):
+    import datetime as dt
+
+    add_turns(owner, conversation, ["the heron nests by the lake", "herons eat fish"])
+    stored = "SELECT timestamp, id FROM memory_passage ORDER BY id"
+    literals = (
+        "SELECT '2024-02-29 23:59:59.999999+00'::timestamptz, '2024-03-01 00:00:00+00'::timestamptz, "
+        "'0001-01-01 00:00:00+00'::timestamptz, '2024-05-01 12:00:00.5+02'::timestamptz, "
+        "'1999-12-31 23:59:59.1234+00'::timestamptz, NULL::timestamptz"
+    )
+    for sql in (stored, literals):
+        slow, fast = _rows(sql, fast=False), _rows(sql, fast=True)
+        assert fast == slow and len(fast) >= 1
+        for a, b in zip(slow, fast, strict=True):
+            for x, y in zip(a, b, strict=True):
+                assert type(x) is type(y)
+                if isinstance(x, dt.datetime):
+                    assert x.tzinfo is y.tzinfo is dt.UTC and x.utcoffset() == y.utcoffset()
+    # UTC values never reach Django's (Python) parser.
+    from psycopg.types.datetime import TimestamptzLoader
+
+    def no_python_parsing(self, data):
+        raise AssertionError("parsed in Python")
+
+    expected = _rows(stored, fast=False)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(TimestamptzLoader, "load", no_python_parsing)
+        assert _rows(stored, fast=False) is AssertionError
+        assert _rows(stored, fast=True) == expected
+    # What fromisoformat cannot read goes to Django's loader, which answers as before.
+    for text in ("infinity", "-infinity", "0044-03-15 12:00:00+00 BC"):
+        sql = f"SELECT '{text}'::timestamptz"
+        assert _rows(sql, fast=True) == _rows(sql, fast=False)
+
+
+def test_a_search_reads_the_same_hits_with_fast_timestamps(owner, conversation, settings, monkeypatch):
+    from memory.finding import candidates
+
+    settings.INDEX_FULL_MAX = 0
+    add_turns(owner, conversation, [f"note {i}: the heron nests by the lake in spring" for i in range(12)])
+    fast = search(owner, "heron nests in spring", limit=10).hits
+    monkeypatch.setattr(candidates, "fast_timestamps", lambda cursor: None)
+    monkeypatch.setattr("memory.finding.search.fast_timestamps", lambda cursor: None)
+    slow = search(owner, "heron nests in spring", limit=10).hits
+    assert [(h.id, h.timestamp, h.score) for h in fast] == [(h.id, h.timestamp, h.score) for h in slow]
+    assert len(fast) == 10 and all(h.timestamp.tzinfo is slow[0].timestamp.tzinfo for h in fast)
+
+
+def _planner_settings():
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT current_setting('enable_sort'), current_setting('enable_seqscan'), "
+            "current_setting('hnsw.ef_search', true), current_setting('hnsw.iterative_scan', true)"
+        )
+        return cursor.fetchone()
+
+
+def test_a_search_in_a_transaction_leaves_its_planner_settings_behind(owner, conversation, settings):
+    from django.db import transaction
+
+    settings.INDEX_FULL_MAX = 0
+    add_turns(owner, conversation, [f"note {i}: the heron nests by the lake" for i in range(6)])
+    before = _planner_settings()
+    with transaction.atomic():
+        hits = search(owner, "heron nests", limit=5).hits
+        # The rest of the caller's transaction is planned as before: a tool's search in a chat
+        # turn had left enable_sort off, and the neighbours' query then walked every passage.
+        assert _planner_settings() == before
+    assert hits and _planner_settings() == before
+
+
+def test_a_timed_out_read_in_a_transaction_leaves_the_transaction_usable(owner):
+    from django.db import OperationalError, transaction
+
+    from memory.finding.candidates import with_local_settings
+
+    with transaction.atomic():
+        with pytest.raises(OperationalError):
+            with_local_settings({"statement_timeout": "20"}, "SELECT pg_sleep(0.5)", [])
+        assert with_local_settings({"enable_sort": "off"}, "SELECT current_setting('enable_sort')", []) == [
+            ("off",)
+        ]
+        assert _planner_settings()[0] == "on"
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+            assert cursor.fetchone() == (1,)

@@ -159,6 +159,22 @@ def test_find_is_bounded_against_catastrophic_patterns(owner, conversation):
     assert not bad.ok and "invalid regular expression" in bad.error
 
 
+def test_find_in_the_chats_transaction_leaves_no_statement_timeout_behind(owner, conversation):
+    from django.db import connection, transaction
+
+    store_message(owner, conversation, "user", "the OCELOT sleeps", embed=False)
+
+    def timeout():
+        with connection.cursor() as cursor:
+            cursor.execute("SHOW statement_timeout")
+            return cursor.fetchone()[0]
+
+    before = timeout()
+    with transaction.atomic():  # as the chat runs a tool call
+        assert execute_tool(owner, "find", {"pattern": "OCELOT"}).result["matches"]
+        assert timeout() == before
+
+
 def test_find_between_two_positions(owner, conversation):
     msgs = add_turns(owner, conversation, ["alpha 1", "alpha 2", "alpha 3", "alpha 4"], embed=False)
     result = execute_tool(

@@ -22,6 +22,7 @@ loaded history stays and the next run reuses it, adding only the rows a larger s
 from __future__ import annotations
 
 import math
+import os
 import random
 import statistics
 import time
@@ -352,6 +353,10 @@ class Command(BaseCommand):
         _vacuum()
         live = Conversation.objects.create(owner=user, title=f"live at {size}")
         costs, plan_tokens, prompt_tokens, over, tools, background = [], [], [], 0, [], []
+        # CPU of this process (every thread: the query's embedding, search workers) per turn:
+        # less swayed by the machine's other work than the clock.
+        cpu: list[float] = []
+        tool_calls: list[float] = []  # the model's search_and_retrieve after the turn, as a chat runs it
         allocation = allocate(opts.get("window") or None)
         sent: dict[str, list[int]] = {}
         strategy = ""
@@ -370,6 +375,7 @@ class Command(BaseCommand):
             if profiler and turn >= 0:
                 profiler.enable()
             t0 = time.perf_counter()
+            c0 = time.process_time()
             # As the chat does: the message's vector (the query's) is computed while the
             # message is stored; its passage gets the vector from background work afterwards.
             # prepare_context waits for the vector only when it searches.
@@ -390,6 +396,7 @@ class Command(BaseCommand):
                 gone_since_read(user, seen)
                 save_snapshot(plan, user, live, message)
             t3 = time.perf_counter()
+            c3 = time.process_time()
             if profiler and turn >= 0:
                 profiler.disable()
             # Background work, off the turn's path: the passage's vector (an HNSW insert).
@@ -399,6 +406,7 @@ class Command(BaseCommand):
                 store_message(user, live, "assistant", "warm-up answer", embed=False)
                 continue
             costs.append((t3 - t0) * 1000)
+            cpu.append((c3 - c0) * 1000)
             timings.setdefault("store_message", []).append((t1 - t0) * 1000)
             timings.setdefault("prepare_context", []).append((t_plan - t1) * 1000)
             timings.setdefault("read_by", []).append((t2 - t_plan) * 1000)
@@ -409,7 +417,8 @@ class Command(BaseCommand):
                 timings.setdefault(k, []).append(v)
             strategy = plan.strategy
             plan_tokens.append(plan.total_tokens)
-            used = _sent_to_model(user, live, allocation, plan, message)
+            used, tool_ms = _sent_to_model(user, live, allocation, plan, message)
+            tool_calls.append(tool_ms)
             for zone, tokens in used.items():
                 sent.setdefault(zone, []).append(tokens)
             prompt_tokens.append(sum(used.values()))
@@ -422,6 +431,7 @@ class Command(BaseCommand):
             "fill_s": fill_s,
             "p50": statistics.median(costs),
             "p95": _percentile(costs, 95),
+            "cpu": statistics.median(cpu),
             "plan": max(plan_tokens),
             "prompt": statistics.median(prompt_tokens),
             "history": history_tokens,
@@ -430,7 +440,8 @@ class Command(BaseCommand):
         }
         self.stdout.write(
             f"{size:>9,} msgs  fill {fill_s:6.1f}s  turn p50 {row['p50']:6.1f} ms  "
-            f"p95 {row['p95']:6.1f} ms  plan ≤{row['plan']} tok  prompt {row['prompt']:.0f} tok  "
+            f"p95 {row['p95']:6.1f} ms  cpu p50 {row['cpu']:5.1f} ms  "
+            f"plan ≤{row['plan']} tok  prompt {row['prompt']:.0f} tok  "
             f"history {history_tokens:,} tok  ({history_tokens / max(1, row['prompt']):,.0f}x)  "
             f"tools {statistics.median(tools):.0f}  over budget {over}  strategy {strategy}  "
             f"load {load}"
@@ -449,6 +460,10 @@ class Command(BaseCommand):
             f"{statistics.median(background):.1f} ms, p95 {_percentile(sorted(background), 95):.1f} ms"
         )
         self.stdout.write(
+            f"           the model's search_and_retrieve call (a tool round of the turn): p50 "
+            f"{statistics.median(tool_calls):.1f} ms, p95 {_percentile(sorted(tool_calls), 95):.1f} ms"
+        )
+        self.stdout.write(
             "           median ms: "
             + "  ".join(f"{k} {statistics.median(v):.1f}" for k, v in timings.items())
         )
@@ -457,14 +472,20 @@ class Command(BaseCommand):
             import pstats
 
             out = io.StringIO()
-            pstats.Stats(profiler, stream=out).sort_stats("cumulative").print_stats(30)
+            stats = pstats.Stats(profiler, stream=out)
+            if os.environ.get("BENCH_PROFILE_DUMP"):
+                stats.dump_stats(os.environ["BENCH_PROFILE_DUMP"])
+            # Where the time is spent (cumulative), then which functions spend it themselves.
+            stats.sort_stats("cumulative").print_stats(30)
+            stats.sort_stats("tottime").print_stats(40)
             self.stdout.write(out.getvalue())
         return row
 
 
-def _sent_to_model(user, conversation, allocation, plan, message) -> dict[str, int]:
+def _sent_to_model(user, conversation, allocation, plan, message) -> tuple[dict[str, int], float]:
     """The tokens of each zone of the request a chat turn sends after one round of tools: the
-    turn's own Prompt, with the result of a real search_and_retrieve for the message."""
+    turn's own Prompt, with the result of a real search_and_retrieve for the message; and that
+    call's milliseconds."""
     import json
 
     from memory.context.budget import Prompt, ToolResultText
@@ -472,10 +493,12 @@ def _sent_to_model(user, conversation, allocation, plan, message) -> dict[str, i
 
     prompt = Prompt.for_message(allocation, plan, message)
     arguments = {"query": message.content}
+    started = time.perf_counter()
     outcome = execute_tool(
         user, "search_and_retrieve", arguments, conversation=conversation,
         exclude_message_ids=[message.pk],
     )
+    tool_ms = (time.perf_counter() - started) * 1000
     result = outcome.result if outcome.ok else {"error": outcome.error}
     call = {
         "id": "call_bench",
@@ -486,7 +509,7 @@ def _sent_to_model(user, conversation, allocation, plan, message) -> dict[str, i
         "", [call], [ToolResultText("call_bench", json.dumps(result, default=str), outcome.summary or "")]
     )
     prompt.messages(plan.tools)
-    return dict(prompt.used)
+    return dict(prompt.used), tool_ms
 
 
 def _vacuum() -> None:
@@ -503,8 +526,6 @@ def _vacuum() -> None:
 
 def _loadavg() -> str:
     try:
-        import os
-
         return " ".join(f"{x:.2f}" for x in os.getloadavg())
     except OSError:
         return "?"

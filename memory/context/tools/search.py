@@ -6,12 +6,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError
 
 from memory.context import compression
 from memory.context.tools.arguments import ID, LIMIT, OFFSET, owned_conversation, position_time
 from memory.context.tools.registry import ToolError, tool
 from memory.context.tools.shapes import MAX_CONTENT_CHARS, compressed_message_dict, message_dict
+from memory.finding.candidates import with_local_settings
 from memory.models import NOT_REMEMBERED, Message
 from memory.storage import sessions
 from memory.tokens import snip
@@ -173,10 +174,10 @@ def find(
     try:
         # Postgres' regex engine runs under a statement timeout, so a pathological pattern
         # costs at most FIND_TIMEOUT_MS, never a stuck worker.
-        with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute(f"SET LOCAL statement_timeout = {FIND_TIMEOUT_MS}")
-            cursor.execute(sql, [pattern, flags, *params, limit + 1, offset])
-            rows = cursor.fetchall()
+        # The limit ends with the read, also inside the chat's transaction of the tool call.
+        rows = with_local_settings(
+            {"statement_timeout": str(FIND_TIMEOUT_MS)}, sql, [pattern, flags, *params, limit + 1, offset]
+        )
     except DatabaseError as exc:
         text = str(exc).lower()
         if "timeout" in text or "cancel" in text:
