@@ -287,13 +287,22 @@ def with_local_settings(values: dict[str, str], sql: str, params: list[Any]) -> 
     names = list(values)
     settings_sql = "SELECT " + ", ".join("set_config(%s, %s, true)" for _ in names)
     settings_params = [v for name in names for v in (name, values[name])]
+    with local_settings_scope(), connection.cursor() as cursor:
+        fast_timestamps(cursor)
+        cursor.execute(f"{settings_sql}; {sql}", [*settings_params, *params])
+        cursor.nextset()
+        return cursor.fetchall()
+
+
+@contextlib.contextmanager
+def local_settings_scope():
+    """Where reads that set transaction-local settings (`set_config(..., true)`) run: inside
+    the caller's transaction, a savepoint rolled back when the block ends, so the settings (and
+    a cancelled statement's error) end with the reads; outside one, nothing (each message is
+    its own implicit transaction)."""
     savepoint = transaction.savepoint() if connection.in_atomic_block else None
     try:
-        with connection.cursor() as cursor:
-            fast_timestamps(cursor)
-            cursor.execute(f"{settings_sql}; {sql}", [*settings_params, *params])
-            cursor.nextset()
-            return cursor.fetchall()
+        yield
     finally:
         if savepoint is not None:
             transaction.savepoint_rollback(savepoint)

@@ -12,7 +12,6 @@ other values: they are read from this module when a search runs).
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import heapq
 import json
@@ -22,11 +21,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import connection
 from django.db.utils import OperationalError
 
 from memory.dates import query_period
 from memory.finding import intent
+from memory.finding.candidates import local_settings_scope
 from memory.knowledge import graph
 from memory.timeouts import cancelled
 
@@ -397,8 +397,7 @@ def _neighbours_and_chains(owner, scores, expand) -> tuple[dict, list[tuple]]:
     # the planner once took 3 min 18 s over this; cancelled, the search goes on without it.
     limit = ["SELECT set_config('statement_timeout', %s, true); ",
              [str(int(settings.VECTOR_SEARCH_TIMEOUT_MS))]]
-    scope = transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext()
-    with scope, connection.cursor() as cursor:
+    with local_settings_scope(), connection.cursor() as cursor:
         if near_sql:
             cursor.execute(
                 f"{limit[0]}{near_sql} SELECT * FROM nearp; {near_sql} {chains_sql}",

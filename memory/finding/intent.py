@@ -7,6 +7,7 @@ hold for any history (measured by `manage.py eval_recall` on LoCoMo and LongMemE
 
 from __future__ import annotations
 
+import functools
 import re
 
 # "What did you suggest…", "the restaurant you recommended", "remind me what you said about…":
@@ -68,9 +69,13 @@ def wants_present(query: str) -> bool:
     return bool(_PRESENT.search(query) or _PRESENT_ABOUT_ME.search(query))
 
 
+@functools.lru_cache(maxsize=2048)
 def only_asks(text: str) -> bool:
     """Whether `text` asks and tells nothing: every sentence of more than three words is a
-    question ("Where do I work again? Thanks!"). "I now work at the council. Any tips?" tells."""
+    question ("Where do I work again? Thanks!"). "I now work at the council. Any tips?" tells.
+    Asked of every candidate in a search (cached: the same passages come back turn after turn)."""
+    if "?" not in (text or ""):
+        return False
     sentences = [s.strip() for s in _SENTENCES.split(text or "") if s.strip()]
     asked = [s for s in sentences if s.endswith("?")]
     told = [s for s in sentences if not s.endswith("?") and len(s.split()) > 3]

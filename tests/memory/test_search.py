@@ -161,7 +161,8 @@ def _planner_settings():
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT current_setting('enable_sort'), current_setting('enable_seqscan'), "
-            "current_setting('hnsw.ef_search', true), current_setting('hnsw.iterative_scan', true)"
+            "current_setting('hnsw.ef_search', true), current_setting('hnsw.iterative_scan', true), "
+            "current_setting('statement_timeout')"
         )
         return cursor.fetchone()
 
@@ -175,7 +176,8 @@ def test_a_search_in_a_transaction_leaves_its_planner_settings_behind(owner, con
     with transaction.atomic():
         hits = search(owner, "heron nests", limit=5).hits
         # The rest of the caller's transaction is planned as before: a tool's search in a chat
-        # turn had left enable_sort off, and the neighbours' query then walked every passage.
+        # turn had left enable_sort off, and the neighbours' query then walked every passage;
+        # the neighbours' own bound had left a statement timeout on the rest of the turn.
         assert _planner_settings() == before
     assert hits and _planner_settings() == before
 
