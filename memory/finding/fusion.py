@@ -126,7 +126,9 @@ class QueryBoosts:
 def _periods(value) -> list[dict[str, str]]:
     """A passage's periods as read from its row (a JSON string from a raw cursor)."""
     if isinstance(value, str):
-        value = json.loads(value or "[]")
+        if value == "[]" or not value:  # most passages name no period: no JSON to parse
+            return []
+        value = json.loads(value)
     return value or []
 
 
@@ -319,20 +321,41 @@ def _diversified(
     if not DIVERSITY_SHIFT:
         return sorted(scores.items(), key=lambda kv: -kv[1])[:limit]
     chats = {key: entry["conversation"] for key, entry in info.items() if entry.get("conversation")}
-    placed: dict[Any, int] = {}
-    heap = [(-score, 0, key) for key, score in scores.items()]
+    # A turn's place depends on the score less the shift of its own chat's places only, so each
+    # chat's turns keep their order (best first); the next turn placed is the best of the chats'
+    # heads (a heap over chats, not over turns scored again and again: the same order, by
+    # (adjusted score, places, key), as scoring each turn again whenever its chat gained one).
+    turns: dict[Any, list[tuple[float, tuple[str, str]]]] = {}
+    for key, score in scores.items():
+        turns.setdefault(chats.get(key, key), []).append((-score, key))
+    heap = []
+    for chat, its in turns.items():
+        its.sort()
+        heap.append((its[0][0], 0, its[0][1], 0, chat))
     heapq.heapify(heap)
     ranked: list[tuple[tuple[str, str], float]] = []
     while heap and len(ranked) < limit:
-        negative, seen, key = heapq.heappop(heap)
-        chat = chats.get(key, key)
-        if placed.get(chat, 0) != seen:  # its chat gained a place since: score it again
-            seen = placed[chat]
-            heapq.heappush(heap, (-(scores[key] - DIVERSITY_SHIFT * seen), seen, key))
-            continue
+        negative, seen, key, at, chat = heapq.heappop(heap)
         ranked.append((key, -negative))
-        placed[chat] = seen + 1
+        its = turns[chat]
+        del its[at]
+        if its:
+            heapq.heappush(heap, (*_head(its, scores, seen + 1), chat))
     return ranked
+
+
+def _head(its: list[tuple[float, tuple[str, str]]], scores: dict, seen: int) -> tuple:
+    """The next turn of a chat with `seen` turns placed, as (-adjusted score, seen, key, its
+    index): the first of its turns left (best first), or among the first ones whose adjusted
+    scores round to the same float, the lowest key."""
+    best: tuple = ()
+    for at, (_, key) in enumerate(its):
+        value = -(scores[key] - DIVERSITY_SHIFT * seen)
+        if best and value != best[0]:
+            break
+        if not best or key < best[2]:
+            best = (value, seen, key, at)
+    return best
 
 
 def _lift_the_newest(scores: dict[tuple[str, str], float], info: dict) -> None:
