@@ -143,9 +143,11 @@ def boost_scores(
     if not (settings.GRAPH_SEARCH and settings.GRAPH_SEARCH_WEIGHT) or not scores:
         return {}
     try:
-        # `relevance`: related(owner, query), when search looked it up while its vector search ran.
-        with transaction.atomic():  # a savepoint, as in related_or_none
-            relevance = related(owner, query) if relevance is None else relevance
+        # `relevance`: related(owner, query), when search looked it up while its vector search ran
+        # (then no savepoint: nothing is read).
+        if relevance is None:
+            with transaction.atomic():  # a savepoint, as in related_or_none
+                relevance = related(owner, query)
         if not relevance:
             return {}
         logical = {key: info[key]["logical"] for key in scores if key[0] == "message" and key in info}
