@@ -12,10 +12,10 @@ infinity, a year BC, another offset) goes to Django's loader, which answers as b
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 
 _FAST_LOADERS: dict[type, type] = {}
+_fromisoformat = dt.datetime.fromisoformat
 
 
 def fast_timestamps(target) -> None:
@@ -41,10 +41,13 @@ def fast_timestamps(target) -> None:
             django = django_loader  # the loader it stands in for
 
             def load(self, data):
-                text = bytes(data)
-                if text.endswith(b"+00"):
-                    with contextlib.suppress(ValueError):
-                        return dt.datetime.fromisoformat(text.decode())
+                # A `try` costs nothing until it raises (contextlib.suppress cost 1.7 µs a value).
+                try:
+                    text = str(data, "ascii")
+                    if text.endswith("+00"):
+                        return _fromisoformat(text)
+                except ValueError:  # UnicodeDecodeError too
+                    pass
                 return super().load(data)
 
         _FAST_LOADERS[django_loader] = fast
