@@ -26,7 +26,7 @@ from django.db.utils import OperationalError
 
 from memory.dates import query_period
 from memory.finding import intent
-from memory.finding.candidates import local_settings_scope
+from memory.finding.candidates import local_settings_scope, text_array
 from memory.knowledge import graph
 from memory.timeouts import cancelled
 
@@ -412,10 +412,10 @@ def _neighbours_and_chains(owner, scores, expand) -> tuple[dict, list[tuple]]:
     chains_sql = (
         "SELECT m.id, m.parent_id, p.parent_id FROM memory_message m "
         "JOIN memory_message p ON p.id = m.parent_id "
-        "WHERE m.owner_id = %s AND p.owner_id = %s AND m.parent_id IS NOT NULL AND (m.id = ANY(%s)"
+        "WHERE m.owner_id = %s AND p.owner_id = %s AND m.parent_id IS NOT NULL AND (m.id = ANY(%s::varchar[])"
         + (" OR m.id IN (SELECT message_id FROM nearp))" if near_sql else ")")
     )
-    chains_params = [owner.pk, owner.pk, messages]
+    chains_params = [owner.pk, owner.pk, text_array(messages)]  # ~200 ids
     # Bounded like the candidate lists: on statistics gone stale (a large import not yet analysed)
     # the planner once took 3 min 18 s over this; cancelled, the search goes on without it.
     limit = ["SELECT set_config('statement_timeout', %s, true); ",

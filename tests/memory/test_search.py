@@ -255,3 +255,16 @@ def test_a_timed_out_read_in_a_transaction_leaves_the_transaction_usable(owner):
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")
             assert cursor.fetchone() == (1,)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [[], ["01HZX3"], ["a,b", 'say "hi"', "back\\slash", "{brace}", "", " spaced ", "NULL", "é ü 中"]],
+)
+def test_a_text_array_literal_is_the_array_of_its_strings(values):
+    from memory.finding.candidates import text_array
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT %s::varchar[], %s::varchar[]", [text_array(values), values])
+        literal, bound = cursor.fetchone()
+    assert literal == bound == values
