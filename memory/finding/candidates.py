@@ -239,13 +239,6 @@ _OTHER_MODEL = (
 )
 
 
-def text_array(values) -> str:
-    """`values` (strings) as one Postgres array literal, for a `%s::varchar[]` parameter: the
-    same array as the list itself, but psycopg's client-side binding quotes a list element by
-    element in Python (0.27 ms for 200 ids; this, ~0.06)."""
-    return "{" + ",".join('"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"' for v in values) + "}"
-
-
 def with_local_settings(values: dict[str, str], sql: str, params: list[Any]) -> list[tuple]:
     """The rows of `sql` run with `values` as transaction-local settings, in one round trip:
     outside a transaction the two statements of one message are Postgres' implicit

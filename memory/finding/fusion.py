@@ -26,8 +26,9 @@ from django.db.utils import OperationalError
 
 from memory.dates import query_period
 from memory.finding import intent
-from memory.finding.candidates import local_settings_scope, text_array
+from memory.finding.candidates import local_settings_scope
 from memory.knowledge import graph
+from memory.pgvalues import text_array
 from memory.timeouts import cancelled
 
 # Fusion weights of the two lists' z-scores, and boosts in z units (tuned on the dev split of

@@ -28,6 +28,7 @@ from django.utils import timezone
 
 from memory.knowledge.entities import extract, normalize, prune_orphans, refresh_counts, singular_forms
 from memory.models import Entity, EntityEdge, EntityMention
+from memory.pgvalues import text_array
 
 # The share of a hop's score: a direct match, one hop, two hops.
 HOP_FACTORS = (1.0, 0.5, 1 / 6)
@@ -154,8 +155,8 @@ def boost_scores(
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute(
                 "SELECT message_id, entity_id FROM memory_entitymention "
-                "WHERE owner_id = %s AND entity_id = ANY(%s) AND message_id = ANY(%s)",
-                [owner.pk, list(relevance), list(set(logical.values()))],
+                "WHERE owner_id = %s AND entity_id = ANY(%s) AND message_id = ANY(%s::varchar[])",
+                [owner.pk, list(relevance), text_array(set(logical.values()))],  # ~200 ids
             )
             rows = cursor.fetchall()
     except Exception:  # noqa: BLE001 - a graph failure leaves hybrid search as it was

@@ -104,7 +104,7 @@ def _rows(sql, *, fast):
     from psycopg.postgres import types
     from psycopg.pq import Format
 
-    from memory.timestamps import fast_timestamps
+    from memory.pgvalues import fast_timestamps
 
     with connection.cursor() as cursor:
         oid = types["timestamptz"].oid
@@ -123,10 +123,10 @@ def _rows(sql, *, fast):
 @contextlib.contextmanager
 def _djangos_loader():
     """Every connection (a search worker's too) reads timestamps with Django's loader again."""
-    from memory import timestamps
+    from memory import pgvalues
 
     with pytest.MonkeyPatch.context() as patch:
-        for fast in timestamps._FAST_LOADERS.values():
+        for fast in pgvalues._FAST_LOADERS.values():
             patch.setattr(fast, "load", fast.django.load)
         yield
 
@@ -262,7 +262,7 @@ def test_a_timed_out_read_in_a_transaction_leaves_the_transaction_usable(owner):
     [[], ["01HZX3"], ["a,b", 'say "hi"', "back\\slash", "{brace}", "", " spaced ", "NULL", "é ü 中"]],
 )
 def test_a_text_array_literal_is_the_array_of_its_strings(values):
-    from memory.finding.candidates import text_array
+    from memory.pgvalues import text_array
 
     with connection.cursor() as cursor:
         cursor.execute("SELECT %s::varchar[], %s::varchar[]", [text_array(values), values])

@@ -1,4 +1,5 @@
-"""Timestamps read from Postgres in C.
+"""Values to and from Postgres without psycopg's per-value Python: timestamps read in C, and a
+list of strings passed as one array literal.
 
 Django reads every `timestamptz` through its own loader, a subclass of psycopg's pure-Python
 one: a regular expression per value, then a `replace` of its time zone (~5 µs each, holding the
@@ -59,3 +60,10 @@ def on_connection_created(sender, connection, **kwargs) -> None:
     timestamps fast (memory.apps connects it)."""
     if connection.vendor == "postgresql":
         fast_timestamps(connection.connection)
+
+
+def text_array(values) -> str:
+    """`values` (strings) as one Postgres array literal, for a `%s::varchar[]` parameter: the
+    same array as the list itself, but psycopg's client-side binding (Django's) quotes a list
+    element by element in Python (0.27 ms for 200 ids; this, ~0.06)."""
+    return "{" + ",".join('"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"' for v in values) + "}"
