@@ -17,7 +17,9 @@ import heapq
 import json
 import math
 import re
+from collections import Counter
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any
 
 from django.conf import settings
@@ -258,10 +260,7 @@ def _link_first_hits(query: str, scores: dict[tuple[str, str], float], info: dic
     asked = words(query)
     pool = sorted(scores, key=lambda key: -scores[key])[:LINK_POOL]
     bags = {key: words(info.get(key, {}).get("text", "")) for key in pool}
-    df: dict[str, int] = {}
-    for bag in bags.values():
-        for w in bag:
-            df[w] = df.get(w, 0) + 1
+    df = Counter(chain.from_iterable(bags.values()))  # counted in C
     rare = max(2, len(bags) // 20)
     seeds = pool[:LINK_SEEDS]
     weights = {
@@ -269,7 +268,8 @@ def _link_first_hits(query: str, scores: dict[tuple[str, str], float], info: dic
     }
     if not weights:
         return
-    linked = {key: sum(weights.get(w, 0.0) for w in bags[key]) for key in pool[LINK_SEEDS:]}
+    # Only the weighted words are added (in the bag's order, as before: the same float sums).
+    linked = {key: sum([weights[w] for w in bags[key] if w in weights]) for key in pool[LINK_SEEDS:]}
     best = max(linked.values(), default=0.0)
     if best <= 0:
         return
