@@ -65,5 +65,5 @@ def on_connection_created(sender, connection, **kwargs) -> None:
 def text_array(values) -> str:
     """`values` (strings) as one Postgres array literal, for a `%s::varchar[]` parameter: the
     same array as the list itself, but psycopg's client-side binding (Django's) quotes a list
-    element by element in Python (0.27 ms for 200 ids; this, ~0.06)."""
+    element by element in Python (~0.3 ms for 200 ids; this, ~0.08)."""
     return "{" + ",".join('"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"' for v in values) + "}"
