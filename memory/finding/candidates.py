@@ -12,7 +12,6 @@ the calling thread reads the keyword list (in_worker).
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import logging
 import math
 import re
@@ -240,41 +239,6 @@ _OTHER_MODEL = (
 )
 
 
-_FAST_LOADERS: dict[type, type] = {}
-
-
-def fast_timestamps(cursor) -> None:
-    """Read this cursor's timestamptz values in C (datetime.fromisoformat) where they are in UTC,
-    as the connection sends them (Django sets its time zone to UTC): the same datetimes, in
-    UTC's own tzinfo, as Django's loader gives. Django's parses each in Python (~5 µs), and a
-    search reads some 250 of them (~3 ms of a turn, holding the interpreter's lock). Any other
-    text (an infinity, a year BC, another offset) goes to Django's loader."""
-    raw = getattr(cursor, "cursor", cursor)  # Django's wrapper, or psycopg's own cursor
-    adapters = getattr(raw, "adapters", None)
-    if adapters is None:
-        return
-    from psycopg.postgres import types
-    from psycopg.pq import Format
-
-    oid = types["timestamptz"].oid
-    django_loader = adapters.get_loader(oid, Format.TEXT)
-    if django_loader is None or getattr(django_loader, "timezone", None) is not dt.UTC:
-        return
-    fast = _FAST_LOADERS.get(django_loader)
-    if fast is None:
-
-        class fast(django_loader):  # noqa: N801 (a psycopg loader class, made per Django's)
-            def load(self, data):
-                text = bytes(data)
-                if text.endswith(b"+00"):
-                    with contextlib.suppress(ValueError):
-                        return dt.datetime.fromisoformat(text.decode())
-                return super().load(data)
-
-        _FAST_LOADERS[django_loader] = fast
-    adapters.register_loader(oid, fast)
-
-
 def with_local_settings(values: dict[str, str], sql: str, params: list[Any]) -> list[tuple]:
     """The rows of `sql` run with `values` as transaction-local settings, in one round trip:
     outside a transaction the two statements of one message are Postgres' implicit
@@ -288,7 +252,6 @@ def with_local_settings(values: dict[str, str], sql: str, params: list[Any]) -> 
     settings_sql = "SELECT " + ", ".join("set_config(%s, %s, true)" for _ in names)
     settings_params = [v for name in names for v in (name, values[name])]
     with local_settings_scope(), connection.cursor() as cursor:
-        fast_timestamps(cursor)
         cursor.execute(f"{settings_sql}; {sql}", [*settings_params, *params])
         cursor.nextset()
         return cursor.fetchall()

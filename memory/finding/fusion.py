@@ -17,7 +17,9 @@ import heapq
 import json
 import math
 import re
+from collections import Counter
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any
 
 from django.conf import settings
@@ -28,6 +30,7 @@ from memory.dates import query_period
 from memory.finding import intent
 from memory.finding.candidates import local_settings_scope
 from memory.knowledge import graph
+from memory.pgvalues import text_array
 from memory.timeouts import cancelled
 
 # Fusion weights of the two lists' z-scores, and boosts in z units (tuned on the dev split of
@@ -126,7 +129,9 @@ class QueryBoosts:
 def _periods(value) -> list[dict[str, str]]:
     """A passage's periods as read from its row (a JSON string from a raw cursor)."""
     if isinstance(value, str):
-        value = json.loads(value or "[]")
+        if value == "[]" or not value:  # most passages name no period: no JSON to parse
+            return []
+        value = json.loads(value)
     return value or []
 
 
@@ -255,10 +260,7 @@ def _link_first_hits(query: str, scores: dict[tuple[str, str], float], info: dic
     asked = words(query)
     pool = sorted(scores, key=lambda key: -scores[key])[:LINK_POOL]
     bags = {key: words(info.get(key, {}).get("text", "")) for key in pool}
-    df: dict[str, int] = {}
-    for bag in bags.values():
-        for w in bag:
-            df[w] = df.get(w, 0) + 1
+    df = Counter(chain.from_iterable(bags.values()))  # counted in C
     rare = max(2, len(bags) // 20)
     seeds = pool[:LINK_SEEDS]
     weights = {
@@ -266,7 +268,8 @@ def _link_first_hits(query: str, scores: dict[tuple[str, str], float], info: dic
     }
     if not weights:
         return
-    linked = {key: sum(weights.get(w, 0.0) for w in bags[key]) for key in pool[LINK_SEEDS:]}
+    # Only the weighted words are added (in the bag's order, as before: the same float sums).
+    linked = {key: sum([weights[w] for w in bags[key] if w in weights]) for key in pool[LINK_SEEDS:]}
     best = max(linked.values(), default=0.0)
     if best <= 0:
         return
@@ -319,20 +322,41 @@ def _diversified(
     if not DIVERSITY_SHIFT:
         return sorted(scores.items(), key=lambda kv: -kv[1])[:limit]
     chats = {key: entry["conversation"] for key, entry in info.items() if entry.get("conversation")}
-    placed: dict[Any, int] = {}
-    heap = [(-score, 0, key) for key, score in scores.items()]
+    # A turn's place depends on the score less the shift of its own chat's places only, so each
+    # chat's turns keep their order (best first); the next turn placed is the best of the chats'
+    # heads (a heap over chats, not over turns scored again and again: the same order, by
+    # (adjusted score, places, key), as scoring each turn again whenever its chat gained one).
+    turns: dict[Any, list[tuple[float, tuple[str, str]]]] = {}
+    for key, score in scores.items():
+        turns.setdefault(chats.get(key, key), []).append((-score, key))
+    heap = []
+    for chat, its in turns.items():
+        its.sort()
+        heap.append((its[0][0], 0, its[0][1], 0, chat))
     heapq.heapify(heap)
     ranked: list[tuple[tuple[str, str], float]] = []
     while heap and len(ranked) < limit:
-        negative, seen, key = heapq.heappop(heap)
-        chat = chats.get(key, key)
-        if placed.get(chat, 0) != seen:  # its chat gained a place since: score it again
-            seen = placed[chat]
-            heapq.heappush(heap, (-(scores[key] - DIVERSITY_SHIFT * seen), seen, key))
-            continue
+        negative, seen, key, at, chat = heapq.heappop(heap)
         ranked.append((key, -negative))
-        placed[chat] = seen + 1
+        its = turns[chat]
+        del its[at]
+        if its:
+            heapq.heappush(heap, (*_head(its, scores, seen + 1), chat))
     return ranked
+
+
+def _head(its: list[tuple[float, tuple[str, str]]], scores: dict, seen: int) -> tuple:
+    """The next turn of a chat with `seen` turns placed, as (-adjusted score, seen, key, its
+    index): the first of its turns left (best first), or among the first ones whose adjusted
+    scores round to the same float, the lowest key."""
+    best: tuple = ()
+    for at, (_, key) in enumerate(its):
+        value = -(scores[key] - DIVERSITY_SHIFT * seen)
+        if best and value != best[0]:
+            break
+        if not best or key < best[2]:
+            best = (value, seen, key, at)
+    return best
 
 
 def _lift_the_newest(scores: dict[tuple[str, str], float], info: dict) -> None:
@@ -389,10 +413,10 @@ def _neighbours_and_chains(owner, scores, expand) -> tuple[dict, list[tuple]]:
     chains_sql = (
         "SELECT m.id, m.parent_id, p.parent_id FROM memory_message m "
         "JOIN memory_message p ON p.id = m.parent_id "
-        "WHERE m.owner_id = %s AND p.owner_id = %s AND m.parent_id IS NOT NULL AND (m.id = ANY(%s)"
+        "WHERE m.owner_id = %s AND p.owner_id = %s AND m.parent_id IS NOT NULL AND (m.id = ANY(%s::varchar[])"
         + (" OR m.id IN (SELECT message_id FROM nearp))" if near_sql else ")")
     )
-    chains_params = [owner.pk, owner.pk, messages]
+    chains_params = [owner.pk, owner.pk, text_array(messages)]  # ~200 ids
     # Bounded like the candidate lists: on statistics gone stale (a large import not yet analysed)
     # the planner once took 3 min 18 s over this; cancelled, the search goes on without it.
     limit = ["SELECT set_config('statement_timeout', %s, true); ",

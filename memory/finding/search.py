@@ -45,7 +45,6 @@ from memory.finding.candidates import (
     _keyword_candidates,
     _timed_vector_candidates,
     _vector_candidates,
-    fast_timestamps,
     in_worker,
 )
 from memory.finding.fusion import QueryBoosts, fuse
@@ -327,7 +326,6 @@ def _hits(owner, ranked: list[tuple[tuple[str, str], float]], info: dict) -> lis
     messages: dict[str, tuple] = {}
     calls: dict[str, tuple] = {}
     with connection.cursor() as cursor:
-        fast_timestamps(cursor)
         if message_ids:
             cursor.execute(
                 "SELECT m.id, m.conversation_id, m.role, m.timestamp, m.snippet, m.is_chunk, "

@@ -28,6 +28,7 @@ from django.utils import timezone
 
 from memory.knowledge.entities import extract, normalize, prune_orphans, refresh_counts, singular_forms
 from memory.models import Entity, EntityEdge, EntityMention
+from memory.pgvalues import text_array
 
 # The share of a hop's score: a direct match, one hop, two hops.
 HOP_FACTORS = (1.0, 0.5, 1 / 6)
@@ -143,17 +144,19 @@ def boost_scores(
     if not (settings.GRAPH_SEARCH and settings.GRAPH_SEARCH_WEIGHT) or not scores:
         return {}
     try:
-        # `relevance`: related(owner, query), when search looked it up while its vector search ran.
-        with transaction.atomic():  # a savepoint, as in related_or_none
-            relevance = related(owner, query) if relevance is None else relevance
+        # `relevance`: related(owner, query), when search looked it up while its vector search ran
+        # (then no savepoint: nothing is read).
+        if relevance is None:
+            with transaction.atomic():  # a savepoint, as in related_or_none
+                relevance = related(owner, query)
         if not relevance:
             return {}
         logical = {key: info[key]["logical"] for key in scores if key[0] == "message" and key in info}
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute(
                 "SELECT message_id, entity_id FROM memory_entitymention "
-                "WHERE owner_id = %s AND entity_id = ANY(%s) AND message_id = ANY(%s)",
-                [owner.pk, list(relevance), list(set(logical.values()))],
+                "WHERE owner_id = %s AND entity_id = ANY(%s) AND message_id = ANY(%s::varchar[])",
+                [owner.pk, list(relevance), text_array(set(logical.values()))],  # ~200 ids
             )
             rows = cursor.fetchall()
     except Exception:  # noqa: BLE001 - a graph failure leaves hybrid search as it was

@@ -30,7 +30,12 @@ def session_of(owner, message: Message, *, window: int = SESSION_WINDOW) -> list
     )
     before = list(base.filter(position__lt=message.position).order_by("-position")[:window])
     after = list(base.filter(position__gt=message.position).order_by("position")[:window])
-    gap = idle_gap()
+    return _run(message, before, after, idle_gap())
+
+
+def _run(message: Message, before, after, gap: dt.timedelta) -> list[Message]:
+    """`message` and the messages `before` it (newest first) and `after` it (oldest first) up to
+    the first idle gap on each side, oldest first."""
     run = [message]
     for m in before:  # newest first: walk backwards until an idle gap
         if run[0].timestamp - m.timestamp > gap:
@@ -48,6 +53,42 @@ def neighbours(owner, message: Message, *, before: int = 1, after: int = 1) -> l
     run = session_of(owner, message, window=max(before, after))
     i = next(i for i, m in enumerate(run) if m.pk == message.pk)
     return run[max(0, i - before) : i] + run[i + 1 : i + 1 + after]
+
+
+def neighbours_of(owner, messages: list[Message], *, before: int = 1, after: int = 1) -> list[list[Message]]:
+    """[neighbours(owner, m, before=.., after=..) for m in messages], the same messages, in one
+    query: each message's nearest visible whole messages on either side (two index ranges of
+    (conversation, position) per message), then the same walk to the first idle gap."""
+    if not messages:
+        return []
+    window = max(before, after)
+    rows = list(
+        Message.objects.raw(
+            "SELECT n.*, a.i AS anchor_index FROM unnest(%s::varchar[], %s::bigint[]) "
+            "WITH ORDINALITY AS a(conversation_id, position, i) CROSS JOIN LATERAL ("
+            " (SELECT * FROM memory_message n WHERE n.owner_id = %s AND NOT n.deleted AND NOT n.is_chunk"
+            "  AND n.conversation_id = a.conversation_id AND n.position < a.position"
+            "  ORDER BY n.position DESC LIMIT %s)"
+            " UNION ALL"
+            " (SELECT * FROM memory_message n WHERE n.owner_id = %s AND NOT n.deleted AND NOT n.is_chunk"
+            "  AND n.conversation_id = a.conversation_id AND n.position > a.position"
+            "  ORDER BY n.position LIMIT %s)) n",
+            [[m.conversation_id for m in messages], [m.position for m in messages],
+             owner.pk, window, owner.pk, window],
+        )
+    )
+    around: list[list[Message]] = [[] for _ in messages]
+    for r in rows:
+        around[r.anchor_index - 1].append(r)
+    gap = idle_gap()
+    found = []
+    for message, near in zip(messages, around, strict=True):
+        earlier = sorted((r for r in near if r.position < message.position), key=lambda r: -r.position)
+        later = sorted((r for r in near if r.position > message.position), key=lambda r: r.position)
+        run = _run(message, earlier, later, gap)
+        i = run.index(message)
+        found.append(run[max(0, i - before) : i] + run[i + 1 : i + 1 + after])
+    return found
 
 
 def neighbours_many(

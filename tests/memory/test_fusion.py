@@ -86,3 +86,104 @@ def test_a_turn_sharing_the_first_hits_rarer_words_is_lifted(monkeypatch):
     assert scores[("message", "other")] == -1.0
     # Words most candidates hold link nothing.
     assert all(scores[("message", f"filler{i}")] == 0.0 for i in range(40))
+
+
+def _diversified_one_turn_at_a_time(scores, info, limit):
+    """The final order as fusion built it before the fifth pass: a heap of every turn, each
+    scored again when its chat had gained a place since (the reference for the same order)."""
+    import heapq
+
+    chats = {key: entry["conversation"] for key, entry in info.items() if entry.get("conversation")}
+    placed: dict = {}
+    heap = [(-score, 0, key) for key, score in scores.items()]
+    heapq.heapify(heap)
+    ranked = []
+    while heap and len(ranked) < limit:
+        negative, seen, key = heapq.heappop(heap)
+        chat = chats.get(key, key)
+        if placed.get(chat, 0) != seen:
+            seen = placed[chat]
+            heapq.heappush(heap, (-(scores[key] - fusion.DIVERSITY_SHIFT * seen), seen, key))
+            continue
+        ranked.append((key, -negative))
+        placed[chat] = seen + 1
+    return ranked
+
+
+@pytest.mark.parametrize("shift", [1.0, 0.3, 2.5])
+def test_the_diversified_order_is_the_one_turn_at_a_time_order(monkeypatch, shift):
+    """Speed only: the heap over chats places the same turns, in the same order, with the same
+    scores, as scoring every turn again (ties, turns without a chat, scores that round alike)."""
+    import random
+
+    monkeypatch.setattr(fusion, "DIVERSITY_SHIFT", shift)
+    rng = random.Random(37)
+    for case in range(300):
+        n = rng.randint(0, 250)
+        chats = [f"c{i}" for i in range(rng.randint(1, 12))]
+        scores, info = {}, {}
+        for _ in range(n):
+            key = (rng.choice(["message", "tool_call"]), f"{rng.randint(0, 10**6):07d}")
+            # whole and half z units tie often; tiny ones round alike once a shift is taken off
+            scores[key] = rng.choice([rng.gauss(0, 2), rng.randint(-4, 4) / 2, rng.random() * 1e-17])
+            info[key] = {"conversation": rng.choice(chats)} if rng.random() < 0.9 else {}
+        for limit in (1, 10, 50, n + 5):
+            assert fusion._diversified(scores, info, limit) == _diversified_one_turn_at_a_time(
+                scores, info, limit
+            ), (case, limit)
+
+
+def _link_first_hits_word_by_word(query, scores, info):
+    """The links as fusion made them before the fifth pass (the reference for the same scores)."""
+    import math
+
+    def words(text):
+        return set(fusion._WORD.findall((text or "").lower()))
+
+    asked = words(query)
+    pool = sorted(scores, key=lambda key: -scores[key])[: fusion.LINK_POOL]
+    bags = {key: words(info.get(key, {}).get("text", "")) for key in pool}
+    df: dict = {}
+    for bag in bags.values():
+        for w in bag:
+            df[w] = df.get(w, 0) + 1
+    rare = max(2, len(bags) // 20)
+    seeds = pool[: fusion.LINK_SEEDS]
+    weights = {
+        w: math.log(len(bags) / df[w]) for key in seeds for w in bags[key] - asked if 1 < df[w] <= rare
+    }
+    if not weights:
+        return
+    linked = {key: sum(weights.get(w, 0.0) for w in bags[key]) for key in pool[fusion.LINK_SEEDS :]}
+    best = max(linked.values(), default=0.0)
+    if best <= 0:
+        return
+    for key, weight in linked.items():
+        scores[key] += fusion.LINK_SHARE * weight / best
+
+
+def test_the_links_are_the_word_by_word_links(monkeypatch):
+    """Speed only: words counted in C and only the weighted ones summed give the same scores,
+    to the last bit, as counting and summing word by word."""
+    import random
+
+    monkeypatch.setattr(fusion, "LINK_SHARE", 0.5)
+    rng = random.Random(37)
+    vocabulary = [f"word{i}" for i in range(300)] + ["Sweden", "grandma", "necklace", "Ölwirt", "straße"]
+    lifted = 0
+    for case in range(200):
+        n = rng.randint(0, 160)
+        info = {
+            ("message", f"m{i}"): {"text": " ".join(rng.choices(vocabulary, k=rng.randint(0, 40)))}
+            for i in range(n)
+        }
+        if n and rng.random() < 0.2:
+            info[("message", "m0")] = {}  # a candidate without text
+        scores = {key: rng.choice([rng.gauss(0, 1.5), 0.0, 1.0]) for key in info}
+        query = " ".join(rng.choices(vocabulary, k=5))
+        expected = dict(scores)
+        _link_first_hits_word_by_word(query, expected, info)
+        lifted += expected != scores
+        fusion._link_first_hits(query, scores, info)
+        assert [repr(v) for v in scores.values()] == [repr(v) for v in expected.values()], case
+    assert lifted > 100  # the links did lift candidates in most cases

@@ -218,3 +218,29 @@ def test_upkeep_decays_edges_not_reinforced_and_prunes_orphans(owner, conversati
     index_messages(owner, add_turns(owner, conversation, ["Project Vanguard: Elena Rostova"], embed=False))
     reinforced = edge("Elena Rostova", "Project Vanguard")
     assert reinforced.weight == 2 and reinforced.decay == pytest.approx(0.625, abs=0.01)
+
+
+def test_the_boost_with_relevance_looked_up_already_opens_no_savepoint_for_it(
+    owner, conversation, graph_settings
+):
+    """Speed only: the same boost whether boost_scores looks the entities up or is handed them
+    (as search does), and only the mentions' read is in a savepoint then."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    graph_settings.GRAPH_SEARCH_WEIGHT = 3.0
+    msgs = add_turns(owner, conversation, VANGUARD)
+    index_messages(owner, msgs)
+    query = "Project Vanguard launch news"
+    info = {("message", m.pk): {"logical": m.pk} for m in msgs}
+
+    def boosted(relevance):
+        scores = dict.fromkeys(info, 0.0)
+        with CaptureQueriesContext(connection) as queries:
+            boost = graph.boost_scores(owner, query, scores, info, relevance=relevance)
+        return boost, scores, [q["sql"] for q in queries.captured_queries]
+
+    looked_up, scores_looked_up, _ = boosted(None)
+    handed, scores_handed, sql = boosted(graph.related(owner, query))
+    assert looked_up == handed and scores_looked_up == scores_handed and handed
+    assert sum(s.startswith("SAVEPOINT") for s in sql) == 1 and len(sql) == 3  # savepoint, read, release

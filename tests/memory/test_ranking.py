@@ -244,3 +244,47 @@ def test_the_turn_two_replies_after_the_best_hit_joins_the_candidates(owner, con
     assert fact.pk not in found(exclude_message_ids=[fact.pk])
     deleting.delete_message(owner, fact.pk)
     assert fact.pk not in found()
+
+
+def test_session_neighbours_of_many_messages_match_the_one_by_one_answer(
+    owner, conversation, stranger, settings
+):
+    """Speed only: neighbours_of answers for several messages in one query what neighbours()
+    answers for each: across idle gaps, deleted messages and chunks, other conversations, and
+    wider windows."""
+    from memory.models import Conversation, Message
+
+    msgs = add_turns(owner, conversation, ["a", "b", "c", "d", "e"], gap_minutes=1)
+    msgs += add_turns(owner, conversation, ["f", "g", "h"], start=msgs[-1].timestamp + dt.timedelta(hours=2))
+    settings.INDEX_CHUNK_THRESHOLD = 100
+    long = " ".join(f"garden{i}" for i in range(60))
+    later = msgs[-1].timestamp + dt.timedelta(minutes=1)
+    msgs += add_turns(owner, conversation, [long, "i", "j"], start=later)
+    assert Message.objects.filter(chunk_parent=msgs[8]).exists()
+    other = Conversation.objects.create(owner=owner, title="Other")
+    msgs += add_turns(owner, other, ["k", "l", "m"], gap_minutes=1)
+    Message.objects.filter(pk=msgs[2].pk).update(deleted=True)
+    anchors = [m for i, m in enumerate(msgs) if i != 2]
+    for before, after in ((1, 1), (2, 1), (0, 3), (3, 3)):
+        expected = [
+            [n.pk for n in sessions.neighbours(owner, m, before=before, after=after)] for m in anchors
+        ]
+        found = sessions.neighbours_of(owner, anchors, before=before, after=after)
+        assert [[n.pk for n in near] for near in found] == expected, (before, after)
+    assert [n.pk for n in sessions.neighbours_of(owner, [msgs[3]])[0]] == [msgs[1].pk, msgs[4].pk]
+    assert sessions.neighbours_of(stranger, [msgs[3]]) == [[]], "another user's messages are not read"
+
+
+def test_search_and_retrieve_shows_each_hits_session_neighbours(owner, conversation):
+    from memory.context.tools import execute_tool
+    from memory.models import Message
+
+    msgs = add_turns(owner, conversation, [f"note {i}: the heron nests by the lake" for i in range(4)])
+    later = msgs[-1].timestamp + dt.timedelta(hours=3)
+    msgs += add_turns(owner, conversation, ["the heron left", "ok"], start=later)
+    result = execute_tool(owner, "search_and_retrieve", {"query": "heron nests", "auto_limit": 5})
+    assert result.ok and len(result.result["messages"]) >= 3
+    for item in result.result["messages"]:
+        m = Message.objects.get(pk=item["id"])
+        assert [n["id"] for n in item["session"]] == [n.pk for n in sessions.neighbours(owner, m)]
+    assert any(item["session"] for item in result.result["messages"])

@@ -1,7 +1,10 @@
 from __future__ import annotations
 
+import contextlib
+import datetime as dt
+
 import pytest
-from django.db import connection
+from django.db import connection, connections
 
 from memory.context.index_builder import prepare_context
 from memory.finding.search import search
@@ -97,11 +100,19 @@ def test_a_hit_in_a_chunk_is_its_messages_with_the_messages_external_id(owner, c
 
 
 def _rows(sql, *, fast):
-    from memory.finding.candidates import fast_timestamps
+    """The rows of `sql` read with the fast loader, or with Django's own."""
+    from psycopg.postgres import types
+    from psycopg.pq import Format
+
+    from memory.pgvalues import fast_timestamps
 
     with connection.cursor() as cursor:
+        oid = types["timestamptz"].oid
+        loader = cursor.adapters.get_loader(oid, Format.TEXT)
         if fast:
             fast_timestamps(cursor)
+        else:
+            cursor.adapters.register_loader(oid, getattr(loader, "django", loader))
         try:
             cursor.execute(sql)
             return cursor.fetchall()
@@ -109,9 +120,59 @@ def _rows(sql, *, fast):
             return type(exc)
 
 
-def test_fast_timestamps_reads_the_datetimes_djangos_loader_reads(owner, conversation):
-    import datetime as dt
+@contextlib.contextmanager
+def _djangos_loader():
+    """Every connection (a search worker's too) reads timestamps with Django's loader again."""
+    from memory import pgvalues
 
+    with pytest.MonkeyPatch.context() as patch:
+        for fast in pgvalues._FAST_LOADERS.values():
+            patch.setattr(fast, "load", fast.django.load)
+        yield
+
+
+def test_every_connection_reads_timestamps_fast(owner, conversation):
+    """A new connection's loader is the fast one, and what the ORM reads through it (messages,
+    passages) is what Django's loader reads, tzinfo and all."""
+    from psycopg.postgres import types
+    from psycopg.pq import Format
+
+    from memory.models import Message, Passage
+
+    add_turns(owner, conversation, ["the heron nests by the lake", "herons eat fish"])
+    new = connections.create_connection("default")
+    try:
+        new.ensure_connection()
+        loader = new.connection.adapters.get_loader(types["timestamptz"].oid, Format.TEXT)
+    finally:
+        new.close()
+    assert getattr(loader, "django", None) is not None and loader.timezone is dt.UTC
+
+    def read():
+        return (
+            list(Message.objects.filter(owner=owner).order_by("pk").values_list("pk", "timestamp")),
+            [(p.pk, p.timestamp) for p in Passage.objects.filter(owner=owner).order_by("pk")],
+        )
+
+    fast = read()
+    with _djangos_loader():
+        slow = read()
+    # _djangos_loader does reach Django's (Python) parser, and the fast loader does not.
+    from psycopg.types.datetime import TimestamptzLoader
+
+    def parsed_in_python(self, data):
+        raise AssertionError("parsed in Python")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(TimestamptzLoader, "load", parsed_in_python)
+        assert read() == fast
+        with _djangos_loader(), pytest.raises(AssertionError, match="parsed in Python"):
+            read()
+    assert fast == slow and len(fast[0]) == 2 and len(fast[1]) >= 2
+    assert all(when.tzinfo is dt.UTC for rows in (*fast, *slow) for _, when in rows)
+
+
+def test_fast_timestamps_reads_the_datetimes_djangos_loader_reads(owner, conversation):
     add_turns(owner, conversation, ["the heron nests by the lake", "herons eat fish"])
     stored = "SELECT timestamp, id FROM memory_passage ORDER BY id"
     literals = (
@@ -144,15 +205,12 @@ def test_fast_timestamps_reads_the_datetimes_djangos_loader_reads(owner, convers
         assert _rows(sql, fast=True) == _rows(sql, fast=False)
 
 
-def test_a_search_reads_the_same_hits_with_fast_timestamps(owner, conversation, settings, monkeypatch):
-    from memory.finding import candidates
-
+def test_a_search_reads_the_same_hits_with_fast_timestamps(owner, conversation, settings):
     settings.INDEX_FULL_MAX = 0
     add_turns(owner, conversation, [f"note {i}: the heron nests by the lake in spring" for i in range(12)])
     fast = search(owner, "heron nests in spring", limit=10).hits
-    monkeypatch.setattr(candidates, "fast_timestamps", lambda cursor: None)
-    monkeypatch.setattr("memory.finding.search.fast_timestamps", lambda cursor: None)
-    slow = search(owner, "heron nests in spring", limit=10).hits
+    with _djangos_loader():
+        slow = search(owner, "heron nests in spring", limit=10).hits
     assert [(h.id, h.timestamp, h.score) for h in fast] == [(h.id, h.timestamp, h.score) for h in slow]
     assert len(fast) == 10 and all(h.timestamp.tzinfo is slow[0].timestamp.tzinfo for h in fast)
 
@@ -197,3 +255,16 @@ def test_a_timed_out_read_in_a_transaction_leaves_the_transaction_usable(owner):
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")
             assert cursor.fetchone() == (1,)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [[], ["01HZX3"], ["a,b", 'say "hi"', "back\\slash", "{brace}", "", " spaced ", "NULL", "é ü 中"]],
+)
+def test_a_text_array_literal_is_the_array_of_its_strings(values):
+    from memory.pgvalues import text_array
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT %s::varchar[], %s::varchar[]", [text_array(values), values])
+        literal, bound = cursor.fetchone()
+    assert literal == bound == values

@@ -99,16 +99,11 @@ def search_and_retrieve(owner, *, query: str, auto_limit: int = 5, conversation=
     ids = list(dict.fromkeys(h.message_id for h in results.hits))[:auto_limit]
     found = {m.pk: m for m in Message.objects.visible_to(owner).filter(pk__in=ids)}
     per = max(800, MAX_CONTENT_CHARS // max(1, len(found)))
+    read = [found[h_id] for h_id in ids if h_id in found]
     out = []
-    for h_id in ids:
-        m = found.get(h_id)
-        if m is None:
-            continue
+    for m, near in zip(read, sessions.neighbours_of(owner, read, before=1, after=1), strict=True):
         item = compressed_message_dict(m, query, max_chars=per) or message_dict(m, max_chars=per)
-        item["session"] = [
-            {"id": n.pk, "role": n.role, "snippet": snip(n.content)}
-            for n in sessions.neighbours(owner, m, before=1, after=1)
-        ]
+        item["session"] = [{"id": n.pk, "role": n.role, "snippet": snip(n.content)} for n in near]
         out.append(item)
     result = {"query": query, "messages": out}
     if results.fallbacks:
