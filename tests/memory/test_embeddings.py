@@ -326,3 +326,41 @@ def test_a_text_being_prefetched_is_waited_for_not_embedded_twice(monkeypatch):
     vector = embedder.embed_one(text)  # waits for the prefetch instead of a second model call
     assert calls == [[text]]
     assert np.allclose(vector, future.result()[0])
+
+
+class _Recording:
+    """A micro-batched embedder whose vector of a text is a function of the text alone, and
+    that records the texts of each model call."""
+
+    def __new__(cls, per_call: int):
+        from memory.embedders.base import Embedder
+
+        class Recording(Embedder):
+            name, dimensions, micro_batch, bulk_per_call, bulk_text_chars = "rec", 8, True, per_call, 100
+
+            def _embed_batch(self, texts):
+                self.calls.append(list(texts))
+                seeds = [len(t) * 7919 + ord(t[0]) for t in texts]
+                return np.stack([np.random.default_rng(seed).normal(size=8) for seed in seeds])
+
+        embedder = Recording(100, 0)
+        embedder.calls = []
+        return embedder
+
+
+def test_a_bulk_request_is_embedded_in_calls_of_alike_length_each_text_getting_its_own_vector():
+    # An import's texts in their own order: a long passage, its short reply, a long passage...
+    texts = [("x" if i % 2 else "L") * (90 if i % 2 else 20) + str(i) for i in range(40)]
+    embedder = _Recording(per_call=4)
+    vectors = embedder.embed(texts)
+    alone = _Recording(per_call=4)
+    assert np.allclose(vectors, np.stack([alone.embed([t])[0] for t in texts]))
+    calls = embedder.calls
+    assert sorted(t for call in calls for t in call) == sorted(texts)
+    for call in calls:  # never a long text padded beside a short one
+        assert len({len(t) > 50 for t in call}) == 1
+    lengths = [len(t) for call in calls for t in call]
+    assert lengths == sorted(lengths)  # shortest first
+    # Short texts go more to a call than long ones, within what 4 texts of 100 characters take.
+    assert max(len(c) for c in calls) > 4
+    assert all(len(c) <= 4 or len(c) * len(c[-1]) <= 4 * 100 for c in calls)
