@@ -51,9 +51,9 @@ class Embedder:
     micro_batch: bool = False
     # Texts of background (bulk) requests per model call: a query arriving meanwhile waits for
     # one such call at most (_MicroBatcher._piece: more short texts, as long as they come to
-    # as many characters, padded, as `bulk_per_call` texts of `bulk_text_chars`).
+    # as much, padded, as `bulk_per_call` texts of `bulk_text_size`, in `text_size`'s units).
     bulk_per_call: int = 16
-    bulk_text_chars: int = 1500
+    bulk_text_size: int = 1500
 
     def __init__(self, batch_size: int, cache_size: int) -> None:
         self.batch_size = batch_size
@@ -145,6 +145,11 @@ class Embedder:
                     self._batcher = _MicroBatcher(self)
         return self._batcher
 
+    def text_size(self, text: str) -> int:
+        """How much of the model's work a text is, to batch alike texts together: its
+        characters, or its tokens where the model counts them cheaply."""
+        return len(text)
+
     def embed_one(self, text: str) -> np.ndarray:
         return self.embed([text])[0]
 
@@ -232,7 +237,8 @@ class _MicroBatcher:
             if len(request.texts) <= self.SMALL:
                 small.append(request)
             else:
-                request.order = sorted(range(len(request.texts)), key=lambda i: len(request.texts[i]))
+                request.sizes = [self.embedder.text_size(t) for t in request.texts]
+                request.order = sorted(range(len(request.texts)), key=request.sizes.__getitem__)
                 bulk.append(request)
 
         while True:
@@ -278,16 +284,16 @@ class _MicroBatcher:
 
     def _piece(self, request: _Request, room: int) -> int:
         """How many of a bulk request's next texts (shortest first) go to one call: as many
-        as take, padded to the longest of them, no more characters than `bulk_per_call` texts
-        of `bulk_text_chars` (so more short texts than long ones), and no text half again as
-        long as the first (beside it, the first would be mostly padding)."""
+        as take, padded to the longest of them, no more than `bulk_per_call` texts of
+        `bulk_text_size` (so more short texts than long ones), and no text half again as long
+        as the first (beside it, the first would be mostly padding)."""
         per_call = self.embedder.bulk_per_call
-        budget = per_call * self.embedder.bulk_text_chars
-        texts, order, start = request.texts, request.order, request.done
-        first = len(texts[order[start]])
+        budget = per_call * self.embedder.bulk_text_size
+        sizes, order, start = request.sizes, request.order, request.done
+        first = sizes[order[start]]
         end = start + 1
-        while end < len(texts) and end - start < min(room, 4 * per_call):
-            longest = len(texts[order[end]])
+        while end < len(sizes) and end - start < min(room, 4 * per_call):
+            longest = sizes[order[end]]
             if (end - start + 1) * longest > budget or longest > 1.5 * first + 16:
                 break
             end += 1
@@ -306,10 +312,11 @@ class _InFlight:
 
 
 class _Request:
-    __slots__ = ("texts", "order", "done", "vectors", "future")
+    __slots__ = ("texts", "sizes", "order", "done", "vectors", "future")
 
     def __init__(self, texts: list[str], dimensions: int) -> None:
         self.texts = texts
+        self.sizes: list[int] = []  # text_size of each (a bulk request's)
         self.order: list[int] = list(range(len(texts)))  # the order its texts are embedded in
         self.done = 0
         self.vectors = np.zeros((len(texts), dimensions), dtype=np.float32)
