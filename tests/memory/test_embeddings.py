@@ -326,3 +326,62 @@ def test_a_text_being_prefetched_is_waited_for_not_embedded_twice(monkeypatch):
     vector = embedder.embed_one(text)  # waits for the prefetch instead of a second model call
     assert calls == [[text]]
     assert np.allclose(vector, future.result()[0])
+
+
+class _Recording:
+    """A micro-batched embedder whose vector of a text is a function of the text alone, and
+    that records the texts of each model call."""
+
+    def __new__(cls, per_call: int):
+        from memory.embedders.base import Embedder
+
+        class Recording(Embedder):
+            name, dimensions, micro_batch, bulk_per_call, bulk_text_size = "rec", 8, True, per_call, 100
+
+            def _embed_batch(self, texts):
+                self.calls.append(list(texts))
+                seeds = [len(t) * 7919 + ord(t[0]) for t in texts]
+                return np.stack([np.random.default_rng(seed).normal(size=8) for seed in seeds])
+
+        embedder = Recording(100, 0)
+        embedder.calls = []
+        return embedder
+
+
+def test_a_bulk_request_is_embedded_in_calls_of_alike_length_each_text_getting_its_own_vector():
+    # An import's texts in their own order: a long passage, its short reply, a long passage...
+    texts = [("x" if i % 2 else "L") * (90 if i % 2 else 20) + str(i) for i in range(40)]
+    embedder = _Recording(per_call=4)
+    vectors = embedder.embed(texts)
+    alone = _Recording(per_call=4)
+    assert np.allclose(vectors, np.stack([alone.embed([t])[0] for t in texts]))
+    calls = embedder.calls
+    assert sorted(t for call in calls for t in call) == sorted(texts)
+    for call in calls:  # never a long text padded beside a short one
+        assert len({len(t) > 50 for t in call}) == 1
+    lengths = [len(t) for call in calls for t in call]
+    assert lengths == sorted(lengths)  # shortest first
+    # Short texts go more to a call than long ones, within what 4 texts of 100 characters take.
+    assert max(len(c) for c in calls) > 4
+    assert all(len(c) <= 4 or len(c) * len(c[-1]) <= 4 * 100 for c in calls)
+
+
+def test_e5_on_onnx_runtime_batches_a_bulk_request_by_tokens_not_characters(settings, monkeypatch):
+    embedder = E5Embedder("multilingual-e5-small-int8-v2", 384, 100, 0, 320, 32, 0,
+                          model_dir=Path(settings.DATA_DIR) / "models")
+    # Characters mislead: 172 characters of Chinese are more tokens than 196 of English.
+    english = [f"The ferry to the island leaves at {h} and the harbour cafe opens at ten; the market "
+               "closes at noon. " * 2 for h in range(8)]
+    chinese = [f"我下个月要去北京出差第{h}次，需要准备一份关于市场分析的报告和预算表格以及会议日程安排。" * 4
+               for h in range(8)]
+    texts = [t for pair in zip(english, chinese, strict=True) for t in pair]
+    assert embedder.text_size(chinese[0]) > embedder.text_size(english[0])
+    assert len(chinese[0]) < len(english[0])
+    calls: list[list[str]] = []
+    real = embedder._embed_batch
+    monkeypatch.setattr(embedder, "_embed_batch", lambda batch: calls.append(list(batch)) or real(batch))
+    embedder.embed(texts)
+    assert sorted(t for call in calls for t in call) == sorted(texts)
+    assert all(len({t in chinese for t in call}) == 1 for call in calls)  # never padded together
+    sizes = [embedder.text_size(t) for call in calls for t in call]
+    assert sizes == sorted(sizes)
