@@ -50,7 +50,12 @@ def _run(message: Message, before, after, gap: dt.timedelta) -> list[Message]:
 
 def neighbours(owner, message: Message, *, before: int = 1, after: int = 1) -> list[Message]:
     """The closest messages of `message`'s session on each side (not the message itself)."""
-    run = session_of(owner, message, window=max(before, after))
+    return _around(session_of(owner, message, window=max(before, after)), message, before, after)
+
+
+def _around(run: list[Message], message: Message, before: int, after: int) -> list[Message]:
+    """The `before` messages of `run` (a session, oldest first) just before `message` and the
+    `after` just after it."""
     i = next(i for i, m in enumerate(run) if m.pk == message.pk)
     return run[max(0, i - before) : i] + run[i + 1 : i + 1 + after]
 
@@ -85,9 +90,7 @@ def neighbours_of(owner, messages: list[Message], *, before: int = 1, after: int
     for message, near in zip(messages, around, strict=True):
         earlier = sorted((r for r in near if r.position < message.position), key=lambda r: -r.position)
         later = sorted((r for r in near if r.position > message.position), key=lambda r: r.position)
-        run = _run(message, earlier, later, gap)
-        i = run.index(message)
-        found.append(run[max(0, i - before) : i] + run[i + 1 : i + 1 + after])
+        found.append(_around(_run(message, earlier, later, gap), message, before, after))
     return found
 
 
@@ -120,19 +123,7 @@ def neighbours_many(
         m = next(r for r in window if r.pk == anchor_id)
         earlier = [r for r in window if r.position < m.position][::-1]
         later = [r for r in window if r.position > m.position]
-        picked_before, last = [], m
-        for r in earlier[:before]:
-            if last.timestamp - r.timestamp > gap:
-                break
-            picked_before.insert(0, r)
-            last = r
-        picked_after, last = [], m
-        for r in later[:after]:
-            if r.timestamp - last.timestamp > gap:
-                break
-            picked_after.append(r)
-            last = r
-        found[anchor_id] = picked_before + picked_after
+        found[anchor_id] = _around(_run(m, earlier[:before], later[:after], gap), m, before, after)
     return found
 
 
