@@ -96,11 +96,12 @@ def _timed_vector_candidates(owner, query, filters, k, results, query_vector) ->
 # Django checks a kept connection with a `SELECT 1` round trip before its first statement after
 # close_old_connections (CONN_HEALTH_CHECKS): on a worker, before every job, on the turn's path
 # (bench_scale at 100k: 0.2-0.6 ms median, 3-8 ms at the 90th percentile on a busy machine, the
-# idle server process having to be woken for it). A worker's connection that ended a job without
-# an error less than _CHECKED_FOR seconds ago is not checked again; one that broke meanwhile (a
-# restarted server) fails the job's first statement, and the vector list then reconnects and
-# reads again (_vector_candidates).
-_CHECKED_FOR = 10.0
+# idle server process having to be woken for it). As the chat's own database threads do
+# (chat.db), a worker's connection that ended a job without an error less than _CHECKED_FOR
+# seconds ago is not checked again; one that broke meanwhile (a restarted server) fails the
+# job's first statement, and the job (a read) runs again on a new connection (in_worker; the
+# vector list, which turns errors into fallbacks, in _vector_candidates).
+_CHECKED_FOR = 5.0
 _worker = threading.local()
 
 
