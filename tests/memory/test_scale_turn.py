@@ -185,6 +185,12 @@ def test_bench_scale_shows_the_collector_postgres_and_where_slow_turns_lost_time
     assert "checkpoints" in postgres and int(postgres.split("WAL bytes ")[1].split()[0].replace(",", "")) > 0
     questions = next(x for x in out.splitlines() if "turn p50 by question" in x)
     assert questions.count("…") == 5  # the five probes, two turns each
+    tails = next(x for x in out.splitlines() if x.strip().startswith("p95 ms:"))
+    medians = next(x for x in out.splitlines() if x.strip().startswith("median ms:"))
+    assert "search_vector_other" in tails and "search_vector_other" in medians
+    for step in ("store_message", "prepare_context", "save_snapshot"):
+        tail = float(tails.split(f"{step} ")[1].split()[0])
+        assert tail >= float(medians.split(f"{step} ")[1].split()[0])
     slow = next(x for x in out.splitlines() if "the slowest 1 turns, ms over" in x)
     assert "prepare_context" in slow or "store_message" in slow or "search" in slow
 

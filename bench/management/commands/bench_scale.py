@@ -428,6 +428,13 @@ class Command(BaseCommand):
             store_message(user, live, "assistant", f"answer {turn} about {text}", embed=False)
             for k, v in plan.timings_ms.items():
                 timings.setdefault(k, []).append(v)
+            if "search_vector_query" in plan.timings_ms:
+                # The vector list's worker apart from its query and the wait for the query's
+                # vector: the thread's start, its connection's check, the GIL.
+                t = plan.timings_ms
+                timings.setdefault("search_vector_other", []).append(
+                    t["search_vector"] - t["search_vector_query"] - t.get("search_embed_wait", 0.0)
+                )
             steps_of_turn.append({k: v[-1] for k, v in timings.items()})
             by_probe.setdefault(PROBES[turn % len(PROBES)], []).append(costs[-1])
             strategy = plan.strategy
@@ -501,6 +508,10 @@ class Command(BaseCommand):
         self.stdout.write(
             "           median ms: "
             + "  ".join(f"{k} {statistics.median(v):.1f}" for k, v in timings.items())
+        )
+        self.stdout.write(
+            "           p95 ms: "
+            + "  ".join(f"{k} {_percentile(sorted(v), 95):.1f}" for k, v in timings.items())
         )
         if profiler:
             import io
