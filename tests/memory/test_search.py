@@ -77,6 +77,20 @@ def test_outside_a_transaction_the_vector_search_runs_beside_the_keyword_search(
     assert together.timings_ms["vector"] > 0 and "vector_after_keyword" in together.timings_ms
 
 
+def test_a_vector_literal_is_the_same_text_as_one_value_at_a_time():
+    import numpy as np
+
+    from memory.finding.candidates import vector_literal
+
+    rng = np.random.default_rng(37)
+    vectors = [rng.standard_normal(384).astype(np.float32) / s for s in (1, 20, 1e6, 1e-6)]
+    vectors += [np.array([0.0, -0.0, 1e-45, 3.4e38, -1.5, 123456789.0], dtype=np.float32)]
+    for vector in vectors:
+        expected = "[" + ",".join(f"{float(x):.7g}" for x in vector) + "]"
+        assert vector_literal(vector) == expected == vector_literal([float(x) for x in vector])
+    assert vector_literal([]) == "[]"
+
+
 def _on_every_search_worker(func) -> list:
     """`func()` run once on each search worker thread, through in_worker, all at once."""
     import threading
