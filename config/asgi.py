@@ -35,3 +35,8 @@ application = TrustedProxyHeaders(
         }
     )
 )
+
+from config.startup import freeze_long_lived_objects  # noqa: E402
+
+# Everything imported so far lives as long as the process: no full collection walks it again.
+freeze_long_lived_objects()

@@ -168,6 +168,33 @@ def test_bench_scale_prints_the_turns_cpu_and_keeps_its_profile(capsys, monkeypa
     assert any("prepare_context" in f[2] for f in pstats.Stats(str(dump)).stats)
 
 
+@pytest.mark.django_db(transaction=True)
+def test_bench_scale_shows_the_collector_postgres_and_where_slow_turns_lost_time(capsys):
+    import gc
+
+    call_command("bench_scale", sizes="60", database="", turns=10, user="bench_tail")
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if "garbage collector during the turns" in x)
+    collections = int(line.split(": ")[1].split(" collections")[0])
+    by_generation = [int(line.split(f"gen{g} ")[1].split(",")[0].rstrip(")")) for g in range(3)]
+    assert collections == sum(by_generation)
+    # Measured with what the server freezes at start-up (config.startup) frozen the same way.
+    assert int(line.split("freeze ")[1].split(" objects")[0].replace(",", "")) > 0
+    assert gc.get_freeze_count() == 0, "the bench leaves the process as it found it"
+    postgres = next(x for x in out.splitlines() if "Postgres from the first measured turn" in x)
+    assert "checkpoints" in postgres and int(postgres.split("WAL bytes ")[1].split()[0].replace(",", "")) > 0
+    questions = next(x for x in out.splitlines() if "turn p50 by question" in x)
+    assert questions.count("…") == 5  # the five probes, two turns each
+    tails = next(x for x in out.splitlines() if x.strip().startswith("p95 ms:"))
+    medians = next(x for x in out.splitlines() if x.strip().startswith("median ms:"))
+    assert "search_vector_other" in tails and "search_vector_other" in medians
+    for step in ("store_message", "prepare_context", "save_snapshot"):
+        tail = float(tails.split(f"{step} ")[1].split()[0])
+        assert tail >= float(medians.split(f"{step} ")[1].split()[0])
+    slow = next(x for x in out.splitlines() if "the slowest 1 turns, ms over" in x)
+    assert "prepare_context" in slow or "store_message" in slow or "search" in slow
+
+
 @pytest.mark.django_db
 def test_the_tools_recently_used_are_this_conversations_and_read_with_a_bound(owner, conversation):
     from memory.context.index_builder import _recent_tool_names

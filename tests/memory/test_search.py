@@ -77,6 +77,108 @@ def test_outside_a_transaction_the_vector_search_runs_beside_the_keyword_search(
     assert together.timings_ms["vector"] > 0 and "vector_after_keyword" in together.timings_ms
 
 
+def test_a_vector_literal_is_the_same_text_as_one_value_at_a_time():
+    import numpy as np
+
+    from memory.finding.candidates import vector_literal
+
+    rng = np.random.default_rng(37)
+    vectors = [rng.standard_normal(384).astype(np.float32) / s for s in (1, 20, 1e6, 1e-6)]
+    vectors += [np.array([0.0, -0.0, 1e-45, 3.4e38, -1.5, 123456789.0], dtype=np.float32)]
+    for vector in vectors:
+        expected = "[" + ",".join(f"{float(x):.7g}" for x in vector) + "]"
+        assert vector_literal(vector) == expected == vector_literal([float(x) for x in vector])
+    assert vector_literal([]) == "[]"
+
+
+def _on_every_search_worker(func) -> list:
+    """`func()` run once on each search worker thread, through in_worker, all at once."""
+    import threading
+
+    from memory.finding import candidates
+
+    barrier = threading.Barrier(candidates.SEARCH_THREADS)
+
+    def job():
+        barrier.wait(timeout=30)
+        return func()
+
+    jobs = [candidates.in_worker(job) for _ in range(candidates.SEARCH_THREADS)]
+    return [j.result(timeout=60) for j in jobs]
+
+
+def _ping_counter(monkeypatch) -> list[int]:
+    """The threads whose connection Django checked with a round trip (is_usable), in order."""
+    import threading
+
+    from django.db.backends.postgresql.base import DatabaseWrapper
+
+    pinged: list[int] = []
+    real = DatabaseWrapper.is_usable
+
+    def counted(self):
+        pinged.append(threading.get_ident())
+        return real(self)
+
+    monkeypatch.setattr(DatabaseWrapper, "is_usable", counted)
+    return pinged
+
+
+def _select_on_worker() -> int:
+    import threading
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+    return threading.get_ident()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_search_worker_does_not_check_a_connection_it_used_a_moment_ago(monkeypatch):
+    """Django's health check (a round trip before a kept connection's first statement) was made
+    before every job of a worker, on the turn's path; a connection that ended a job without an
+    error moments ago is used as it is."""
+    from memory.finding import candidates
+
+    _on_every_search_worker(_select_on_worker)  # every worker's connection open and just used
+    pinged = _ping_counter(monkeypatch)
+    threads = [candidates.in_worker(_select_on_worker).result(timeout=60) for _ in range(12)]
+    assert len(set(threads)) >= 1 and pinged == []
+    # One not used for _CHECKED_FOR seconds is checked first, as Django does.
+    monkeypatch.setattr(candidates, "_CHECKED_FOR", 0.0)
+    candidates.in_worker(_select_on_worker).result(timeout=60)
+    assert len(pinged) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_search_whose_worker_connection_broke_reconnects_and_reads_again(owner, conversation, settings):
+    """A worker's connection that broke since its last job (a restarted server: here each one's
+    server process is ended) is not found out by a check first any more; the vector list sees
+    its statement fail, reconnects and reads again: the search is whole."""
+    add_turns(owner, conversation, ["the heron nests by the lake", "herons eat fish", "the train is at nine"])
+    search(owner, "heron nests")
+
+    def backend_pid() -> int:
+        connection.ensure_connection()
+        return connection.connection.info.backend_pid
+
+    def break_every_worker_connection() -> None:
+        pids = _on_every_search_worker(backend_pid)
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FILTER (WHERE pg_terminate_backend(p)) FROM unnest(%s) p", [pids])
+            assert cursor.fetchone()[0] >= 1  # (some may be ended already, not yet found out)
+
+    break_every_worker_connection()
+    results = search(owner, "heron nests")
+    assert results.fallbacks == []
+    assert results.hits and results.hits[0].vector_similarity is not None
+    assert "heron" in results.hits[0].passage_text
+    # The turn's read-ahead (the levels, the summaries) runs on a worker too.
+    settings.INDEX_FULL_MAX = 0
+    break_every_worker_connection()
+    plan = prepare_context(owner, conversation, "heron nests")
+    assert plan.fallbacks == [] and {"search_vector", "read_ahead"} <= set(plan.timings_ms)
+
+
 def test_a_hit_in_a_chunk_is_its_messages_with_the_messages_external_id(owner, conversation, settings):
     from memory.models import Message
     from memory.storage.store import store_message

@@ -21,6 +21,7 @@ loaded history stays and the next run reuses it, adding only the rows a larger s
 
 from __future__ import annotations
 
+import gc
 import math
 import os
 import random
@@ -30,9 +31,10 @@ import time
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 
 from bench.scratch import add_database_argument, use_database
+from config.startup import freeze_long_lived_objects
 from memory.models import PASSAGE_HNSW, passage_hnsw_sql
 from memory.progress import Progress
 from memory.tokens import count_tokens
@@ -122,6 +124,8 @@ class Command(BaseCommand):
             self.stdout.write(f"reusing {stored:,} synthetic messages already loaded")
             self._facts(user, bulk)  # a history loaded before facts were part of it
         get_embedder().embed_one("warm up")  # loading the model is not a per-turn cost
+        # As the server does once it has loaded Django and the model (config.asgi, `serve`).
+        freeze_long_lived_objects()
         rows = []
         for size in sizes:
             if size < stored:
@@ -147,6 +151,7 @@ class Command(BaseCommand):
             )
         if not opts["keep"]:
             user.delete()
+        gc.unfreeze()  # a process that goes on (a test run) collects its objects again
 
     # --- database -------------------------------------------------------------------------------
 
@@ -361,6 +366,10 @@ class Command(BaseCommand):
         sent: dict[str, list[int]] = {}
         strategy = ""
         timings: dict[str, list[float]] = {}
+        steps_of_turn: list[dict[str, float]] = []  # each turn's steps, for where a slow turn lost
+        by_probe: dict[str, list[float]] = {}
+        collector = _Collections()
+        server_before: dict[str, int] = {}
         profiler = None
         if opts["profile"]:
             import cProfile
@@ -374,6 +383,9 @@ class Command(BaseCommand):
             text = f"{PROBES[turn % len(PROBES)]} (turn {turn + 1} at {size:,})"
             if profiler and turn >= 0:
                 profiler.enable()
+            collector.counting = turn >= 0
+            if turn == 0:
+                server_before = _server_counters()
             t0 = time.perf_counter()
             c0 = time.process_time()
             # As the chat does: the message's vector (the query's) is computed while the
@@ -397,6 +409,7 @@ class Command(BaseCommand):
                 save_snapshot(plan, user, live, message)
             t3 = time.perf_counter()
             c3 = time.process_time()
+            collector.turn_ended()
             if profiler and turn >= 0:
                 profiler.disable()
             # Background work, off the turn's path: the passage's vector (an HNSW insert).
@@ -415,6 +428,15 @@ class Command(BaseCommand):
             store_message(user, live, "assistant", f"answer {turn} about {text}", embed=False)
             for k, v in plan.timings_ms.items():
                 timings.setdefault(k, []).append(v)
+            if "search_vector_query" in plan.timings_ms:
+                # The vector list's worker apart from its query and the wait for the query's
+                # vector: the thread's start, its connection's check, the GIL.
+                t = plan.timings_ms
+                timings.setdefault("search_vector_other", []).append(
+                    t["search_vector"] - t["search_vector_query"] - t.get("search_embed_wait", 0.0)
+                )
+            steps_of_turn.append({k: v[-1] for k, v in timings.items()})
+            by_probe.setdefault(PROBES[turn % len(PROBES)], []).append(costs[-1])
             strategy = plan.strategy
             plan_tokens.append(plan.total_tokens)
             used, tool_ms = _sent_to_model(user, live, allocation, plan, message)
@@ -424,6 +446,10 @@ class Command(BaseCommand):
             prompt_tokens.append(sum(used.values()))
             tools.append(len(plan.tools))
             over += sum(used.values()) + allocation["answer"] > allocation.window
+        collector.close()
+        server_during = _server_counters()
+        server_during = {k: v - server_before.get(k, 0) for k, v in server_during.items()}
+        slow = sorted(range(len(costs)), key=costs.__getitem__)[-max(1, len(costs) // 10):]
         costs.sort()
         load = _loadavg()
         row = {
@@ -464,8 +490,28 @@ class Command(BaseCommand):
             f"{statistics.median(tool_calls):.1f} ms, p95 {_percentile(sorted(tool_calls), 95):.1f} ms"
         )
         self.stdout.write(
+            "           garbage collector during the turns: " + collector.summary(slow)
+        )
+        if server_during:
+            self.stdout.write(
+                "           Postgres from the first measured turn to the last: "
+                + "  ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in server_during.items())
+            )
+        self.stdout.write(
+            "           turn p50 by question: "
+            + "  ".join(f"{p.split()[1]}… {statistics.median(v):.1f}" for p, v in by_probe.items())
+        )
+        self.stdout.write(
+            f"           the slowest {len(slow)} turns, ms over each step's median: "
+            + _over_median(timings, [steps_of_turn[i] for i in slow])
+        )
+        self.stdout.write(
             "           median ms: "
             + "  ".join(f"{k} {statistics.median(v):.1f}" for k, v in timings.items())
+        )
+        self.stdout.write(
+            "           p95 ms: "
+            + "  ".join(f"{k} {_percentile(sorted(v), 95):.1f}" for k, v in timings.items())
         )
         if profiler:
             import io
@@ -510,6 +556,79 @@ def _sent_to_model(user, conversation, allocation, plan, message) -> tuple[dict[
     )
     prompt.messages(plan.tools)
     return dict(prompt.used), tool_ms
+
+
+def _over_median(timings: dict[str, list[float]], turns: list[dict[str, float]]) -> str:
+    """Where the given turns lost time: each step's mean excess over its median, largest first."""
+    excess = {
+        step: statistics.fmean(t.get(step, 0.0) for t in turns) - statistics.median(values)
+        for step, values in timings.items()
+    }
+    ordered = sorted(excess.items(), key=lambda kv: -kv[1])
+    return "  ".join(f"{step} {ms:+.1f}" for step, ms in ordered[:6])
+
+
+def _server_counters() -> dict[str, int]:
+    """Postgres' work that could land on a turn: checkpoints, (auto)vacuum and analyze runs of
+    memory's tables, WAL written and full-page images in it. Empty where the statistics views
+    differ (before Postgres 17)."""
+    try:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT (SELECT num_done FROM pg_stat_checkpointer), "
+                "(SELECT coalesce(sum(autovacuum_count + autoanalyze_count), 0) FROM pg_stat_user_tables "
+                "WHERE relname LIKE 'memory\\_%'), "
+                "(SELECT wal_bytes FROM pg_stat_wal), (SELECT wal_fpi FROM pg_stat_wal)"
+            )
+            done, auto, wal, fpi = cursor.fetchone()
+    except DatabaseError:
+        return {}
+    return {"checkpoints": int(done), "autovacuum_runs": int(auto), "WAL_bytes": int(wal),
+            "full_page_images": int(fpi)}
+
+
+class _Collections:
+    """The garbage collector's passes during the measured turns (gc.callbacks): how many, of
+    which generation, and the milliseconds they held the interpreter, per turn."""
+
+    def __init__(self) -> None:
+        self.counting = False
+        self.by_generation = [0, 0, 0]
+        self.per_turn: list[float] = []
+        self._ms = 0.0
+        self._started = 0.0
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict) -> None:
+        if not self.counting:
+            return
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.by_generation[info["generation"]] += 1
+            self._ms += (time.perf_counter() - self._started) * 1000
+
+    def turn_ended(self) -> None:
+        if self.counting:
+            self.per_turn.append(self._ms)
+        self._ms = 0.0
+        self.counting = False
+
+    def close(self) -> None:
+        gc.callbacks.remove(self._callback)
+
+    def summary(self, slow: list[int]) -> str:
+        """`slow`: the indexes of the slowest turns, whose share of the collector is shown."""
+        young, middle, old = self.by_generation
+        turns = max(1, len(self.per_turn))
+        in_slow = [self.per_turn[i] for i in slow if i < len(self.per_turn)]
+        return (
+            f"{young + middle + old} collections (gen0 {young}, gen1 {middle}, gen2 {old}), "
+            f"{sum(self.per_turn):.1f} ms in all, {sum(self.per_turn) / turns:.2f} ms a turn; "
+            f"in the slowest {len(in_slow)} turns {sum(in_slow):.1f} ms, "
+            f"the most in one turn {max(self.per_turn, default=0.0):.1f} ms; "
+            f"freeze {gc.get_freeze_count():,} objects, threshold {gc.get_threshold()[0]}"
+        )
 
 
 def _vacuum() -> None:

@@ -14,6 +14,7 @@ from django.core.management.base import BaseCommand
 from django.utils.crypto import get_random_string
 
 from config.serving import daphne_args
+from config.startup import freeze_long_lived_objects
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +43,9 @@ def start_embedder_load() -> threading.Thread:
             embedder = get_embedder()
             if embedder.micro_batch:  # an on-device model (a remote one has nothing to load)
                 embedder.embed_query("load the model")
+                # The model's tokenizer and caches live as long as the server, like what
+                # config.asgi froze: out of the garbage collector's full passes too.
+                freeze_long_lived_objects()
         except Exception:  # noqa: BLE001 - the first turn that embeds will say what is wrong
             logger.exception("could not load the embedder in advance")
 
