@@ -45,10 +45,12 @@ _PRESENT_ABOUT_ME = re.compile(
     r"\b(?:do|does|am|is|are)\s+(?:i|my)\b|\bi\s+(?:have|own|use|live|work)\b", re.I
 )
 # A question about when something happened ("When did…", "What day did…", "How long ago…",
-# "In which month…"): a turn that says when answers it.
+# "In which month…", "How many days passed between…"): a turn that says when answers it.
 _ASKS_WHEN = re.compile(
     r"^(?:(?:so|and|hey|hi|ok|okay|remind me)[,:]?\s+)*(?:when\b|how long ago\b|(?:in|on|during)?\s*"
-    r"(?:what|which)\s+(?:day|date|month|year|week|weekend|season|time of year)\b)",
+    r"(?:what|which)\s+(?:day|date|month|year|week|weekend|season|time of year)\b"
+    r"|how\s+many\s+(?:days|weeks|months|years)\s+(?:\w+\s+){0,2}?"
+    r"(?:passed|went by|elapsed|between|before|after|since|ago)\b)",
     re.I,
 )
 _SENTENCES = re.compile(r"(?<=[.!?])\s+|\n+")

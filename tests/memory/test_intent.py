@@ -171,6 +171,11 @@ def test_a_question_naming_one_speaker_is_answered_by_that_persons_own_words(own
         ("In which month did Tomás start the pottery class?", True),
         ("On what date did the lease begin?", True),
         ("How long ago did I adopt the cat?", True),
+        ("How many days passed between the concert and the flight?", True),
+        ("How many weeks before the wedding did I buy the suit?", True),
+        ("How many days had passed since I repotted the fern?", True),
+        ("How many days did I spend in Lisbon?", False),  # how long, not when
+        ("How many hours a week do I practise?", False),
         ("What did I do last Saturday?", False),  # asks what, not when
         ("Whenever I travel, what do I pack?", False),
         ("How long is the drive to Porto?", False),
