@@ -39,8 +39,10 @@ _IN_YEAR = re.compile(r"\b(?:in|during)\s+((?:19|20)\d{2})\b", re.I)
 
 def query_period(query: str, now: dt.datetime | None = None) -> tuple[dt.datetime, dt.datetime] | None:
     """The time range a question names, if any: '2024-05-03', '1 February, 2023', 'May 3, 2023',
-    'in March [2024]', 'December 2023', 'in 2023', 'yesterday', 'today', 'last week',
-    'this week', 'last month', 'this month', 'last year'.
+    'the week before June 9, 2023' (the days between), 'during the summer', 'the fall of 2022',
+    'in March [2024]', 'December 2023', 'in 2023', 'in the past few weeks', 'yesterday', 'today',
+    'last week', 'this week', 'last month', 'this month', 'last year', 'last Saturday',
+    'on the 14th', 'on Thanksgiving', 'which month of 2023' (a year named any other way).
 
     A month without a year is its latest occurrence not after `now`. A date no calendar holds
     (2023-02-30, a year past 9998) names no period."""
@@ -65,12 +67,9 @@ def _query_period(query: str, now: dt.datetime | None) -> tuple[dt.datetime, dt.
         start = day0.replace(year=year, month=month, day=1)
         return start, start.replace(year=year + (month == 12), month=month % 12 + 1)
 
-    if m := _ISO_DATE.search(text):
-        return day(int(m[1]), int(m[2]), int(m[3]))
-    if m := _DAY_MONTH_YEAR.search(text):
-        return day(int(m[3]), _MONTH_NAMES.index(m[2]) + 1, int(m[1]))
-    if m := _MONTH_DAY_YEAR.search(text):
-        return day(int(m[3]), _MONTH_NAMES.index(m[1]) + 1, int(m[2]))
+    named = _named_day(text, day) or _season(text, now)
+    if named is not None:
+        return named
     if m := _IN_MONTH.search(text):
         month = _MONTH_NAMES.index(m[1]) + 1
         year = int(m[2]) if m[2] else (now.year if month <= now.month else now.year - 1)
@@ -80,6 +79,8 @@ def _query_period(query: str, now: dt.datetime | None) -> tuple[dt.datetime, dt.
     if m := _IN_YEAR.search(text):
         start = day0.replace(year=int(m[1]), month=1, day=1)
         return start, start.replace(year=start.year + 1)
+    if span := _recent_span(text, day0):
+        return span
     week0 = day0 - dt.timedelta(days=day0.weekday())
     month0 = day0.replace(day=1)
     relative = {
@@ -94,7 +95,13 @@ def _query_period(query: str, now: dt.datetime | None) -> tuple[dt.datetime, dt.
     for phrase, span in relative.items():
         if re.search(rf"\b{phrase}\b", text):
             return span
-    return spoken_period(text, now)
+    if span := spoken_period(text, now) or _holiday(text, day0):
+        return span
+    # A year named any other way ("which month of 2023", "early 2022"): that year.
+    if m := _BARE_YEAR.search(text):
+        start = day0.replace(year=int(m[1]), month=1, day=1)
+        return start, start.replace(year=start.year + 1)
+    return None
 
 
 # --- Time at ingest (issue 35): the periods a message's words name, resolved against when it
@@ -405,3 +412,149 @@ def _add_months(start: dt.datetime, months: int) -> dt.datetime:
 
 def _aware(start: dt.datetime, end: dt.datetime, like: dt.datetime) -> tuple[dt.datetime, dt.datetime]:
     return start.replace(tzinfo=like.tzinfo), end.replace(tzinfo=like.tzinfo)
+
+
+# --- More of the ways a question names a period (issue 35, held-out wordings) -----------------
+# Each is a rule a person would state: a day with an offset names the days between ("the week
+# before August 3, 2023"); a season is that season ("during the summer": the latest one begun);
+# "the past few weeks" the weeks up to now; a holiday its days; a year named any way that year.
+
+_NUMBER_VALUES = {
+    "a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
+    "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "a couple of": 2, "a few": 3,
+    "several": 3, "few": 3,
+}
+_UNIT_DAYS = {"day": 1, "week": 7, "weekend": 7, "month": 31, "year": 366}
+_OFFSET = re.compile(
+    rf"\b(?:(?:the|last|that)\s+)?(?:({_NUMBER_WORDS})\s+)?(day|week|weekend|month|{_WEEKDAYS})s?\s+"
+    r"(before|after|prior\s+to|following)\s+(?:on\s+)?$",
+    re.I,
+)
+
+
+def _count(word: str | None) -> int:
+    word = (word or "one").lower()
+    return int(word) if word.isdigit() else _NUMBER_VALUES.get(word, 1)
+
+
+def _named_day(text: str, day) -> tuple[dt.datetime, dt.datetime] | None:
+    """A day written out ("2024-05-03", "1 February, 2023", "May 3, 2023"), or the days between
+    it and an offset before or after it ("two weeks before August 11, 2023": July 28 to August
+    11; the turn said that day and the one about the day itself both fall in it)."""
+    written = ((_ISO_DATE, (1, 2, 3)), (_DAY_MONTH_YEAR, (3, 2, 1)), (_MONTH_DAY_YEAR, (3, 1, 2)))
+    for pattern, parts in written:
+        m = pattern.search(text)
+        if m is None:
+            continue
+        year, month, number = (m[i] for i in parts)
+        month = int(month) if month.isdigit() else _MONTH_NAMES.index(month) + 1
+        start, end = day(int(year), month, int(number))
+        offset = _OFFSET.search(text[: m.start()])
+        if offset is not None:
+            unit = offset[2].lower()
+            width = dt.timedelta(days=_count(offset[1]) * _UNIT_DAYS.get(unit, 7))
+            if offset[3].lower() in ("after", "following"):
+                return start, end + width
+            return start - width, end
+        return start, end
+    return None
+
+
+_SEASON_WORDS = "spring|summer|fall|autumn|winter"
+# "during the summer", "in the fall of 2022", "summer 2023"; not "plans for the summer" (made
+# before it), nor "at the summer camp": a season's name before another word names the thing,
+# unless the word says when or what happened then.
+_SEASON = re.compile(
+    r"\b(?:in|during|over|through|throughout|that)\s+(?:the\s+)?(?:(?:early|late|mid-?)\s*)?"
+    rf"({_SEASON_WORDS})\b"
+    r"(?:,?\s+(?:of\s+)?((?:19|20)\d{2})\b"
+    r"|(?!\s+(?!(?:of|and|or|with|when|while|before|after|did|was|were|break|vacation|holidays?)\b)[a-z]))"
+    rf"|\b({_SEASON_WORDS}),?\s+(?:of\s+)?((?:19|20)\d{{2}})\b",
+    re.I,
+)
+
+
+def _season(text: str, now: dt.datetime) -> tuple[dt.datetime, dt.datetime] | None:
+    """The season a question names: of the year it gives, else the latest one begun by `now`."""
+    m = _SEASON.search(text)
+    if m is None:
+        return None
+    name, year = (m[1], m[2]) if m[1] else (m[3], m[4])
+    first, last = _SEASONS[name.lower()]
+    start = dt.date(int(year) if year else now.year, first, 1)
+    if not year and start > now.date():
+        start = start.replace(year=start.year - 1)
+    end = dt.date(start.year + (last > 12), (last - 1) % 12 + 1, 1)
+    return _at_midnight(start, now), _at_midnight(end, now)
+
+
+_RECENT = re.compile(
+    rf"\b(?:in|over|during|for|within|from|throughout)\s+the\s+(?:past|last|previous)\s+"
+    rf"(?:({_NUMBER_WORDS})\s+)?(day|week|month|year)s?\b",
+    re.I,
+)
+
+
+def _recent_span(text: str, day0: dt.datetime) -> tuple[dt.datetime, dt.datetime] | None:
+    """"in the past few weeks", "over the last two months", "in the past month": the days up to
+    and including today (not the calendar month before, as "last month" is)."""
+    m = _RECENT.search(text)
+    if m is None:
+        return None
+    count, unit = _count(m[1]), m[2].lower()
+    if unit in ("month", "year"):  # the same day, that many months back (the month's last if shorter)
+        months = day0.year * 12 + day0.month - 1 - count * (12 if unit == "year" else 1)
+        first = day0.replace(year=months // 12, month=months % 12 + 1, day=1)
+        start = first.replace(day=min(day0.day, (_add_months(first, 1) - dt.timedelta(days=1)).day))
+    else:
+        start = day0 - dt.timedelta(days=count * _UNIT_DAYS[unit])
+    return start, day0 + dt.timedelta(days=1)
+
+
+# Holidays with a fixed day (month, day, how many days), and Thanksgiving (the fourth Thursday of
+# November, to the Sunday after), as the days people speak of them on.
+_HOLIDAYS = {
+    r"christmas eve": (12, 24, 1),
+    r"christmas(?:\s+day)?|xmas": (12, 24, 3),
+    r"new year'?s eve": (12, 31, 1),
+    r"new year'?s(?:\s+day)?": (12, 31, 2),
+    r"valentine'?s(?:\s+day)?": (2, 14, 1),
+    r"halloween": (10, 31, 1),
+    r"independence day|fourth of july|july 4th": (7, 4, 1),
+    r"thanksgiving": (11, 0, 4),
+}
+_HOLIDAY = re.compile(
+    r"\b(" + "|".join(f"(?:{p})" for p in _HOLIDAYS) + r")(?:,?\s+(?:of\s+|in\s+)?((?:19|20)\d{2})\b)?",
+    re.I,
+)
+
+
+def _holiday(text: str, day0: dt.datetime) -> tuple[dt.datetime, dt.datetime] | None:
+    """The holiday a question names: of the year it gives, else the latest one begun by today."""
+    m = _HOLIDAY.search(text)
+    if m is None:
+        return None
+    month, number, length = next(v for p, v in _HOLIDAYS.items() if re.fullmatch(p, m[1], re.I))
+
+    def start_in(year: int) -> dt.date:
+        if number:
+            return dt.date(year, month, number)
+        first = dt.date(year, month, 1)  # Thanksgiving: the fourth Thursday
+        return first + dt.timedelta(days=(3 - first.weekday()) % 7 + 21)
+
+    start = start_in(int(m[2]) if m[2] else day0.year)
+    if not m[2] and start > day0.date():
+        start = start_in(day0.year - 1)
+    return _at_midnight(start, day0), _at_midnight(start + dt.timedelta(days=length), day0)
+
+
+# A year said any other way; not an amount ("2000 steps", "$1999") nor part of a date.
+_BARE_YEAR = re.compile(
+    r"(?<![\d$£€.,/:-])\b((?:19|20)\d{2})\b(?![\d.,/:-]|\s*(?:%|km|kg|miles|dollars|euros|pounds|words|pages|"
+    r"people|calories|steps|times|hours|minutes|feet|meters|metres)\b)",
+    re.I,
+)
+
+
+def _at_midnight(day: dt.date, like: dt.datetime) -> dt.datetime:
+    return dt.datetime.combine(day, dt.time(), tzinfo=like.tzinfo)

@@ -2,9 +2,9 @@
 z-scores over its own candidates, weighted and summed; the period a question names lifts what
 was said then, or what names that period; the graph boost (memory.knowledge.graph); what the
 question asks for (memory.finding.intent) moves turns: whose words answer it, statements over
-questions, the newest for "now"; turns of a session that matches share its score; turns near
-the best ones join the candidates and share scores with them; and in the final order one chat's
-many turns leave places to other chats' best.
+questions, turns that say when for "when", the newest for "now"; turns of a session that matches
+share its score; turns near the best ones join the candidates and share scores with them; and in
+the final order one chat's many turns leave places to other chats' best.
 
 The weights and shares are tuned on the dev split of `manage.py eval_recall` (its --set tries
 other values: they are read from this module when a search runs).
@@ -55,6 +55,10 @@ ROLE_SHIFT = 2.0
 # Caroline research?") is answered by that person's words, not by another's that name them.
 SPEAKER_SHIFT = 0.5
 QUESTION_SHIFT = 3.0
+# A question asking when ("When did Caroline go to the support group?"): a turn whose words name a
+# time (a period resolved when it was said: "yesterday", "last week") gains WHEN_BOOST. On the dev
+# split 64 of the 86 turns that answer "When…" questions name one, against 141 of all 1,451 turns.
+WHEN_BOOST = 2.0
 # "now", "current", "still": among the PRESENT_POOL best turns, the newest gains PRESENT_BOOST,
 # the others in proportion to their place in time (the oldest nothing).
 PRESENT_BOOST = 1.0
@@ -90,6 +94,7 @@ class QueryBoosts:
     speaker: str | None = None  # whose words answer it (intent.speaker)
     seeks_fact: bool = False
     present: bool = False
+    asks_when: bool = False
 
     @classmethod
     def of(cls, query: str, now: dt.datetime | None = None) -> QueryBoosts:
@@ -100,6 +105,7 @@ class QueryBoosts:
             speaker=intent.speaker(query),
             seeks_fact=intent.seeks_fact(query),
             present=intent.wants_present(query),
+            asks_when=intent.asks_when(query),
         )
 
     def bonus(self, timestamp: dt.datetime | None, periods=None) -> float:
@@ -123,6 +129,8 @@ class QueryBoosts:
             moved -= ROLE_SHIFT
         if self.seeks_fact and intent.only_asks(entry.get("text") or ""):
             moved -= QUESTION_SHIFT
+        if self.asks_when and entry.get("periods"):
+            moved += WHEN_BOOST
         return moved
 
 

@@ -44,6 +44,15 @@ _PRESENT = re.compile(
 _PRESENT_ABOUT_ME = re.compile(
     r"\b(?:do|does|am|is|are)\s+(?:i|my)\b|\bi\s+(?:have|own|use|live|work)\b", re.I
 )
+# A question about when something happened ("When did…", "What day did…", "How long ago…",
+# "In which month…", "How many days passed between…"): a turn that says when answers it.
+_ASKS_WHEN = re.compile(
+    r"^(?:(?:so|and|hey|hi|ok|okay|remind me)[,:]?\s+)*(?:when\b|how long ago\b|(?:in|on|during)?\s*"
+    r"(?:what|which)\s+(?:day|date|month|year|week|weekend|season|time of year)\b"
+    r"|how\s+many\s+(?:days|weeks|months|years)\s+(?:\w+\s+){0,2}?"
+    r"(?:passed|went by|elapsed|between|before|after|since|ago)\b)",
+    re.I,
+)
 _SENTENCES = re.compile(r"(?<=[.!?])\s+|\n+")
 
 
@@ -67,6 +76,11 @@ def seeks_fact(query: str) -> bool:
 def wants_present(query: str) -> bool:
     """Whether `query` asks what holds now (the newest statement of it answers first)."""
     return bool(_PRESENT.search(query) or _PRESENT_ABOUT_ME.search(query))
+
+
+def asks_when(query: str) -> bool:
+    """Whether `query` asks when something happened (a turn that says when answers it)."""
+    return bool(_ASKS_WHEN.search(query.strip()))
 
 
 @functools.lru_cache(maxsize=2048)

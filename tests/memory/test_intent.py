@@ -159,3 +159,44 @@ def test_a_question_naming_one_speaker_is_answered_by_that_persons_own_words(own
         ],
     )
     assert first_texts(owner, "What did Caroline research?")[0].startswith("Researching adoption agencies")
+
+
+@pytest.mark.parametrize(
+    ("query", "asks"),
+    [
+        ("When did Caroline go to the LGBTQ support group?", True),
+        ("when was my last dentist appointment?", True),
+        ("So, when did we book the flights?", True),
+        ("What day did I pick up the new bike?", True),
+        ("In which month did Tomás start the pottery class?", True),
+        ("On what date did the lease begin?", True),
+        ("How long ago did I adopt the cat?", True),
+        ("How many days passed between the concert and the flight?", True),
+        ("How many weeks before the wedding did I buy the suit?", True),
+        ("How many days had passed since I repotted the fern?", True),
+        ("How many days did I spend in Lisbon?", False),  # how long, not when
+        ("How many hours a week do I practise?", False),
+        ("What did I do last Saturday?", False),  # asks what, not when
+        ("Whenever I travel, what do I pack?", False),
+        ("How long is the drive to Porto?", False),
+        ("Which restaurant did you recommend?", False),
+    ],
+)
+def test_it_reads_whether_a_question_asks_when(query, asks):
+    assert intent.asks_when(query) is asks
+
+
+def test_a_turn_that_says_when_answers_a_question_asking_when(owner, conversation):
+    start = timezone.now() - dt.timedelta(days=40)
+    add_turns(owner, conversation, EVERYDAY_TEXTS, start=start)
+    add_turns(
+        owner,
+        conversation,
+        ["My dentist is lovely."],
+        start=start + dt.timedelta(days=2),
+    )
+    went = ["Finally went to the dentist yesterday."]
+    add_turns(owner, conversation, went, start=start + dt.timedelta(days=9))
+    assert first_texts(owner, "When did I go to the dentist?") == ["Finally went to the dentist yesterday."]
+    # Asked what, not when, the turn naming the dentist most still comes first.
+    assert first_texts(owner, "What do I think of my dentist?") != ["Finally went to the dentist yesterday."]

@@ -56,7 +56,7 @@ TUNABLES: dict[str, tuple[Any, Callable[[str], Any]]] = {
         (
             "KEYWORD_WEIGHT", "VECTOR_WEIGHT", "PERIOD_BOOST", "REPLY_SHARE", "NEIGHBOR_SHARE", "ROLE_SHIFT",
             "SPEAKER_SHIFT", "QUESTION_SHIFT", "PRESENT_BOOST", "SESSION_SHARE", "DIVERSITY_SHIFT",
-            "ABSENT_Z", "LINK_SHARE",
+            "ABSENT_Z", "LINK_SHARE", "WHEN_BOOST",
         ),
         (fusion, float),
     ),
@@ -78,6 +78,7 @@ ABLATIONS: dict[str, dict[str, str]] = {
     "whose words": {"ROLE_SHIFT": "0"},
     "named speaker": {"SPEAKER_SHIFT": "0"},
     "statements": {"QUESTION_SHIFT": "0"},
+    "says when": {"WHEN_BOOST": "0"},
     "newest for now": {"PRESENT_BOOST": "0"},
     "session share": {"SESSION_SHARE": "0"},
     "links": {"LINK_SHARE": "0"},
