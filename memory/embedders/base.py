@@ -249,7 +249,7 @@ class _MicroBatcher:
 
     def _take(self) -> list[tuple[_Request, int, int]]:
         """The next call (under the lock): the request, from, to (in its order) of each part,
-        interactive requests first, then a piece of the oldest bulk request left."""
+        interactive requests, or else a piece of the oldest bulk request left."""
         batch: list[tuple[_Request, int, int]] = []
         room = self.embedder.batch_size
         while self.small and room > 0:
@@ -260,7 +260,10 @@ class _MicroBatcher:
             room -= n
             if request.taken == len(request.texts):
                 self.small.popleft()
-        if self.bulk and room > 0:  # a query arriving meanwhile waits for one short call only
+        # A query arriving meanwhile waits for a call under way to finish, then runs without
+        # bulk texts beside it (with a piece of 6 passages it took 0.7 s, alone 7 ms); so a bulk
+        # text's call-mates are never a query's either.
+        if self.bulk and not batch:
             request = self.bulk[0]
             n = self._piece(request, room)
             batch.append((request, request.taken, request.taken + n))

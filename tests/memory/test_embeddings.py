@@ -368,7 +368,7 @@ def test_a_bulk_request_is_embedded_in_calls_of_alike_length_each_text_getting_i
     assert all(len(c) <= 4 or len(c) * len(c[-1]) <= 4 * 100 for c in calls)
 
 
-def test_a_query_during_a_bulk_request_on_two_threads_is_answered_before_the_bulk_ends():
+def test_a_query_during_a_bulk_request_on_two_threads_is_answered_alone_before_the_bulk_ends():
     import threading
 
     embedder = _Recording(per_call=2, parallel_calls=2)
@@ -392,6 +392,7 @@ def test_a_query_during_a_bulk_request_on_two_threads_is_answered_before_the_bul
     release.release()  # one of the two calls ends: its thread takes the query next
     asked.result(timeout=60)
     assert not bulk.done()
+    assert [c for c in embedder.calls if query in c] == [[query]]  # no bulk texts beside it
     for _ in range(len(texts)):
         release.release()
     vectors = bulk.result(timeout=60)
