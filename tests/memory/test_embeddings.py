@@ -332,11 +332,12 @@ class _Recording:
     """A micro-batched embedder whose vector of a text is a function of the text alone, and
     that records the texts of each model call."""
 
-    def __new__(cls, per_call: int):
+    def __new__(cls, per_call: int, parallel_calls: int = 1):
         from memory.embedders.base import Embedder
 
         class Recording(Embedder):
             name, dimensions, micro_batch, bulk_per_call, bulk_text_size = "rec", 8, True, per_call, 100
+            parallel_calls = 1
 
             def _embed_batch(self, texts):
                 self.calls.append(list(texts))
@@ -345,6 +346,7 @@ class _Recording:
 
         embedder = Recording(100, 0)
         embedder.calls = []
+        embedder.parallel_calls = parallel_calls
         return embedder
 
 
@@ -364,6 +366,63 @@ def test_a_bulk_request_is_embedded_in_calls_of_alike_length_each_text_getting_i
     # Short texts go more to a call than long ones, within what 4 texts of 100 characters take.
     assert max(len(c) for c in calls) > 4
     assert all(len(c) <= 4 or len(c) * len(c[-1]) <= 4 * 100 for c in calls)
+
+
+def test_a_query_during_a_bulk_request_on_two_threads_is_answered_alone_before_the_bulk_ends():
+    import threading
+
+    embedder = _Recording(per_call=2, parallel_calls=2)
+    real = embedder._embed_batch
+    query = "q: where is the fjord?"
+    started = threading.Semaphore(0)  # a bulk call began
+    release = threading.Semaphore(0)  # a bulk call may finish
+
+    def held(texts):
+        if query not in texts:
+            started.release()
+            assert release.acquire(timeout=60)
+        return real(texts)
+
+    embedder._embed_batch = held
+    texts = [("L" if i % 2 else "s") * (10 + i) for i in range(20)]
+    batcher = embedder._get_batcher()
+    bulk = batcher.submit(texts)
+    assert started.acquire(timeout=60) and started.acquire(timeout=60)  # both threads in a call
+    asked = batcher.submit([query])
+    release.release()  # one of the two calls ends: its thread takes the query next
+    asked.result(timeout=60)
+    assert not bulk.done()
+    assert [c for c in embedder.calls if query in c] == [[query]]  # no bulk texts beside it
+    for _ in range(len(texts)):
+        release.release()
+    vectors = bulk.result(timeout=60)
+    alone = _Recording(per_call=2)
+    assert np.allclose(vectors, np.stack([alone.embed([t])[0] for t in texts]))
+
+
+def test_e5_runs_a_bulk_requests_calls_two_at_once_with_the_vectors_of_one_at_a_time(settings):
+    import threading
+
+    folder = Path(settings.DATA_DIR) / "models"
+    parallel = E5Embedder("multilingual-e5-small-int8", 384, 100, 0, 320, 32, 2, model_dir=folder)
+    serial = E5Embedder("multilingual-e5-small-int8", 384, 100, 0, 320, 32, 1, model_dir=folder)
+    assert (parallel.parallel_calls, serial.parallel_calls) == (2, 1)
+    texts = [text[a:b] for text in varied_texts()[:30] for a, b in parallel.passages(text)]
+    together = threading.Barrier(2, timeout=60)  # broken unless two calls run at once
+    real = parallel._embed_batch
+    overlapped = []
+
+    def first_two_meet(batch):
+        if len(overlapped) < 2:
+            overlapped.append(threading.current_thread().name)
+            together.wait()
+        return real(batch)
+
+    parallel._embed_batch = first_two_meet
+    vectors = parallel.embed(texts)
+    assert len(set(overlapped)) == 2
+    one_at_a_time = serial.embed(texts)
+    assert np.abs(vectors - one_at_a_time).max() < 1e-6
 
 
 def test_e5_on_onnx_runtime_batches_a_bulk_request_by_tokens_not_characters(settings, monkeypatch):
