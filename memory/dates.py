@@ -193,14 +193,12 @@ def _relative_span(phrase: str, said_at: dt.datetime) -> tuple[dt.date, dt.date]
         start = saturday + dt.timedelta(days=shift)
         return start, start + dt.timedelta(days=2)
     if unit in _SEASONS:
-        first, last = _SEASONS[unit]
+        last = _SEASONS[unit][1]
         year = day.year + {"last": -1, "next": 1}.get(words[0], 0)
         # "last summer" said in October is this year's: the latest one ended before `day`.
         if words[0] == "last" and dt.date(day.year, min(last, 12), 1) <= day and last <= 12:
             year = day.year
-        start = dt.date(year, first, 1)
-        end = dt.date(year + (last > 12), (last - 1) % 12 + 1, 1)
-        return start, end
+        return _season_days(unit, year)
     fuzzy = False
     for words_of, digit in _FUZZY.items():
         if phrase.startswith(words_of) or phrase.startswith(f"in {words_of}"):
@@ -273,8 +271,7 @@ def spoken_period(text: str, now: dt.datetime) -> tuple[dt.datetime, dt.datetime
             month = (month - dt.timedelta(days=1)).replace(day=1)
     if span is None:
         return None
-    start, end = (dt.datetime.combine(d, dt.time(), tzinfo=now.tzinfo) for d in span)
-    return start, end
+    return _at_midnight(span[0], now), _at_midnight(span[1], now)
 
 
 # --- When a fact's words say it happens (issue 34: facts) ----------------------------------------
@@ -480,12 +477,16 @@ def _season(text: str, now: dt.datetime) -> tuple[dt.datetime, dt.datetime] | No
     if m is None:
         return None
     name, year = (m[1], m[2]) if m[1] else (m[3], m[4])
-    first, last = _SEASONS[name.lower()]
-    start = dt.date(int(year) if year else now.year, first, 1)
+    start, end = _season_days(name.lower(), int(year) if year else now.year)
     if not year and start > now.date():
-        start = start.replace(year=start.year - 1)
-    end = dt.date(start.year + (last > 12), (last - 1) % 12 + 1, 1)
+        start, end = _season_days(name.lower(), now.year - 1)
     return _at_midnight(start, now), _at_midnight(end, now)
+
+
+def _season_days(name: str, year: int) -> tuple[dt.date, dt.date]:
+    """The days of season `name` begun in `year` (winter runs into the next year)."""
+    first, last = _SEASONS[name]
+    return dt.date(year, first, 1), dt.date(year + (last > 12), (last - 1) % 12 + 1, 1)
 
 
 _RECENT = re.compile(
@@ -503,8 +504,7 @@ def _recent_span(text: str, day0: dt.datetime) -> tuple[dt.datetime, dt.datetime
         return None
     count, unit = _count(m[1]), m[2].lower()
     if unit in ("month", "year"):  # the same day, that many months back (the month's last if shorter)
-        months = day0.year * 12 + day0.month - 1 - count * (12 if unit == "year" else 1)
-        first = day0.replace(year=months // 12, month=months % 12 + 1, day=1)
+        first = _add_months(day0, -count * (12 if unit == "year" else 1))
         start = first.replace(day=min(day0.day, (_add_months(first, 1) - dt.timedelta(days=1)).day))
     else:
         start = day0 - dt.timedelta(days=count * _UNIT_DAYS[unit])
