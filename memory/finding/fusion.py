@@ -18,7 +18,7 @@ import json
 import math
 import re
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import chain
 from typing import Any
 
@@ -27,7 +27,6 @@ from django.db import connection
 from django.db.utils import OperationalError
 
 from memory.dates import query_period
-from memory.embedders import get_embedder
 from memory.finding import intent
 from memory.finding.candidates import local_settings_scope
 from memory.knowledge import graph
@@ -55,9 +54,6 @@ ROLE_SHIFT = 2.0
 # The same for named speakers (an import's "speaker"): a question naming one of them ("What did
 # Caroline research?") is answered by that person's words, not by another's that name them.
 SPEAKER_SHIFT = 0.5
-# ...and more when it asks for several things ("What books has Melanie read?"): each is told in
-# the person's own words, while the other's turns around them name the subject too.
-SEVERAL_SPEAKER_SHIFT = 0.0
 QUESTION_SHIFT = 3.0
 # A question asking when ("When did Caroline go to the support group?"): a turn whose words name a
 # time (a period resolved when it was said: "yesterday", "last week") gains WHEN_BOOST. On the dev
@@ -81,22 +77,6 @@ LINK_POOL = 100
 # Evidence spread over chats: in the final order, a turn loses DIVERSITY_SHIFT for each turn of its
 # own conversation already placed above it, so another chat's best turn can take a place.
 DIVERSITY_SHIFT = 1.0
-# A question naming two speakers or more ("What do Jon and Gina both like?") is answered by each
-# one's words: the places of the final order are counted per speaker, a turn losing BOTH_SHIFT for
-# each turn of its own speaker above it.
-BOTH_SHIFT = 0.0
-# Near-repeats give way (maximal marginal relevance): in the final order a turn loses
-# SPREAD_SHIFT for each standard deviation by which its meaning is nearer a turn placed above it
-# than the SPREAD_POOL best turns are to one another on average (their vectors, read in the round
-# trip that fetches the neighbours).
-SPREAD_SHIFT = 0.0
-SPREAD_POOL = 40
-SPREAD_EVERY = 0  # trial: every question, not only those asking for several things
-# Dense feedback (Rocchio): the question's meaning moved towards the FEEDBACK_SEEDS best turns';
-# each candidate gains FEEDBACK_SHARE of its z-score of similarity to their mean vector (read in
-# the same round trip, over the candidates already fetched: no new search).
-FEEDBACK_SHARE = 0.0
-FEEDBACK_SEEDS = 3
 
 
 @dataclass
@@ -115,7 +95,6 @@ class QueryBoosts:
     seeks_fact: bool = False
     present: bool = False
     asks_when: bool = False
-    several: bool = False  # it asks for several things (intent.asks_several)
 
     @classmethod
     def of(cls, query: str, now: dt.datetime | None = None) -> QueryBoosts:
@@ -127,7 +106,6 @@ class QueryBoosts:
             seeks_fact=intent.seeks_fact(query),
             present=intent.wants_present(query),
             asks_when=intent.asks_when(query),
-            several=intent.asks_several(query),
         )
 
     def bonus(self, timestamp: dt.datetime | None, periods=None) -> float:
@@ -237,12 +215,11 @@ def fuse(
         _link_first_hits(boosts.text, scores, info)
     _share_session_scores(scores, info)
     try:
-        several = boosts is not None and (boosts.several or bool(SPREAD_EVERY))
-        neighbours, chains, meaning = _neighbours_and_chains(owner, scores, expand, several)
+        neighbours, chains = _neighbours_and_chains(owner, scores, expand)
     except OperationalError as exc:
         if not cancelled(exc):
             raise
-        neighbours, chains, meaning = {}, [], _Meaning()
+        neighbours, chains = {}, []
         if fallbacks is not None:
             fallbacks.append({"kind": "neighbours_timeout", "detail": (
                 f"the turns around the best results took more than {settings.VECTOR_SEARCH_TIMEOUT_MS} ms "
@@ -255,33 +232,24 @@ def fuse(
             if boosts is not None
             else 0.0
         )
-    _add_feedback(scores, meaning.toward_seeds)
     _share_neighbour_scores(scores, chains)
     if boosts is not None and boosts.present:
         _lift_the_newest(scores, info)
-    by_speaker = bool(BOTH_SHIFT) and boosts is not None and len(_named_speakers(boosts.text, info)) > 1
-    ranked = _diversified(scores, info, max(limit, SPREAD_POOL if meaning.pairs else 0), by_speaker)
-    return _spread(ranked, meaning.pairs, limit, scores, info), info
+    return _diversified(scores, info, limit), info
 
 
 def _shift_other_speakers(query: str, scores: dict[tuple[str, str], float], info: dict) -> None:
     """When the question names exactly one of the candidates' speakers, the turns of the other
     named speakers lose SPEAKER_SHIFT: the person's own words answer what they did or think."""
-    shift = SPEAKER_SHIFT + (SEVERAL_SPEAKER_SHIFT if intent.asks_several(query) else 0.0)
-    if not shift:
+    if not SPEAKER_SHIFT:
         return
-    named = _named_speakers(query, info)
+    speakers = {entry["speaker"] for entry in info.values() if entry.get("speaker")}
+    named = [s for s in speakers if re.search(rf"\b{re.escape(s)}\b", query, re.I)]
     if len(named) != 1:
         return
     for key, entry in info.items():
         if key in scores and entry.get("speaker") and entry["speaker"] != named[0]:
-            scores[key] -= shift
-
-
-def _named_speakers(query: str, info: dict) -> list[str]:
-    """The candidates' speakers (an import's names) that `query` names."""
-    speakers = {entry["speaker"] for entry in info.values() if entry.get("speaker")}
-    return [s for s in speakers if re.search(rf"\b{re.escape(s)}\b", query, re.I)]
+            scores[key] -= SPEAKER_SHIFT
 
 
 _WORD = re.compile(r"\w{4,}")
@@ -353,21 +321,15 @@ def _share_session_scores(scores: dict[tuple[str, str], float], info: dict) -> N
 
 
 def _diversified(
-    scores: dict[tuple[str, str], float], info: dict, limit: int, by_speaker: bool = False
+    scores: dict[tuple[str, str], float], info: dict, limit: int
 ) -> list[tuple[tuple[str, str], float]]:
     """The best `limit` turns, best first, each having lost DIVERSITY_SHIFT for every turn of its
     conversation placed before it: a chat whose many turns repeat the question's subject (a
     request, the assistant's long answers) yields places to the best turns of other chats, where
-    a fact was told in passing; a clearly better turn of the same chat still comes first.
-    by_speaker (a question naming two speakers or more): the places are counted per speaker of
-    each conversation, and a turn loses BOTH_SHIFT for each one of its speaker's above it."""
-    shift = BOTH_SHIFT if by_speaker else DIVERSITY_SHIFT
-    if not shift:
+    a fact was told in passing; a clearly better turn of the same chat still comes first."""
+    if not DIVERSITY_SHIFT:
         return sorted(scores.items(), key=lambda kv: -kv[1])[:limit]
-    chats = {
-        key: (entry["conversation"], entry.get("speaker")) if by_speaker else entry["conversation"]
-        for key, entry in info.items() if entry.get("conversation")
-    }
+    chats = {key: entry["conversation"] for key, entry in info.items() if entry.get("conversation")}
     # A turn's place depends on the score less the shift of its own chat's places only, so each
     # chat's turns keep their order (best first); the next turn placed is the best of the chats'
     # heads (a heap over chats, not over turns scored again and again: the same order, by
@@ -387,17 +349,17 @@ def _diversified(
         its = turns[chat]
         del its[at]
         if its:
-            heapq.heappush(heap, (*_head(its, scores, seen + 1, shift), chat))
+            heapq.heappush(heap, (*_head(its, scores, seen + 1), chat))
     return ranked
 
 
-def _head(its: list[tuple[float, tuple[str, str]]], scores: dict, seen: int, shift: float) -> tuple:
+def _head(its: list[tuple[float, tuple[str, str]]], scores: dict, seen: int) -> tuple:
     """The next turn of a chat with `seen` turns placed, as (-adjusted score, seen, key, its
     index): the first of its turns left (best first), or among the first ones whose adjusted
     scores round to the same float, the lowest key."""
     best: tuple = ()
     for at, (_, key) in enumerate(its):
-        value = -(scores[key] - shift * seen)
+        value = -(scores[key] - DIVERSITY_SHIFT * seen)
         if best and value != best[0]:
             break
         if not best or key < best[2]:
@@ -424,22 +386,18 @@ def _lift_the_newest(scores: dict[tuple[str, str], float], info: dict) -> None:
         scores[key] += PRESENT_BOOST * (when - oldest).total_seconds() / span
 
 
-def _neighbours_and_chains(
-    owner, scores, expand, several: bool = False
-) -> tuple[dict, list[tuple], _Meaning]:
+def _neighbours_and_chains(owner, scores, expand) -> tuple[dict, list[tuple]]:
     """One round trip for what the scores share: the turns two replies before or after the
     NEIGHBOR_SEEDS best messages that neither list returned (their first passage each, within
     the filters; `expand` is the search's (filters, excluded ids), None for no neighbours), and
     each candidate's parent and grandparent. A fact stated a turn after its subject can share no
-    word and little meaning with a question about that subject. For a question asking for
-    several things (SPREAD_SHIFT, FEEDBACK_SHARE), also what the candidates' vectors say of one
-    another (`_Meaning`)."""
+    word and little meaning with a question about that subject."""
     messages = [key[1] for key in scores if key[0] == "message"]
-    best_messages = [
-        key[1] for key, score in sorted(scores.items(), key=lambda kv: -kv[1]) if key[0] == "message"
-    ]
-    seeds = [m for m in best_messages if scores[("message", m)] > 0][:NEIGHBOR_SEEDS]
-    meaning_sql, meaning_params = _meaning_sql(owner, messages, best_messages) if several else ("", [])
+    seeds = [
+        key[1]
+        for key, score in sorted(scores.items(), key=lambda kv: -kv[1])
+        if key[0] == "message" and score > 0
+    ][:NEIGHBOR_SEEDS]
     near_sql, near_params, exclude = "", [], set()
     if expand is not None and seeds and NEIGHBOR_SHARE:
         filters, exclude = expand
@@ -458,8 +416,8 @@ def _neighbours_and_chains(
             "ORDER BY p.logical_message_id, p.id LIMIT 100) "
         )
         near_params = [owner.pk, seeds, *[owner.pk] * 4, *params]
-    if not ((REPLY_SHARE or NEIGHBOR_SHARE) and (near_sql or len(messages) >= 2)) and not meaning_sql:
-        return {}, [], _Meaning()
+    if not ((REPLY_SHARE or NEIGHBOR_SHARE) and (near_sql or len(messages) >= 2)):
+        return {}, []
     chains_sql = (
         "SELECT m.id, m.parent_id, p.parent_id FROM memory_message m "
         "JOIN memory_message p ON p.id = m.parent_id "
@@ -474,20 +432,17 @@ def _neighbours_and_chains(
     with local_settings_scope(), connection.cursor() as cursor:
         if near_sql:
             cursor.execute(
-                f"{limit[0]}{near_sql} SELECT * FROM nearp; {near_sql} {chains_sql}{meaning_sql}",
-                [*limit[1], *near_params, *near_params, *chains_params, *meaning_params],
+                f"{limit[0]}{near_sql} SELECT * FROM nearp; {near_sql} {chains_sql}",
+                [*limit[1], *near_params, *near_params, *chains_params],
             )
             cursor.nextset()
             near_rows = cursor.fetchall()
             cursor.nextset()
         else:
-            cursor.execute(
-                f"{limit[0]}{chains_sql}{meaning_sql}", [*limit[1], *chains_params, *meaning_params]
-            )
+            cursor.execute(f"{limit[0]}{chains_sql}", [*limit[1], *chains_params])
             cursor.nextset()
             near_rows = []
         chains = cursor.fetchall()
-        meaning = _Meaning.read(cursor) if meaning_sql else _Meaning()
     neighbours = {
         ("message", message_id): {
             "logical": logical,
@@ -500,100 +455,7 @@ def _neighbours_and_chains(
         for message_id, logical, text, timestamp, role, conversation, periods in near_rows
         if ("message", message_id) not in scores and logical not in exclude
     }
-    return neighbours, chains, meaning
-
-
-@dataclass
-class _Meaning:
-    """What the candidates' vectors say of one another: the cosine of each pair of the
-    SPREAD_POOL best messages (keyed by the two ids, sorted), and each candidate's cosine to the
-    mean vector of the FEEDBACK_SEEDS best (a message's vector: the mean of its passages')."""
-
-    pairs: dict[tuple[str, str], float] = field(default_factory=dict)
-    toward_seeds: dict[str, float] = field(default_factory=dict)
-
-    @classmethod
-    def read(cls, cursor) -> _Meaning:
-        cursor.nextset()
-        meaning = cls()
-        for first, second, similarity in cursor.fetchall():
-            if second is None:
-                meaning.toward_seeds[first] = float(similarity)
-            else:
-                meaning.pairs[(first, second)] = float(similarity)
-        return meaning
-
-
-def _meaning_sql(owner, messages: list[str], best_first: list[str]) -> tuple[str, list[Any]]:
-    """The statement added to the neighbours' round trip for `_Meaning`, or "" when neither
-    rule is on. `best_first`: the candidates' messages, best first."""
-    pool = best_first[:SPREAD_POOL] if SPREAD_SHIFT else []
-    seeds = best_first[:FEEDBACK_SEEDS] if FEEDBACK_SHARE else []
-    if len(pool) < 2 and not seeds:
-        return "", []
-    sql = (
-        "; WITH pv AS (SELECT message_id AS id, avg(embedding) AS e FROM memory_passage "
-        "WHERE owner_id = %s AND NOT deleted AND embedding_model = %s AND embedding IS NOT NULL "
-        "AND message_id = ANY(%s::varchar[]) GROUP BY message_id), "
-        "c AS (SELECT avg(e) AS e FROM pv WHERE id = ANY(%s::varchar[])) "
-        "SELECT a.id, b.id, 1 - (a.e <=> b.e) FROM pv a JOIN pv b ON a.id < b.id "
-        "WHERE a.id = ANY(%s::varchar[]) AND b.id = ANY(%s::varchar[]) "
-        "UNION ALL SELECT pv.id, NULL, 1 - (pv.e <=> c.e) FROM pv, c WHERE c.e IS NOT NULL"
-    )
-    read = text_array(messages if seeds else pool)
-    return sql, [owner.pk, get_embedder().name, read, text_array(seeds), text_array(pool), text_array(pool)]
-
-
-def _add_feedback(scores: dict[tuple[str, str], float], toward_seeds: dict[str, float]) -> None:
-    """Each candidate gains FEEDBACK_SHARE of its z-score of similarity to the best turns' mean
-    vector: the question's meaning moved towards what answers it (Rocchio's feedback), over the
-    candidates already fetched."""
-    if not FEEDBACK_SHARE or len(toward_seeds) < 2:
-        return
-    z, _ = _standardised(toward_seeds)
-    for message_id, value in z.items():
-        key = ("message", message_id)
-        if key in scores:
-            scores[key] += FEEDBACK_SHARE * value
-
-
-def _spread(
-    ranked: list[tuple[tuple[str, str], float]], pairs: dict[tuple[str, str], float], limit: int,
-    scores: dict[tuple[str, str], float], info: dict,
-) -> list[tuple[tuple[str, str], float]]:
-    """The first `limit` of `ranked` (best first, as `_diversified` placed them), placed again
-    one by one: the next is the turn of the best score less DIVERSITY_SHIFT for each turn of its
-    chat placed, less SPREAD_SHIFT times the standard deviations by which its nearest turn placed
-    above it is nearer than the pool's pairs are on average (`pairs`): a list of near-repeats of
-    one thing leaves places to the others a question asks for."""
-    if not SPREAD_SHIFT or len(pairs) < 2:
-        return ranked[:limit]
-    values = list(pairs.values())
-    mean = sum(values) / len(values)
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values)) or 1.0
-    chat_of = {key: info.get(key, {}).get("conversation") or key for key, _ in ranked}
-    placed_in: Counter = Counter()
-    nearest: dict[tuple[str, str], float] = {}
-    left = [key for key, _ in ranked]
-    placed: list[tuple[tuple[str, str], float]] = []
-
-    def value(key) -> float:
-        return scores[key] - DIVERSITY_SHIFT * placed_in[chat_of[key]] - nearest.get(key, 0.0)
-
-    while left and len(placed) < limit:
-        at = max(range(len(left)), key=lambda i: (value(left[i]), -i))
-        key = left.pop(at)
-        placed.append((key, value(key)))
-        placed_in[chat_of[key]] += 1
-        if key[0] != "message":
-            continue
-        for other in left:
-            if other[0] == "message":
-                cosine = pairs.get((key[1], other[1]) if key[1] < other[1] else (other[1], key[1]))
-                if cosine is not None:
-                    lost = SPREAD_SHIFT * max(0.0, (cosine - mean) / sd)
-                    nearest[other] = max(nearest.get(other, 0.0), lost)
-    return placed
+    return neighbours, chains
 
 
 def _share_neighbour_scores(scores: dict[tuple[str, str], float], chains: list[tuple]) -> None:
