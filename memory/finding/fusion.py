@@ -37,7 +37,6 @@ from memory.timeouts import cancelled
 # eval_recall; see that command).
 KEYWORD_WEIGHT = 1.0
 VECTOR_WEIGHT = 1.0
-SEVERAL_VECTOR = 0.0  # trial
 PERIOD_BOOST = 1.0
 REPLY_SHARE = 0.2
 # A candidate one list did not return scores as that list's weakest return, but never lower than
@@ -96,7 +95,6 @@ class QueryBoosts:
     seeks_fact: bool = False
     present: bool = False
     asks_when: bool = False
-    several: bool = False
 
     @classmethod
     def of(cls, query: str, now: dt.datetime | None = None) -> QueryBoosts:
@@ -108,7 +106,6 @@ class QueryBoosts:
             seeks_fact=intent.seeks_fact(query),
             present=intent.wants_present(query),
             asks_when=intent.asks_when(query),
-            several=intent.asks_several(query),
         )
 
     def bonus(self, timestamp: dt.datetime | None, periods=None) -> float:
@@ -159,22 +156,7 @@ def _standardised(values: dict[Any, float]) -> tuple[dict[Any, float], float]:
     return z, max(floor, -ABSENT_Z) if ABSENT_Z else floor
 
 
-SEVERAL_SHARES = 1.0  # trial: the shares' factor for questions asking for several things
-
-
-def fuse(owner, vector_rows, keyword_rows, limit, boosts=None, expand=None, fallbacks=None):
-    global NEIGHBOR_SHARE, SESSION_SHARE, REPLY_SHARE
-    if boosts is None or not boosts.several or SEVERAL_SHARES == 1.0:
-        return _fuse(owner, vector_rows, keyword_rows, limit, boosts, expand, fallbacks)
-    kept = NEIGHBOR_SHARE, SESSION_SHARE, REPLY_SHARE
-    NEIGHBOR_SHARE, SESSION_SHARE, REPLY_SHARE = (v * SEVERAL_SHARES for v in kept)
-    try:
-        return _fuse(owner, vector_rows, keyword_rows, limit, boosts, expand, fallbacks)
-    finally:
-        NEIGHBOR_SHARE, SESSION_SHARE, REPLY_SHARE = kept
-
-
-def _fuse(
+def fuse(
     owner, vector_rows, keyword_rows, limit, boosts: QueryBoosts | None = None, expand=None,
     fallbacks: list[dict[str, Any]] | None = None,
 ) -> tuple[list[tuple[tuple[str, str], float]], dict[tuple[str, str], dict[str, Any]]]:
@@ -219,8 +201,7 @@ def _fuse(
     z_keyword, floor_keyword = _standardised(raw["keyword"])
     scores: dict[tuple[str, str], float] = {}
     for key, entry in info.items():
-        vector_weight = VECTOR_WEIGHT + (SEVERAL_VECTOR if boosts is not None and boosts.several else 0.0)
-        scores[key] = vector_weight * z_vector.get(key, floor_vector) + KEYWORD_WEIGHT * z_keyword.get(
+        scores[key] = VECTOR_WEIGHT * z_vector.get(key, floor_vector) + KEYWORD_WEIGHT * z_keyword.get(
             key, floor_keyword
         )
         if boosts is not None:

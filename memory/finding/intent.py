@@ -53,24 +53,6 @@ _ASKS_WHEN = re.compile(
     r"(?:passed|went by|elapsed|between|before|after|since|ago)\b)",
     re.I,
 )
-# A question asking for several things: "What books has Melanie read?", "Which cities has Jon
-# visited?" (a plural after "what"/"which"), "What has Melanie painted?" (all of it so far),
-# "What do Jon and Gina both like?", "How many times…", "What kinds of…", "List…" ("How many bikes
-# do I own?" asks for one number).
-_NOT_PLURAL = (
-    r"(?:is|was|does|has|this|his|its|us|yes|plus|always|perhaps|whereas|as|news|means|thus|less|"
-    r"process|business|class|address|success|fitness|stress|dress|glass|boss|loss|pass|across|unless|"
-    r"progress|series|species)"
-)
-_ASKS_SEVERAL = re.compile(
-    r"^(?:(?:so|and|hey|hi|ok|okay|remind me)[,:]?\s+)*(?:"
-    r"(?:what|which)\s+(?:(?!" + _NOT_PLURAL + r"\b)[\w+'/-]+\s+){0,2}?"
-    r"(?!" + _NOT_PLURAL + r"\b)(?:\w+s|people|children)\b(?!')"
-    r"|what\s+(?:has|have)\s+\w+\s+(?:\w+ed|done|made|read|seen|bought|written|taken|been)\b"
-    r"|list\b|name\b)"
-    r"|\b(?:both|how many times|kinds of|types of|sorts of|in what ways|what are some)\b",
-    re.I,
-)
 _SENTENCES = re.compile(r"(?<=[.!?])\s+|\n+")
 
 
@@ -99,12 +81,6 @@ def wants_present(query: str) -> bool:
 def asks_when(query: str) -> bool:
     """Whether `query` asks when something happened (a turn that says when answers it)."""
     return bool(_ASKS_WHEN.search(query.strip()))
-
-
-def asks_several(query: str) -> bool:
-    """Whether `query` asks for several things (so its answers are different turns, not
-    near-repeats of one)."""
-    return bool(_ASKS_SEVERAL.search(query.strip()))
 
 
 @functools.lru_cache(maxsize=2048)
