@@ -275,3 +275,20 @@ def test_questions_are_asked_at_their_date_and_session_recall_is_printed_per_kin
         "queries": 1, "any@5": 1.0, "any@10": 1.0, "all@5": 1.0, "all@10": 1.0
     }
     assert "eval-sessions: session recall" in err and "temporal-reasoning" in err
+
+
+def test_per_history_prints_each_historys_recall_per_kind_and_they_add_up_to_the_whole(eval_recall):
+    out, err = eval_recall("--json", "--per-history")
+    results = json.loads(out)
+    histories = results["histories"]
+    assert list(histories) == ["garden", "islands"]
+    assert [histories[h]["all"]["queries"] for h in histories] == [4, 3]
+    # Each history's queries weighed by their number give the whole run's figure (each is
+    # rounded to four places).
+    for k in (1, 5, 10, 25):
+        key = f"recall@{k}"
+        whole = sum(histories[h]["all"][key] * histories[h]["all"]["queries"] for h in histories) / 7
+        assert whole == pytest.approx(results["recall"]["hybrid"]["all"][key], abs=2e-4), key
+    table = err[err.index("turn recall@k per history"):]
+    rows = [line.split() for line in table.splitlines() if line.endswith("%")]
+    assert [row[:3] for row in rows if row[1] == "all"] == [["garden", "all", "4"], ["islands", "all", "3"]]

@@ -13,6 +13,8 @@ one's memory is touched. Then every query goes to four searches over the same tu
 Turn recall@k: the share of a query's expected turns among its first k results, averaged over
 the queries. A query is asked at its `question_date`, or without one just after its history's
 last turn. --ablate adds hybrid search with each ranking rule off in turn (ABLATIONS).
+--per-history prints hybrid search's recall per kind for each history on its own: a rule tuned
+on a dev folder should help (or do no harm) on each of its histories, not on one of them only.
 """
 
 from __future__ import annotations
@@ -360,6 +362,8 @@ class Command(BaseCommand):
                             help="only the first N queries of each conversation")
         parser.add_argument("--only", action="append", metavar="ID",
                             help="only the history <ID>.history.jsonl (repeatable)")
+        parser.add_argument("--per-history", action="store_true",
+                            help="also print hybrid search's recall per kind for each history on its own")
         parser.add_argument("--verbose-misses", action="store_true",
                             help="print every query whose expected turns hybrid search misses in its top 10")
         parser.add_argument("--keep", action="store_true",
@@ -440,6 +444,11 @@ class Command(BaseCommand):
             out.write(f"{method:<9}{label}")
         out.write(f"import and embedding {import_s:.0f} s; ms per query: "
                   + ", ".join(f"{m} {ms:g}" for m, ms in ms_per_query.items()))
+        histories = {
+            d.id: summarise([r for r in scores["hybrid"] if r.history == d.id]) for d in datasets
+        }
+        if opts["per_history"]:
+            self._history_rows(out, histories)
         if opts["json"]:
             self.stdout.write(json.dumps({
                 "conversations": [d.id for d in datasets],
@@ -449,6 +458,7 @@ class Command(BaseCommand):
                 "labels": labels,
                 "recall": recall,
                 "datasets": by_folder,
+                "histories": histories,
                 "ms_per_query": ms_per_query,
             }))
 
@@ -488,7 +498,8 @@ class Command(BaseCommand):
                             sessions_of = [dataset.sessions.get(t, "") for t in ranked]
                             sessions = session_recall_at(sessions_of, expected_sessions)
                         scores[method].append(
-                            Scored(dataset.folder, category, recall_at(ranked, query["expected"]), sessions)
+                            Scored(dataset.folder, category, recall_at(ranked, query["expected"]), sessions,
+                                   dataset.id)
                         )
                         if method == "hybrid":
                             misses.extend(miss_lines(dataset, query, ranked))
@@ -513,6 +524,18 @@ class Command(BaseCommand):
             names = [f"{which}@{k}" for which in ("any", "all") for k in SESSION_KS]
             self._rows(out, sessions, names, names)
             out.write("")
+
+    @staticmethod
+    def _history_rows(out, histories: dict[str, dict]) -> None:
+        """Hybrid recall@k per kind of each history on its own."""
+        out.write("hybrid search, turn recall@k per history")
+        out.write("")
+        out.write(f"{'history':<16}{'category':<26}{'queries':>8}" + "".join(f"{f'@{k}':>8}" for k in KS))
+        for history, by_kind in histories.items():
+            for kind, row in by_kind.items():
+                out.write(f"{history:<16}{kind:<26}{row['queries']:>8}"
+                          + "".join(f"{row[f'recall@{k}']:>8.1%}" for k in KS))
+        out.write("")
 
     @staticmethod
     def _ablation_rows(out, folder: str, hybrid: dict, ablation: dict) -> None:
@@ -570,6 +593,7 @@ class Scored:
     category: str
     turns: tuple[float, ...]  # turn recall at KS
     sessions: tuple[float, ...] | None  # session_recall_at, when the query names its sessions
+    history: str = ""  # the dataset's id
 
 
 def _means(groups: dict[str, list[tuple[float, ...]]], names: list[str]) -> dict[str, dict]:
