@@ -51,18 +51,21 @@ async def test_a_hit_forgotten_while_the_plan_is_made_is_never_sent_to_the_model
     monkeypatch.setattr(index_builder, "search", search_then_forget)
     ws = await connect(owner, conversation.pk)
     done = await _ask(ws, "what leaks in the garden shed?")
-    await ws.disconnect()
     assert done["status"] == "complete"
+    # With nothing forgotten meanwhile, a turn plans once.
+    assert (await _ask(ws, "when does the train to Lisbon leave?"))["status"] == "complete"
+    await ws.disconnect()
     assert forgotten == [leak.pk]  # the search found it first, then it was forgotten
     assert not await database_sync_to_async(Message.objects.filter(pk=leak.pk).exists)()
     snapshot = await database_sync_to_async(ContextSnapshot.objects.get)(user_message_id=done["parent_id"])
     assert leak.pk not in {h["message_id"] for h in snapshot.hits}
     assert LEAK not in snapshot.text and leak.pk not in snapshot.text
-    [request] = scripted_llm.requests
+    request = scripted_llm.requests[0]
     sent = "\n".join(str(m.get("content") or "") for m in request["messages"])
     assert "what leaks in the garden shed?" in sent
     assert LEAK not in sent and leak.pk not in sent
-    assert len(searches) == 2 and leak.pk not in searches[1]  # planned again, after the forget
+    # Planned again, with a search after the forget; the next turn, once.
+    assert len(searches) == 3 and leak.pk not in searches[1] and leak.pk not in searches[2]
 
 
 async def test_a_plan_with_memory_off_embeds_nothing_ahead_for_the_next_turn(
