@@ -331,11 +331,12 @@ def _store_user_message(
 
 def _prepare_context(
     owner, conversation: Conversation, user_message: Message, allocation: budget.Allocation,
-    seen: dict[str, list[str]],
+    seen: dict[str, list[str]], *, again: bool = False,
 ):
     """The plan, within its zones of `allocation`: it only reads, and needs no transaction.
     The messages it shows go in `seen`, with their texts. With "Use memory in replies" off, or
-    in a temporary chat, it shows this conversation only: no index, no memory tools, no facts."""
+    in a temporary chat, it shows this conversation only: no index, no memory tools, no facts.
+    again: the plan made once more, a hit of the first having been forgotten meanwhile."""
     active_ids = branches.ancestor_ids(user_message.pk)
     prefs = Preferences.of(owner)
     if conversation.temporary or not prefs.use_memory:
@@ -370,9 +371,24 @@ def _prepare_context(
                 )
             plan.fallbacks.append({"kind": "index_timeout", "detail": (
                 f"searching memory took more than {seconds()}; this answer was written without it")})
-    seen.update({m.pk: [m.content] for m in plan.recent})
-    seen.update(forgetting.read_by(owner, [[i for i in plan.included_ids if i not in seen], plan.hits]))
+    recent = {m.pk: [m.content] for m in plan.recent}
+    shown = forgetting.read_by(owner, [[i for i in plan.included_ids if i not in recent], plan.hits])
+    if not again and _forgotten_hits(plan, shown, recent):
+        # A message the search found was forgotten after the search read it and before its
+        # text was read here: the plan holds words the forget removed. Planned again, with a
+        # search after the forget, so the model is never sent them.
+        logger.info("a search hit was forgotten while the plan was made; planning again")
+        return _prepare_context(owner, conversation, user_message, allocation, seen, again=True)
+    seen.update(recent)
+    seen.update(shown)
     return plan
+
+
+def _forgotten_hits(plan, shown: dict[str, list[str]], recent: dict[str, list[str]]) -> bool:
+    """Whether a message among the plan's hits is gone (`shown`: read_by's texts of what the
+    plan shows, read after it was made)."""
+    ids = {h["message_id"] for h in plan.hits} | {h["id"] for h in plan.hits if h["type"] == "message"}
+    return bool(ids - shown.keys() - recent.keys())
 
 
 def _save_snapshot(owner, conversation: Conversation, user_message: Message, reply: Reply, plan):

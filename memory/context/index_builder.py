@@ -164,9 +164,9 @@ def history_size(owner, *, cap: int | None = None) -> int:
 
 # Tokens a whole message's index line adds to its text: id, day, role and separators.
 WHOLE_LINE_TOKENS = 24
-# Owners whose memory was last listed whole, per process (most recent last): the chat skips
-# embedding their next message as a query. A guess only: a memory that has grown since is
-# embedded when the plan searches it.
+# Owners whose memory was last listed whole (or not shown: memory off), per process (most
+# recent last): the chat skips embedding their next message as a query. A guess only: a memory
+# that has grown since (or memory switched back on) is embedded when the plan searches it.
 _WHOLE: dict[int, bool] = {}
 _WHOLE_KEEP = 10_000
 
@@ -210,9 +210,9 @@ def _remember_whole(owner, whole: bool) -> None:
 
 
 def memory_listed_whole(owner) -> bool | None:
-    """Whether this owner's last plan (in this process) listed the memory whole, without a
-    search (None: no plan of theirs yet): the chat embeds the next message as a query in
-    advance only when the plan will search."""
+    """Whether this owner's last plan (in this process) listed the memory whole, or showed none
+    of it (memory off), without a search (None: no plan of theirs yet): the chat embeds the next
+    message as a query in advance only when the plan will search."""
     return _WHOLE.get(owner.pk)
 
 
@@ -559,6 +559,8 @@ def conversation_only(
     )
     plan.skip_ids = {user_message.pk}
     plan.instructions = TEMPORARY if temporary else MEMORY_OFF
+    if not temporary:  # memory off: the next turn's message would be embedded ahead for nothing
+        _remember_whole(owner, True)
     # No index: its zone goes to the conversation, as many of its latest messages as fit.
     allowance = zones["history"] + zones["memory"]
     window = recent_messages(

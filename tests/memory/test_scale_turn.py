@@ -275,3 +275,18 @@ def test_bench_scale_sequential_runs_every_step_of_a_turn_on_its_thread(capsys, 
     assert "search_vector_query" in capsys.readouterr().out
     assert threads == {threading.current_thread().name}
     assert candidates.PARALLEL_SEARCH  # only for the run
+
+
+@pytest.mark.django_db(transaction=True)
+def test_bench_scale_prints_the_time_until_the_models_request_beside_the_turns(capsys):
+    call_command("bench_scale", sizes="120", database="", turns=3, user="bench_request")
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if "120 msgs  fill" in x)
+    turn_p50 = float(line.split("turn p50")[1].split("ms")[0])  # the turn's figure stays
+    medians = next(x for x in out.splitlines() if x.strip().startswith("median ms:"))
+    request = next(x for x in out.splitlines() if "until the model's request" in x)
+    until = float(request.split("p50 ")[1].split(" ms")[0])
+    until_p95 = float(request.split("p95 ")[1].split(" ms")[0])
+    snapshot = float(medians.split("save_snapshot ")[1].split()[0])
+    # The turn but its snapshot: shorter than the turn, by about the snapshot's time.
+    assert 0 < until <= until_p95 and until < turn_p50 and snapshot > 0

@@ -362,6 +362,9 @@ class Command(BaseCommand):
         # less swayed by the machine's other work than the clock.
         cpu: list[float] = []
         tool_calls: list[float] = []  # the model's search_and_retrieve after the turn, as a chat runs it
+        # The part of the turn the chat waits for before it asks the model: it writes the
+        # snapshot after the first token (chat.turn), so the request waits for the rest only.
+        until_request: list[float] = []
         allocation = allocate(opts.get("window") or None)
         sent: dict[str, list[int]] = {}
         strategy = ""
@@ -419,6 +422,7 @@ class Command(BaseCommand):
                 store_message(user, live, "assistant", "warm-up answer", embed=False)
                 continue
             costs.append((t3 - t0) * 1000)
+            until_request.append((t2 - t0) * 1000)
             cpu.append((c3 - c0) * 1000)
             timings.setdefault("store_message", []).append((t1 - t0) * 1000)
             timings.setdefault("prepare_context", []).append((t_plan - t1) * 1000)
@@ -458,6 +462,8 @@ class Command(BaseCommand):
             "p50": statistics.median(costs),
             "p95": _percentile(costs, 95),
             "cpu": statistics.median(cpu),
+            "until_request_p50": statistics.median(until_request),
+            "until_request_p95": _percentile(sorted(until_request), 95),
             "plan": max(plan_tokens),
             "prompt": statistics.median(prompt_tokens),
             "history": history_tokens,
@@ -471,6 +477,11 @@ class Command(BaseCommand):
             f"history {history_tokens:,} tok  ({history_tokens / max(1, row['prompt']):,.0f}x)  "
             f"tools {statistics.median(tools):.0f}  over budget {over}  strategy {strategy}  "
             f"load {load}"
+        )
+        self.stdout.write(
+            f"           until the model's request (the turn but its snapshot, which the chat "
+            f"writes after the first token): p50 {row['until_request_p50']:.1f} ms, "
+            f"p95 {row['until_request_p95']:.1f} ms"
         )
         median = {zone: statistics.median(v) for zone, v in sent.items()}
         self.stdout.write(
