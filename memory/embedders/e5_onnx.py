@@ -297,7 +297,8 @@ def build(weights: E5Weights, path: Path, smoothing: dict[str, np.ndarray] | Non
         0.99965 / 0.99860 with 512 (the all-fp32 product: 0.99971 / 0.99921), in 10.6 to 11.6
         CPU-seconds; with 256 the haystack lost a probe, with 512 it found all 18.
         With None, or without that measure (calibrating, an older smoothing file), W2 is all
-        fp32."""
+        fp32. With `per_token` (the default model's graph), W2 is int8 with a scale per token
+        instead (per_token_linear): 22% less CPU than fp32, nothing taken apart."""
         first = w.dequantize(f"{p}.fi.w", H)
         first_bias = w.fp32(f"{p}.fi.b")
         second = w.dequantize(f"{p}.fo.w", w.ffn)

@@ -278,7 +278,8 @@ def test_the_default_ffns_second_product_is_int8_with_a_scale_and_zero_point_per
     assert np.median(errors) < 0.05
 
 
-def test_the_default_graph_gives_the_fp32_ffns_vectors_within_cosine_0_9995_under_a_name_of_its_own(pair, tmp_path):
+def test_the_default_graphs_vectors_are_the_fp32_ffns_within_cosine_0_9995_under_a_name_of_its_own(
+        pair, tmp_path):
     int8, engine = pair
     v3 = E5Embedder(INT8_V3, 384, 100, 0, 320, 32, 0, model_dir=tmp_path)
     assert v3.name != int8.name  # stored apart: never mixed, switching re-embeds
