@@ -7,13 +7,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from memory.context.index_builder import prepare_context, save_snapshot
 from memory.embedders import get_embedder
-from memory.models import Conversation, Message, Topic
+from memory.models import Conversation, Message, Passage, Topic
 from memory.storage.store import store_message
 from memory.tokens import count_tokens
 from tests.memory.conftest import EVERYDAY_TEXTS, add_turns
@@ -127,6 +127,16 @@ def test_bench_scale_skips_a_size_smaller_than_the_history_it_holds(capsys):
     assert "       60 msgs  fill    0.0s" in second
     loaded = Message.objects.filter(owner__username="bench_test", conversation__title="synthetic history")
     assert loaded.count() == 60
+
+
+@pytest.mark.django_db(transaction=True)
+def test_bench_scale_refuses_a_kept_history_whose_vectors_are_of_another_model(capsys):
+    opts = {"database": "", "turns": 1, "user": "bench_other_model", "keep": True}
+    call_command("bench_scale", sizes="40", **opts)
+    capsys.readouterr()
+    Passage.objects.filter(owner__username="bench_other_model").update(embedding_model="an-older-model")
+    with pytest.raises(CommandError, match="labelled 'an-older-model'.*EMBEDDING_MODEL=an-older-model"):
+        call_command("bench_scale", sizes="40", **opts)
 
 
 @pytest.mark.django_db(transaction=True)

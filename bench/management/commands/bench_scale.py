@@ -121,6 +121,7 @@ class Command(BaseCommand):
         Conversation.objects.filter(owner=user).exclude(pk=bulk.pk).delete()
         stored = self._stored(bulk)
         if stored:
+            self._same_model(bulk)
             self.stdout.write(f"reusing {stored:,} synthetic messages already loaded")
             self._facts(user, bulk)  # a history loaded before facts were part of it
         get_embedder().embed_one("warm up")  # loading the model is not a per-turn cost
@@ -161,6 +162,27 @@ class Command(BaseCommand):
                 "SELECT count(*) FROM memory_message WHERE conversation_id = %s", [bulk.pk]
             )
             return int(cursor.fetchone()[0])
+
+    def _same_model(self, bulk) -> None:
+        """A kept history's (random) vectors are labelled with the model that was configured when
+        it was loaded; under another model's name vector search leaves them out (never mixed),
+        and the turns measured would have no vector list: refused, with what to do."""
+        from memory.embedders import get_embedder
+
+        name = get_embedder().name
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT embedding_model FROM memory_passage WHERE conversation_id = %s "
+                "AND embedding IS NOT NULL AND embedding_model <> %s LIMIT 1",
+                [bulk.pk, name],
+            )
+            other = cursor.fetchone()
+        if other:
+            raise CommandError(
+                f"the kept history's vectors are labelled {other[0]!r}, not {name!r} (the embedder "
+                "configured now): vector search would leave them out. Load a history of its own "
+                f"(--database NAME), or run with EMBEDDING_MODEL={other[0]}"
+            )
 
     # --- bulk load ------------------------------------------------------------------------------
 
