@@ -160,3 +160,23 @@ def test_the_server_start_queues_the_reembedding_and_says_so(owner, conversation
     call_command("serve", "--no-worker", stdout=out)
     assert "re-embedding 1 passage of 1 person with" in out.getvalue()
     assert [w.args_kwargs["args"] for w in queued_embedding()] == [[owner.pk]]
+
+
+def test_memory_health_shows_the_reembedding_as_progress_a_person_understands(owner, conversation, client):
+    from django.urls import reverse
+
+    add_turns(owner, conversation, ["the heron nests by the lake", "it does, every spring"])
+    as_old_model(Passage.objects.all())
+    client.force_login(owner)
+
+    def health() -> str:
+        page = client.get(reverse("explorer:advanced")).content.decode()
+        start = page.index('id="health"')
+        return " ".join(page[start : page.index("</section>", start)].split())
+
+    tasks.queue_reembedding()
+    assert (f"Passages embedded with another model</th><td>2 <span class=\"muted\">(being re-embedded "
+            f"with {get_embedder().name} in the background") in health()
+    run_queued_embedding()
+    assert "Passages embedded with another model</th><td>0</td>" in health()
+    assert "being re-embedded" not in health()
