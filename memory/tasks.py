@@ -18,12 +18,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import DatabaseError, connection, transaction
-from django.db.models import Exists, OuterRef, Q
+from django.db.models import Count, Exists, OuterRef, Q
 from django.db.models.functions import Now
 from django.dispatch import receiver
 from django.utils import timezone
@@ -300,10 +301,92 @@ def queue_summaries(owner_id: int) -> bool:
     return _queue_once(summarize_topics, owner_id)
 
 
+# A run of embed_pending_task works this long, then queues its continuation below other work: a
+# whole history re-embedded after the model changed does not hold the worker for an hour while a
+# turn's topic upkeep or a new conversation's title waits.
+EMBED_SLICE_SECONDS = 20.0
+
+
 @task()
 def embed_pending_task(owner_id: int | None = None) -> dict[str, Any]:
+    """Vectors for the owner's passages that have none or one of another model, for at most
+    EMBED_SLICE_SECONDS; then the rest is queued as the next run."""
     owner = _owner(owner_id) if owner_id else None
-    return _record(owner_id, "embed_pending", lambda: {"embedded": store.embed_pending(owner)})
+    deadline = time.monotonic() + EMBED_SLICE_SECONDS
+    detail = _record(owner_id, "embed_pending", lambda: {
+        "embedded": store.embed_pending(owner, deadline=deadline)
+    })
+    if detail["embedded"] and time.monotonic() >= deadline:  # maybe stopped with work left
+        _enqueue_unless_waiting(embed_pending_task.using(priority=IMPORT_PRIORITY), owner_id)
+    return detail
+
+
+@dataclass(frozen=True)
+class Reembedding:
+    """What queue_reembedding found and did, and the line that tells the operator."""
+
+    passages: int  # passages holding vectors of another model
+    people: int  # their owners
+    model: str  # the configured model
+    queued: int  # runs queued now (the others already waited in the queue)
+    column_dimensions: int | None = None  # set when the column is not the model's size
+    in_background: bool = True
+
+    @property
+    def notice(self) -> str:
+        if not self.passages:
+            return ""
+        people = "1 person" if self.people == 1 else f"{self.people:,} people"
+        passages = "1 passage" if self.passages == 1 else f"{self.passages:,} passages"
+        hold = "holds" if self.passages == 1 else "hold"
+        if self.column_dimensions is not None:
+            return (
+                f"{passages} of {people} {hold} vectors of {self.column_dimensions} "
+                f"dimensions, and {self.model} makes {settings.EMBEDDING_DIMENSIONS}: run `manage.py "
+                "reembed` (it resizes the column); until then vector search leaves them out"
+            )
+        if not self.in_background:
+            return (
+                f"{passages} of {people} {hold} vectors of another model: run "
+                f"`manage.py reembed` to re-embed them with {self.model}; until then vector search "
+                "leaves them out"
+            )
+        return (
+            f"re-embedding {passages} of {people} with {self.model} in the "
+            "background; vector search finds them as they are done"
+        )
+
+
+def queue_reembedding() -> Reembedding:
+    """After the embedding model changed (same dimensions), queue one embed_pending_task per
+    owner whose passages hold another model's vectors (never twice: a run already waiting is
+    enough), so nobody needs to know `manage.py reembed`. Called when a server starts.
+
+    A column of other dimensions must be resized first (`manage.py reembed` does it): nothing is
+    queued then. Neither is anything when tasks run inline (the immediate backend), which would
+    hold the server's start for the whole re-embedding."""
+    from django_tasks_db.backend import DatabaseBackend
+
+    from memory.embedders import get_embedder
+    from memory.management.commands.reembed import column_dimensions
+    from memory.models import Passage
+
+    model = get_embedder().name
+    # Two ranges rather than "<>" (and '' is "no vector yet"), so the embedding_model index
+    # finds just these rows: with nothing to do, one index descent.
+    other = Passage.objects.filter(
+        Q(embedding_model__gt="", embedding_model__lt=model) | Q(embedding_model__gt=model)
+    )
+    counts = dict(other.order_by().values_list("owner_id").annotate(n=Count("pk")))
+    found = {"passages": sum(counts.values()), "people": len(counts), "model": model}
+    current = column_dimensions("memory_passage", "embedding")
+    if counts and current and current != settings.EMBEDDING_DIMENSIONS:
+        return Reembedding(**found, queued=0, column_dimensions=current)
+    if counts and not isinstance(embed_pending_task.get_backend(), DatabaseBackend):
+        return Reembedding(**found, queued=0, in_background=False)
+    later = embed_pending_task.using(priority=IMPORT_PRIORITY)
+    queued = sum(_queue_once(later, owner_id) for owner_id in sorted(counts))
+    return Reembedding(**found, queued=queued)
 
 
 # --- imports (memory.transfer.import_jobs) --------------------------------------------------------------

@@ -312,7 +312,8 @@ def _note_model_mismatch(other, model_name: str, results) -> None:
             {
                 "kind": "embedding_model_mismatch",
                 "detail": f"some passages were embedded with {other!r}, not {model_name!r}; they are "
-                "left out of vector search (never mixed) until `manage.py reembed` runs",
+                "left out of vector search (never mixed) until they are re-embedded, which the "
+                "server does in the background (or `manage.py reembed`)",
             }
         )
 

@@ -13,6 +13,7 @@ import datetime as dt
 import json
 import logging
 import re
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -482,12 +483,16 @@ def queue_embedding(owner_id: int) -> None:
 
 
 def embed_pending(owner=None, *, message_ids: Sequence[str] | None = None, batch: int = 256,
-                  progress=None) -> int:
+                  progress=None, deadline: float | None = None) -> int:
     """Give a vector to every passage that has none (or one of another model); with message_ids,
-    only those logical messages' passages. Returns how many were embedded.
+    only those logical messages' passages. Returns how many were embedded. With `deadline`
+    (time.monotonic()), it stops after the batch that passes it (at least one batch is done, so
+    a caller that goes on later always gets further; 0 means nothing is left).
 
     Two index-backed queries (no vector yet; another model's vector), so a turn's background
-    work finds its few passages among a million without scanning them all."""
+    work finds its few passages among a million without scanning them all. Outside a caller's
+    transaction each batch is its own short write, so a long re-embedding locks few rows for
+    little time and search by meaning finds what it wrote at once."""
     embedder = get_embedder()
     base = Passage.objects.all()
     if owner is not None:
@@ -515,6 +520,8 @@ def embed_pending(owner=None, *, message_ids: Sequence[str] | None = None, batch
             done += len(rows)
             if progress:
                 progress(len(rows))
+            if deadline is not None and time.monotonic() >= deadline:
+                return done
     return done
 
 

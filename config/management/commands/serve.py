@@ -98,10 +98,13 @@ class Command(BaseCommand):
             start_worker_thread()
             self.stdout.write("background task worker running in this process")
         from chat.drafts import recover_quietly
-        from memory.tasks import resume_imports
+        from memory.tasks import queue_reembedding, resume_imports
 
         if resume_imports():
             self.stdout.write("resumed the imports a stopped server left unfinished")
+        reembedding = queue_reembedding()  # after an upgrade that changed the embedding model
+        if reembedding.notice:
+            self.stdout.write(reembedding.notice)
         recovered = recover_quietly()
         if recovered:
             self.stdout.write(f"stored {len(recovered)} reply(s) a stopped server left half-written")
