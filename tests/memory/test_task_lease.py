@@ -78,7 +78,7 @@ def test_a_task_running_past_the_abandon_threshold_while_its_worker_renews_the_l
     calls, requeued, second = [], [], make_worker("second", batch=False)
     threads = []
 
-    def slow_embed_pending(owner=None):
+    def slow_embed_pending(owner=None, **kwargs):
         calls.append(threading.current_thread().name)
         if len(calls) == 1:
             # The first worker holds the task; a second one now waits for work.
@@ -168,7 +168,7 @@ def test_the_heartbeat_stops_with_its_task_and_leaves_no_thread_or_connection(
 ):
     seen = {}
 
-    def embed_pending(owner=None):
+    def embed_pending(owner=None, **kwargs):
         wait_for(TaskLease.objects.exists, 5)
         seen["heartbeats"] = [t for t in threading.enumerate() if t.name.startswith("task-lease-")]
         seen["connections"] = other_connections()
