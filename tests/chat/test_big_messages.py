@@ -272,11 +272,14 @@ def test_a_person_is_told_a_message_is_too_long_and_keeps_it(
     page.wait_for_function("() => document.getElementById('composer-input').value === ''")
     assert error.is_hidden()
     assert in_thread(user_messages, conversation) == [at_limit]
+    page.locator("li.message.assistant:not(.streaming) .content:has-text('Received.')").wait_for()
 
 
 def test_a_message_over_one_mib_leaves_the_composer_once_stored(
-    browser, default_server, owner_cookie, conversation
+    browser, default_server, owner_cookie, conversation, big_llm
 ):
+    big_llm.state.reset()
+    big_llm.state.add_script(None, [{"text": "Received."}], False)  # the default quotes it: 1.2 MB
     page = open_chat(browser, default_server, owner_cookie, conversation)
     content = long_text(1_200_000)
     paste(page, content)
@@ -288,6 +291,10 @@ def test_a_message_over_one_mib_leaves_the_composer_once_stored(
     # it, not sending.
     assert page.evaluate("window.composerAtSend") == [len(content.encode("utf-16-le")) // 2]
     assert in_thread(user_messages, conversation) == [content]
+    # The turn goes on after the message is stored: its reply is waited for, so the test's
+    # database is not emptied under the server's last writes.
+    reply = page.locator("li.message.assistant:not(.streaming) .content:has-text('Received.')")
+    reply.wait_for(timeout=120_000)
 
 
 def test_a_message_the_server_refuses_stays_in_the_composer(
