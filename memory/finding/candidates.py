@@ -390,7 +390,6 @@ def _keyword_candidates(owner, query, filters, k, results) -> list[tuple]:
     except OperationalError as exc:
         results.fallbacks.append({"kind": "keyword_timeout", "detail": str(exc)[:200]})
         return []
-    weights = _with_members(owner, weights, shares)
     if not weights:
         return []
     rare = [t for t in weights if complete or shares[t] <= RARE_SHARE]
@@ -454,44 +453,6 @@ def _keyword_candidates(owner, query, filters, k, results) -> list[tuple]:
     except OperationalError as exc:
         results.fallbacks.append({"kind": "keyword_timeout", "detail": str(exc)[:200]})
         return []
-
-
-def _with_members(owner, weights: dict[str, float], shares: dict[str, float]) -> dict[str, float]:
-    """TRIAL: the question's weights, and the members memory.finding.members.expanding() adds,
-    each at its share of its own BM25 weight (a lexeme the question holds keeps the question's)."""
-    from memory.finding.members import expansion
-
-    added = expansion()
-    if not added:
-        return weights
-    weights = dict(weights)
-    for word, share in added.items():
-        member_weights, _, member_shares, _ = _term_stats(owner, word, lexemes_of_words=True)
-        for lex, w in member_weights.items():
-            if lex not in weights:
-                weights[lex] = w * share
-                shares[lex] = member_shares[lex]
-    return weights
-
-
-def with_member_rows(owner, rows: list[tuple], filters, k: int, results) -> list[tuple]:
-    """TRIAL: the question's vector list, and each added member's own (its best 10 passages, as a
-    query): a member's j-th passage takes the similarity the question's list has at place
-    j / EXPAND_VECTOR_SHARE (a passage both hold keeps the higher)."""
-    from memory.finding import members
-
-    added = list(members.expansion())[: members.EXPAND_VECTOR_MEMBERS]
-    if not added or members.EXPAND_VECTOR_SHARE <= 0 or not rows:
-        return rows
-    sims = [float(r[4]) for r in rows]
-    merged = {(r[0], r[1], r[3]): r for r in rows}
-    for member in added:
-        for j, row in enumerate(_vector_candidates(owner, member, filters, 10, results)):
-            sim = sims[min(len(sims) - 1, int(j / members.EXPAND_VECTOR_SHARE))]
-            key = (row[0], row[1], row[3])
-            if key not in merged or float(merged[key][4]) < sim:
-                merged[key] = (*row[:4], sim, *row[5:])
-    return sorted(merged.values(), key=lambda r: -float(r[4]))[:k]
 
 
 def _term_weights(owner, lexemes: list[str]) -> tuple[dict[str, float], bool, dict[str, float]]:

@@ -262,9 +262,6 @@ def search(
         results.timings_ms["vector_after_keyword"] = round((time.perf_counter() - started) * 1000, 2)
     else:
         vector_rows = _timed_vector_candidates(owner, query, filters, k, results, query_vector)
-    from memory.finding.candidates import with_member_rows  # TRIAL
-
-    vector_rows = with_member_rows(owner, vector_rows, filters, k, results)
     if exclude:
         vector_rows = [r for r in vector_rows if r[2] not in exclude]
         keyword_rows = [r for r in keyword_rows if r[2] not in exclude]

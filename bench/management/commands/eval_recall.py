@@ -38,7 +38,7 @@ from django.db import connection
 from django.db.models import Q
 
 from memory.embedders import get_embedder
-from memory.finding import candidates, fusion, members
+from memory.finding import candidates, fusion
 from memory.finding.candidates import _keyword_candidates, _vector_candidates
 from memory.finding.search import SearchFilters, SearchResults, search
 from memory.knowledge import entities, graph
@@ -64,8 +64,6 @@ TUNABLES: dict[str, tuple[Any, Callable[[str], Any]]] = {
     ),
     **dict.fromkeys(("NEIGHBOR_SEEDS", "PRESENT_POOL", "LINK_SEEDS", "LINK_POOL"), (fusion, int)),
     **dict.fromkeys(("BM25_K1", "BM25_B"), (candidates, float)),
-    **dict.fromkeys(("EXPAND_SHARE", "EXPAND_MIN_Z", "EXPAND_HUB", "EXPAND_VECTOR_SHARE", "EXPAND_MAX_DF"), (members, float)),
-    **dict.fromkeys(("EXPAND_TOP", "EXPAND_FROM", "EXPAND_PROBES", "EXPAND_VECTOR_MEMBERS"), (members, int)),
     "CONTEXT_PARENT_CHARS": (store_module, int),
     "CONTEXT_SPEAKER": (store_module, lambda v: v.lower() in ("1", "true", "yes")),
     # The graph boost (memory.knowledge.graph) reads settings.
@@ -278,13 +276,8 @@ def rankers(user, dataset: Dataset, only: tuple[str, ...] = METHODS) -> dict[str
     (None: now)."""
     turn_of = dict(Message.objects.owned_by(user).logical().values_list("pk", "external_id"))
 
-    vocabulary = history_vocabulary(user) if members.EXPAND_SHARE > 0 else None
-
     def hybrid(query: str, as_of) -> list[str]:
-        added = expansions(vocabulary, query) if vocabulary is not None else {}
-        EXPANDED[query] = added
-        with members.expanding({w: members.EXPAND_SHARE for w in added}):
-            hits = search(user, query, limit=max(KS), as_of=as_of).hits
+        hits = search(user, query, limit=max(KS), as_of=as_of).hits
         return [h.external_id or turn_of.get(h.message_id) for h in hits]
 
     def keyword(query: str, as_of) -> list[str]:
@@ -300,51 +293,6 @@ def rankers(user, dataset: Dataset, only: tuple[str, ...] = METHODS) -> dict[str
         bm25 = bm25_ranker(dataset)
         methods["bm25"] = lambda query, as_of: bm25(query)
     return {method: methods[method] for method in only}
-
-
-DUMP: list[dict] = []
-# TRIAL: the words each question was expanded with in this run.
-EXPANDED: dict[str, dict[str, float]] = {}
-_WORD_VECTORS: dict[str, Any] = {}
-_VECTOR_CACHE = Path("/tmp/n35_word_vectors.npz")
-
-
-def _word_vectors(words: list[str]):
-    """Passage vectors of words, cached on disk between runs (trial)."""
-    import numpy as np
-
-    if not _WORD_VECTORS and _VECTOR_CACHE.exists():
-        data = np.load(_VECTOR_CACHE)
-        _WORD_VECTORS.update(zip(data["words"].tolist(), data["vectors"], strict=True))
-    missing = [w for w in words if w not in _WORD_VECTORS]
-    if missing:
-        for start in range(0, len(missing), 512):
-            batch = missing[start:start + 512]
-            _WORD_VECTORS.update(zip(batch, get_embedder().embed(batch), strict=True))
-        keys = sorted(_WORD_VECTORS)
-        np.savez(_VECTOR_CACHE, words=np.array(keys), vectors=np.stack([_WORD_VECTORS[k] for k in keys]))
-    return np.stack([_WORD_VECTORS[w] for w in words])
-
-
-def history_vocabulary(user) -> members.Vocabulary:
-    import numpy as np
-
-    texts = list(Passage.objects.owned_by(user).filter(deleted=False, kind="message").values_list("text", flat=True))
-    counts = members.vocabulary_words(texts, ENGLISH_STOP_WORDS)
-    words = sorted(counts)
-    share = np.array([counts[w] / max(1, len(texts)) for w in words])
-    probes = np.stack([get_embedder().embed_query(p) for p in members.PROBES])
-    return members.Vocabulary.of(words, _word_vectors(words), share, probes)
-
-
-def expansions(vocabulary: members.Vocabulary, query: str) -> dict[str, float]:
-    phrase = members.kind_phrase(query)
-    if phrase is None and members.EXPAND_FROM == 2:
-        phrase = members.without_names(query)
-    if phrase is None:
-        return {}
-    own = {w.lower() for w in candidates.query_terms(query)}
-    return dict(vocabulary.nearest(get_embedder().embed_query(phrase), own))
 
 
 @contextmanager
@@ -501,8 +449,6 @@ class Command(BaseCommand):
         }
         if opts["per_history"]:
             self._history_rows(out, histories)
-        if dump := __import__("os").environ.get("N35_DUMP"):
-            Path(dump).write_text("\n".join(json.dumps(d) for d in DUMP) + "\n")
         if opts["json"]:
             self.stdout.write(json.dumps({
                 "conversations": [d.id for d in datasets],
@@ -557,9 +503,6 @@ class Command(BaseCommand):
                         )
                         if method == "hybrid":
                             misses.extend(miss_lines(dataset, query, ranked))
-                            DUMP.append({"history": dataset.id, "query": query["query"], "category": category,
-                                         "recall": recall_at(ranked, query["expected"]),
-                                         "added": EXPANDED.get(query["query"], {})})
                     bar.update()
         return scores, misses, seconds
 
