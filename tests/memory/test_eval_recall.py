@@ -335,6 +335,9 @@ def test_question_changes_count_each_kind_and_history_apart():
     before = {(x["history"], x["number"]): x for x in earlier}
     after = [line("a", 1, "multi-hop", 0.5, 0.5), line("a", 2, "temporal", 0.0, 1.0),
              line("b", 1, "multi-hop", 0.5, 1.0)]
+    # A third written to four places is the same third.
+    before[("b", 1)]["recall@5"] = 1 / 3
+    after[2]["recall@5"] = 0.3333
     changes = question_changes(before, after)
     assert changes["all histories"]["multi-hop"] == {
         "queries": 2, "rose@5": 1, "fell@5": 0, "rose@10": 1, "fell@10": 0

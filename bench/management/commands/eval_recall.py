@@ -634,9 +634,10 @@ def question_changes(before: dict[tuple[str, int], dict], after: list[dict]) -> 
                 )
                 row["queries"] += 1
                 for k in CHANGE_KS:
-                    key = f"recall@{k}"
-                    row[f"rose@{k}"] += line[key] > earlier[key]
-                    row[f"fell@{k}"] += line[key] < earlier[key]
+                    # Recall is written to four places: a smaller difference is rounding.
+                    change = round(line[f"recall@{k}"] - earlier[f"recall@{k}"], 3)
+                    row[f"rose@{k}"] += change > 0
+                    row[f"fell@{k}"] += change < 0
     # Each group's "all" row first, then its kinds as they came.
     return {group: dict(sorted(kinds.items(), key=lambda kv: kv[0] != "all"))
             for group, kinds in changes.items()}
