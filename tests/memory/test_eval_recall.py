@@ -19,6 +19,7 @@ from bench.management.commands.eval_recall import (
     Dataset,
     load_datasets,
     miss_lines,
+    question_changes,
     session_recall_at,
     tunables_set,
 )
@@ -292,3 +293,63 @@ def test_per_history_prints_each_historys_recall_per_kind_and_they_add_up_to_the
     table = err[err.index("turn recall@k per history"):]
     rows = [line.split() for line in table.splitlines() if line.endswith("%")]
     assert [row[:3] for row in rows if row[1] == "all"] == [["garden", "all", "4"], ["islands", "all", "3"]]
+
+
+def test_questions_are_written_and_a_later_run_counts_those_whose_recall_rose_or_fell(eval_recall, tmp_path):
+    # An earlier run's file, as --questions writes it: the first question of "garden" was found
+    # whole, every other question not at all; and one line whose words are no longer asked.
+    queries = {d.id: d.queries for d in load_datasets([str(DATA)])}
+    before = [
+        {"history": history, "number": n, "category": q["category"], "query": q["query"],
+         **{f"recall@{k}": float(history == "garden" and n == 1) for k in (1, 5, 10, 25)}}
+        for history, qs in queries.items() for n, q in enumerate(qs, 1)
+    ]
+    before.append({**before[-1], "number": 99, "query": "A question no longer asked?"})
+    earlier, now = tmp_path / "before.jsonl", tmp_path / "now.jsonl"
+    earlier.write_text("".join(json.dumps(line) + "\n" for line in before))
+
+    out, err = eval_recall("--json", "--questions", str(now), "--against", str(earlier))
+
+    lines = [json.loads(line) for line in now.read_text().splitlines()]
+    assert [(line["history"], line["number"], line["query"]) for line in lines] == [
+        (h, n, q["query"]) for h, qs in queries.items() for n, q in enumerate(qs, 1)
+    ]
+    changes = json.loads(out)["against"]
+    for k in (5, 10):
+        risen = [line for line in lines[1:] if line[f"recall@{k}"] > 0]
+        assert risen, "the tiny dataset's questions are found"
+        assert changes["all histories"]["all"][f"rose@{k}"] == len(risen)
+        assert changes["all histories"]["all"][f"fell@{k}"] == int(lines[0][f"recall@{k}"] < 1)
+    assert changes["all histories"]["all"]["queries"] == 7  # not the question no longer asked
+    assert changes["islands"]["multi-hop"]["queries"] == 1
+    assert "questions whose recall rose (+) or fell (-)" in err
+
+
+def test_question_changes_count_each_kind_and_history_apart():
+    def line(history, number, category, r5, r10):
+        return {"history": history, "number": number, "category": category, "query": f"q{number}",
+                "recall@5": r5, "recall@10": r10}
+
+    earlier = [line("a", 1, "multi-hop", 0.0, 0.5), line("a", 2, "temporal", 1.0, 1.0),
+               line("b", 1, "multi-hop", 0.5, 0.5)]
+    before = {(x["history"], x["number"]): x for x in earlier}
+    after = [line("a", 1, "multi-hop", 0.5, 0.5), line("a", 2, "temporal", 0.0, 1.0),
+             line("b", 1, "multi-hop", 0.5, 1.0)]
+    # A third written to four places is the same third.
+    before[("b", 1)]["recall@5"] = 1 / 3
+    after[2]["recall@5"] = 0.3333
+    changes = question_changes(before, after)
+    assert changes["all histories"]["multi-hop"] == {
+        "queries": 2, "rose@5": 1, "fell@5": 0, "rose@10": 1, "fell@10": 0
+    }
+    assert changes["a"]["temporal"] == {"queries": 1, "rose@5": 0, "fell@5": 1, "rose@10": 0, "fell@10": 0}
+    assert list(changes["a"]) == ["all", "multi-hop", "temporal"]
+
+
+def test_against_a_file_that_is_not_a_questions_file_is_refused_before_any_import(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("not json\n")
+    for path in (bad, tmp_path / "missing.jsonl"):
+        with pytest.raises(CommandError, match="--against"):
+            call_command("eval_recall", str(DATA), "--against", str(path),
+                         stdout=io.StringIO(), stderr=io.StringIO())

@@ -364,6 +364,12 @@ class Command(BaseCommand):
                             help="only the history <ID>.history.jsonl (repeatable)")
         parser.add_argument("--per-history", action="store_true",
                             help="also print hybrid search's recall per kind for each history on its own")
+        parser.add_argument("--questions", metavar="FILE",
+                            help="write hybrid search's recall of each question to FILE (JSON Lines), "
+                                 "for --against in a later run")
+        parser.add_argument("--against", metavar="FILE",
+                            help="count, per kind and per history, the questions whose hybrid recall @5 "
+                                 "and @10 rose or fell against a run's --questions FILE")
         parser.add_argument("--verbose-misses", action="store_true",
                             help="print every query whose expected turns hybrid search misses in its top 10")
         parser.add_argument("--keep", action="store_true",
@@ -396,6 +402,7 @@ class Command(BaseCommand):
             opts["folders"] or [str(DEFAULT_DATASET)], opts["limit_queries"], opts["only"]
         )
         out = self.stderr if opts["json"] else self.stdout
+        before = read_questions(opts["against"]) if opts["against"] else None
         with scratch_database(opts["scratch_db"], keep=opts["keep"]):
             started = time.perf_counter()
             users = {d.id: self._import(d) for d in datasets}
@@ -449,6 +456,13 @@ class Command(BaseCommand):
         }
         if opts["per_history"]:
             self._history_rows(out, histories)
+        questions = question_lines(scores["hybrid"])
+        if opts["questions"]:
+            Path(opts["questions"]).write_text("".join(json.dumps(line) + "\n" for line in questions))
+        changes = None
+        if before is not None:
+            changes = question_changes(before, questions)
+            self._change_rows(out, opts["against"], changes)
         if opts["json"]:
             self.stdout.write(json.dumps({
                 "conversations": [d.id for d in datasets],
@@ -460,6 +474,7 @@ class Command(BaseCommand):
                 "datasets": by_folder,
                 "histories": histories,
                 "ms_per_query": ms_per_query,
+                **({"against": changes} if changes is not None else {}),
             }))
 
     def _import(self, dataset: Dataset):
@@ -499,7 +514,7 @@ class Command(BaseCommand):
                             sessions = session_recall_at(sessions_of, expected_sessions)
                         scores[method].append(
                             Scored(dataset.folder, category, recall_at(ranked, query["expected"]), sessions,
-                                   dataset.id)
+                                   dataset.id, query["query"])
                         )
                         if method == "hybrid":
                             misses.extend(miss_lines(dataset, query, ranked))
@@ -538,6 +553,20 @@ class Command(BaseCommand):
         out.write("")
 
     @staticmethod
+    def _change_rows(out, against: str, changes: dict[str, dict]) -> None:
+        """Per kind over every history, then per history and kind: the questions whose hybrid
+        recall rose and fell at 5 and 10 against an earlier run's questions."""
+        out.write(f"hybrid search against {against}: questions whose recall rose (+) or fell (-)")
+        out.write("")
+        out.write(f"{'history':<16}{'category':<26}{'queries':>8}"
+                  + "".join(f"{f'@{k} +/-':>12}" for k in CHANGE_KS))
+        for group, by_kind in changes.items():
+            for kind, row in by_kind.items():
+                cells = [f"+{row[f'rose@{k}']}/-{row[f'fell@{k}']}" for k in CHANGE_KS]
+                out.write(f"{group:<16}{kind:<26}{row['queries']:>8}" + "".join(f"{c:>12}" for c in cells))
+        out.write("")
+
+    @staticmethod
     def _ablation_rows(out, folder: str, hybrid: dict, ablation: dict) -> None:
         """Hybrid recall@5 and @10 per kind with every rule on, then with each rule off (the
         change in points beside it)."""
@@ -564,6 +593,54 @@ class Command(BaseCommand):
                 row = by_category[category]
                 head = f"{category:<26}{row['queries']:>8}" if i == 0 else " " * 34
                 out.write(f"{head}  {method:<9}" + "".join(f"{row[key]:>8.1%}" for key in keys))
+
+
+CHANGE_KS = (5, 10)
+
+
+def question_lines(rows: list[Scored]) -> list[dict]:
+    """One line per question: its history, its place among the history's questions, its kind,
+    its words and its recall at KS."""
+    lines, places = [], {}
+    for row in rows:
+        places[row.history] = places.get(row.history, 0) + 1
+        recall = {f"recall@{k}": round(v, 4) for k, v in zip(KS, row.turns, strict=True)}
+        lines.append({"history": row.history, "number": places[row.history], "category": row.category,
+                      "query": row.query, **recall})
+    return lines
+
+
+def read_questions(path: str) -> dict[tuple[str, int], dict]:
+    """A --questions file, by (history, number); CommandError when it is missing or no such file."""
+    try:
+        lines = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+        return {(line["history"], int(line["number"])): line for line in lines}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise CommandError(f"--against {path}: not a file --questions wrote ({exc})") from None
+
+
+def question_changes(before: dict[tuple[str, int], dict], after: list[dict]) -> dict[str, dict]:
+    """{"all histories" and each history: {kind and "all": {"queries", "rose@k", "fell@k"}}}, over
+    the questions both runs asked (the same words at the same place of the same history)."""
+    changes: dict[str, dict] = {}
+    for line in after:
+        earlier = before.get((line["history"], line["number"]))
+        if earlier is None or earlier["query"] != line["query"]:
+            continue
+        for group in ("all histories", line["history"]):
+            for kind in ("all", line["category"]):
+                row = changes.setdefault(group, {}).setdefault(
+                    kind, {"queries": 0, **{f"{d}@{k}": 0 for k in CHANGE_KS for d in ("rose", "fell")}}
+                )
+                row["queries"] += 1
+                for k in CHANGE_KS:
+                    # Recall is written to four places: a smaller difference is rounding.
+                    change = round(line[f"recall@{k}"] - earlier[f"recall@{k}"], 3)
+                    row[f"rose@{k}"] += change > 0
+                    row[f"fell@{k}"] += change < 0
+    # Each group's "all" row first, then its kinds as they came.
+    return {group: dict(sorted(kinds.items(), key=lambda kv: kv[0] != "all"))
+            for group, kinds in changes.items()}
 
 
 def set_tunable(name: str, value: str) -> None:
@@ -594,6 +671,7 @@ class Scored:
     turns: tuple[float, ...]  # turn recall at KS
     sessions: tuple[float, ...] | None  # session_recall_at, when the query names its sessions
     history: str = ""  # the dataset's id
+    query: str = ""
 
 
 def _means(groups: dict[str, list[tuple[float, ...]]], names: list[str]) -> dict[str, dict]:
