@@ -11,10 +11,12 @@ weights run 3-3.5x as fast on ONNX Runtime's int8 kernels (VNNI on these cores):
   little with the texts of its call: a cosine of 0.9995 and more to its vector alone). The
   inputs have a few channels 10-20x wider than the rest, so each is smoothed first (`build`:
   channels divided by what memory/data/multilingual-e5-small.smoothing.npz says they reach,
-  the weights multiplied).
+  the weights multiplied). In `multilingual-e5-small-int8-v4` (the default) they take a scale
+  and zero point per token instead (per_token_linear, smoothed first): of one scale per call,
+  the Q/K/V and FFN-in products cost the most cosine to the all-fp32 graph.
 - The FFN's second product (its input, GELU's output, reaches 65 where its 99th percentile is
   3; in int8 with one scale for the whole input, even smoothed, it cost ten times the cosine):
-  in `multilingual-e5-small-int8-v3` (the default) int8 with a scale and zero point per token
+  in `-int8-v4` and `multilingual-e5-small-int8-v3` int8 with a scale and zero point per token
   (per_token_linear: a token's wide values no longer coarsen the other tokens'; 22% less CPU
   than fp32, vectors a cosine of 0.9997 from -int8's); in `multilingual-e5-small-int8` all
   fp32; in `multilingual-e5-small-int8-v2` int8 but for the 512 input channels a layer that
@@ -226,7 +228,7 @@ def load(weights_path: Path, model_dir: Path, name: str, threads: int) -> E5Onnx
 
 def build(weights: E5Weights, path: Path, smoothing: dict[str, np.ndarray] | None = None,
           calibration: bool = False, fp32_channels: int | None = None, version: int = 0,
-          per_token: bool = False, groups: int = 1, exact: frozenset[str] = frozenset(),
+          per_token: bool = False, exact: frozenset[str] = frozenset(),
           token_scaled: frozenset[str] = frozenset()) -> Path:
     """Write the ONNX graph of `weights` to `path` (atomically: a file that exists is whole).
 
@@ -239,8 +241,7 @@ def build(weights: E5Weights, path: Path, smoothing: dict[str, np.ndarray] | Non
     (named as `smoothing`'s keys).
     `fp32_channels`: the FFN's second product in int8 but for its input's widest channels, that
     many a layer (None: all fp32); see feed_forward. `per_token`: that product in int8 with a
-    scale per token instead (per_token_linear), but for the `fp32_channels` widest if given,
-    its other channels sorted by reach in `groups` blocks of a scale each.
+    scale per token instead (per_token_linear).
     `exact`: products ("qkv", "ao", "fi") kept fp32; `token_scaled`: products run with a scale
     per token (per_token_linear) instead of one per call. `version`: recorded in the file."""
     try:
@@ -289,14 +290,11 @@ def build(weights: E5Weights, path: Path, smoothing: dict[str, np.ndarray] | Non
         inverse = constant(f"{name}.inverse", (1.0 / factors).astype(np.float32))
         return matrix * factors[None, :], node("Mul", [x, inverse], f"{name}.smooth")
 
-    def product(x: str, prefix: str, tensors: list[str], columns: int, name: str,
-                rows: np.ndarray | None = None) -> str:
-        """x times the named weights plus their biases, in int8 (smoothed); `rows`: the outputs
-        in that order."""
+    def product(x: str, prefix: str, tensors: list[str], columns: int, name: str) -> str:
+        """x times the named weights plus their biases, in int8 (smoothed), or as `exact` and
+        `token_scaled` say."""
         matrix = np.concatenate([w.dequantize(f"{prefix}.{t}.w", columns) for t in tensors])
         bias = np.concatenate([w.fp32(f"{prefix}.{t}.b") for t in tensors])
-        if rows is not None:
-            matrix, bias = matrix[rows], bias[rows]
         if calibration:
             exposed.append((x, columns))
         kind = name.rsplit(".", 1)[-1]
@@ -325,17 +323,9 @@ def build(weights: E5Weights, path: Path, smoothing: dict[str, np.ndarray] | Non
         second_bias = w.fp32(f"{p}.fo.b")
         gelu_reach = None if smoothing is None else smoothing.get(f"{p}.gelu")
         if calibration or per_token or gelu_reach is None or fp32_channels is None:
-            blocks = (per_token and not calibration and gelu_reach is not None
-                      and bool(fp32_channels or groups > 1))
-            # In blocks: the FFN's channels widest first (W1's rows, W2's columns), so each
-            # block is a contiguous run that a Split cuts (no Gather at run time).
-            order = np.argsort(-gelu_reach, kind="stable") if blocks else None
-            inner = node("Gelu", [product(x, p, ["fi"], H, f"{p}.fi", rows=order)], f"{p}.gelu",
-                         microsoft=True)
+            inner = node("Gelu", [product(x, p, ["fi"], H, f"{p}.fi")], f"{p}.gelu", microsoft=True)
             if calibration:
                 exposed.append((inner, w.ffn))
-            if blocks:
-                return blocks_linear(inner, f"{p}.fo", second[:, order], second_bias)
             if per_token and not calibration:
                 return per_token_linear(inner, f"{p}.fo", second, second_bias)
             return linear(inner, f"{p}.fo", second, second_bias, int8=False)
@@ -348,27 +338,6 @@ def build(weights: E5Weights, path: Path, smoothing: dict[str, np.ndarray] | Non
             parts.append(linear(inner, f"{p}.fo.{label}", second[:, channels],
                                 second_bias if int8 else None, int8=int8, reach=gelu_reach[channels]))
         return node("Add", parts, f"{p}.ffn")
-
-    def blocks_linear(x: str, name: str, matrix: np.ndarray, bias: np.ndarray) -> str:
-        """x times `matrix` plus `bias`, x's channels (widest first) in contiguous blocks: the
-        `fp32_channels` widest an fp32 product of their own, the rest `groups` int8 blocks with
-        a scale and zero point per token each (per_token_linear), so a token's wide channels
-        no longer widen the steps of its narrow ones."""
-        kept = fp32_channels or 0
-        sizes = [kept] if kept else []
-        sizes += [len(part) for part in np.array_split(np.arange(kept, matrix.shape[1]), groups)]
-        starts = np.cumsum([0, *sizes])
-        pieces = [f"{name}.in{i}" for i in range(len(sizes))]
-        nodes.append(helper.make_node("Split", [x, constant(f"{name}.sizes", np.array(sizes, np.int64))],
-                                      pieces, name=f"{name}.split", axis=-1))
-        parts = []
-        for i, piece in enumerate(pieces):
-            columns, part_bias = matrix[:, starts[i] : starts[i + 1]], bias if i == 0 else None
-            if kept and i == 0:
-                parts.append(linear(piece, f"{name}.p{i}", columns, part_bias, int8=False))
-            else:
-                parts.append(per_token_linear(piece, f"{name}.p{i}", columns, part_bias))
-        return node("Sum", parts, f"{name}.out")
 
     def per_token_linear(x: str, name: str, matrix: np.ndarray, bias: np.ndarray | None,
                          reach: np.ndarray | None = None) -> str:
