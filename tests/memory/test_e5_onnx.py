@@ -251,7 +251,7 @@ def product_alone(graph, name: str, source: str, inputs: int, outputs: int):
     return lambda x: session.run(None, {source: x})[0]
 
 
-def test_the_default_ffns_second_product_is_int8_with_a_scale_and_zero_point_per_token(tmp_path):
+def test_v3s_ffns_second_product_is_int8_with_a_scale_and_zero_point_per_token(tmp_path):
     """-int8-v3: GELU's output quantized to u8 token by token (its lowest to its widest value
     in 256 steps), times the int8 weights in int32, scaled back: what numpy computes with the
     same arithmetic, and a token's wide channel coarsens no other token's product."""
@@ -286,7 +286,7 @@ def test_the_default_ffns_second_product_is_int8_with_a_scale_and_zero_point_per
     assert np.median(errors) < 0.05
 
 
-def test_the_default_graphs_vectors_are_the_fp32_ffns_within_cosine_0_9995_under_a_name_of_its_own(
+def test_v3s_vectors_are_the_fp32_ffns_within_cosine_0_9995_under_a_name_of_its_own(
         pair, tmp_path):
     int8, engine = pair
     v3 = E5Embedder(INT8_V3, 384, 100, 0, 320, 32, 0, model_dir=tmp_path)
