@@ -29,7 +29,10 @@ def test_freezing_moves_what_exists_out_of_the_collectors_reach_and_frees_garbag
     del cycle
     try:
         frozen = freeze_long_lived_objects()
-        assert frozen == gc.get_freeze_count() > 0
+        # Frozen objects are still freed when their last reference goes: a thread left running
+        # by an earlier test (a server's, a pool's) may drop a few between the two counts.
+        assert 0 < gc.get_freeze_count() <= frozen
+        assert frozen > len(gc.get_objects())
         assert sum(collected) >= 1, "the start-up's garbage was collected, not frozen"
         tracked = {id(o) for o in gc.get_objects()}
         assert id(kept) not in tracked and id(kept.__dict__) not in tracked
