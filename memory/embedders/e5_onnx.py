@@ -273,13 +273,17 @@ def build(weights: E5Weights, path: Path, smoothing: dict[str, np.ndarray] | Non
             return out if bias is None else node("Add", [out, constant(f"{name}.b", bias)], f"{name}.out")
         if reach is not None:
             matrix, x = smooth(x, name, matrix, reach)
-        scale = np.abs(matrix).max(axis=1) / 127.0
-        scale[scale == 0] = 1.0
-        quantized = np.clip(np.rint(matrix / scale[:, None]), -127, 127).astype(np.int8)
+        scale, quantized = int8_rows(matrix)
         return node("DynamicQuantizeMatMul", [
             x, constant(f"{name}.w", quantized.T), constant(f"{name}.scale", scale.astype(np.float32)),
             "", "" if bias is None else constant(f"{name}.b", bias),
         ], f"{name}.out", microsoft=True)
+
+    def int8_rows(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """`matrix` (outputs x inputs) as s8 with one scale per output row: (scales, values)."""
+        scale = np.abs(matrix).max(axis=1) / 127.0
+        scale[scale == 0] = 1.0
+        return scale, np.clip(np.rint(matrix / scale[:, None]), -127, 127).astype(np.int8)
 
     def smooth(x: str, name: str, matrix: np.ndarray, reach: np.ndarray) -> tuple[np.ndarray, str]:
         """SmoothQuant: x's channels divided by sqrt(reach / the weights' reach), the weights
@@ -349,9 +353,7 @@ def build(weights: E5Weights, path: Path, smoothing: dict[str, np.ndarray] | Non
         the 384 outputs."""
         if reach is not None:
             matrix, x = smooth(x, name, matrix, reach)
-        scale = np.abs(matrix).max(axis=1) / 127.0
-        scale[scale == 0] = 1.0
-        quantized = np.clip(np.rint(matrix / scale[:, None]), -127, 127).astype(np.int8)
+        scale, quantized = int8_rows(matrix)
         zero = constant(f"{name}.zero", np.array(0.0, np.float32))
         top = node("Max", [node("ReduceMax", [x], f"{name}.max", axes=[-1], keepdims=1), zero], f"{name}.top")
         low = node("Min", [node("ReduceMin", [x], f"{name}.min", axes=[-1], keepdims=1), zero], f"{name}.low")
