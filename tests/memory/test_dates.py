@@ -42,11 +42,54 @@ def test_a_message_names_the_period_it_refers_to_as_of_when_it_was_said(text, ex
     assert spans(text) == expected
 
 
+# The phrases are a grammar (a direction and a unit, a count and a unit, the tense of the
+# sentence), so the ways people shorten or turn them are read too, as of the Monday said.
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Last Fri I took my kids to a pottery workshop.", [("Last Fri", "2023-05-26", "2023-05-27")]),
+        ("I joined a new activist group last Tues.", [("last Tues", "2023-05-23", "2023-05-24")]),
+        ("this past Sat was the recital", [("this past Sat", "2023-05-27", "2023-05-28")]),
+        ("Last night was amazing!", [("Last night", "2023-05-28", "2023-05-29")]),
+        ("We went camping two weekends ago.", [("two weekends ago", "2023-05-20", "2023-05-22")]),
+        ("We went hiking over the weekend.", [("over the weekend", "2023-05-27", "2023-05-29")]),
+        ("I'm going hiking over the weekend.", [("over the weekend", "2023-06-03", "2023-06-05")]),
+        ("I ran into her the other day.", [("the other day", "2023-05-22", "2023-05-29")]),
+        ("Later this month I fly out.", [("Later this month", "2023-05-30", "2023-06-01")]),
+        ("The party is 3 days from now.", [("3 days from now", "2023-06-01", "2023-06-02")]),
+        ("I saw him on Friday.", [("on Friday", "2023-05-26", "2023-05-27")]),
+        ("I'll see you on Friday.", [("on Friday", "2023-06-02", "2023-06-03")]),
+        ("I went to Rome in March.", [("in March", "2023-03-01", "2023-04-01")]),
+        ("I'm flying to Rome in March.", [("in March", "2024-03-01", "2024-04-01")]),
+        # Dates with their year are periods too: a question about that day or year finds them,
+        # and a question asking when finds a turn that says it.
+        ("The meeting on May 3, 2023 went well", [("May 3, 2023", "2023-05-03", "2023-05-04")]),
+        ("We got Max back in 2013.", [("back in 2013", "2013-01-01", "2014-01-01")]),
+        ("I've lived here since March 2021", [("March 2021", "2021-03-01", "2021-04-01")]),
+    ],
+)
+def test_shortened_and_tense_given_phrases_are_read_as_of_when_they_were_said(text, expected):
+    assert spans(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "I go swimming on Fridays",  # a habit, no one day
+        "I walked 2000 steps in 2023.5 hours",  # amounts, not years
+        "It may rain in may",  # the verb
+        "Earlier this week I quit",  # said on the week's first day: no day before it
+        "this sun is hot",  # "sat" and "sun" are days only after last / next
+    ],
+)
+def test_words_that_only_look_like_a_shortened_or_tense_given_period_name_none(text):
+    assert spans(text) == []
+
+
 @pytest.mark.parametrize(
     "text",
     [
         "I'll call you today",  # the day it was said: its own time says so already
-        "The meeting on May 3, 2023 went well",  # a date with its year: the words say it
         "I'm 30 years old and the lease runs 2 years longer",
         "It may 2x the cost",
         "",
