@@ -77,9 +77,6 @@ LINK_POOL = 100
 # Evidence spread over chats: in the final order, a turn loses DIVERSITY_SHIFT for each turn of its
 # own conversation already placed above it, so another chat's best turn can take a place.
 DIVERSITY_SHIFT = 1.0
-# Trial (seventh round): the question rewritten as the statement that answers it
-# (intent.as_statement), searched by vectors as a passage, fused as a third list at this weight.
-STATEMENT_WEIGHT = 0.0
 
 
 @dataclass
@@ -161,7 +158,7 @@ def _standardised(values: dict[Any, float]) -> tuple[dict[Any, float], float]:
 
 def fuse(
     owner, vector_rows, keyword_rows, limit, boosts: QueryBoosts | None = None, expand=None,
-    fallbacks: list[dict[str, Any]] | None = None, statement_rows=None,
+    fallbacks: list[dict[str, Any]] | None = None,
 ) -> tuple[list[tuple[tuple[str, str], float]], dict[tuple[str, str], dict[str, Any]]]:
     """Fuse per unit (message, chunk or tool call): each list's best score per unit, as z-scores
     over that list's candidates, weighted and summed; then the period boost; then the turns two
@@ -177,9 +174,8 @@ def fuse(
         message_id, tool_call_id = row[0], row[1]
         return ("tool_call", tool_call_id) if tool_call_id else ("message", message_id)
 
-    raw: dict[str, dict[tuple[str, str], float]] = {"vector": {}, "keyword": {}, "statement": {}}
-    lists = (("vector", vector_rows), ("keyword", keyword_rows), ("statement", statement_rows or ()))
-    for source, rows in lists:
+    raw: dict[str, dict[tuple[str, str], float]] = {"vector": {}, "keyword": {}}
+    for source, rows in (("vector", vector_rows), ("keyword", keyword_rows)):
         rank = 0
         for row in rows:
             key = unit_key(row)
@@ -201,8 +197,6 @@ def fuse(
                 entry.setdefault("periods", _periods(row[8]))
             if len(row) > 9:
                 entry.setdefault("speaker", row[9])
-    statement = raw["statement"]
-    z_statement, floor_statement = _standardised(statement)
     z_vector, floor_vector = _standardised(raw["vector"])
     z_keyword, floor_keyword = _standardised(raw["keyword"])
     scores: dict[tuple[str, str], float] = {}
@@ -210,8 +204,6 @@ def fuse(
         scores[key] = VECTOR_WEIGHT * z_vector.get(key, floor_vector) + KEYWORD_WEIGHT * z_keyword.get(
             key, floor_keyword
         )
-        if statement:
-            scores[key] += STATEMENT_WEIGHT * z_statement.get(key, floor_statement)
         if boosts is not None:
             scores[key] += boosts.bonus(entry.get("timestamp"), entry.get("periods")) + boosts.shift(entry)
     if boosts is not None:

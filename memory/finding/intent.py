@@ -100,30 +100,3 @@ def only_asks(text: str) -> bool:
     told = [s for s in sentences if not s.endswith("?") and len(s.split()) > 3]
     return bool(asked) and not told
 
-
-
-# A question rewritten as the statement that would answer it, in the voice of the one it asks
-# about ("What activities does Melanie partake in?" -> "Melanie: I partake in activities"):
-# embedded as a passage, it is compared with what people said, not with other questions.
-_AS_STATEMENT = re.compile(
-    r"^(?i:what|which|where|when|how|why|who)\s+(?:(?P<kind>(?:\w+\s+){0,3}?))?"
-    r"(?P<aux>(?i:does|did|do|has|have|had|is|was|were|are|am|would|will|can|could))\s+"
-    r"(?P<who>I|(?:[A-Z][\w-]+)(?:\s+and\s+[A-Z][\w-]+)?)\s+(?P<rest>.+?)\s*\??$",
-)
-_BE = {"is": "am", "are": "am", "am": "am", "was": "was", "were": "was"}
-_HAVE = {"has": "have", "have": "have", "had": "had"}
-
-
-def as_statement(query: str) -> str | None:
-    """`query` rewritten as what its subject would say in answer (see _AS_STATEMENT), or None
-    when it is not a question about what someone does, did, has or is."""
-    m = _AS_STATEMENT.match(query.strip())
-    if m is None or " and " in m["who"] or m["rest"].startswith("'s"):
-        return None
-    aux = m["aux"].lower()
-    verb = _BE.get(aux) or _HAVE.get(aux) or ("would" if aux in ("would", "will", "can", "could") else "")
-    rest = re.sub(r"\b(?:his|her|their)\b", "my", m["rest"])
-    rest = re.sub(rf"\b{re.escape(m['who'])}'s\b", "my", rest)
-    kind = re.sub(r"^(?:many|much|long|often|far|old|more)\b\s*", "", (m["kind"] or "").strip())
-    words = " ".join(w for w in ("I", verb, rest, kind) if w)
-    return words if m["who"] == "I" else f"{m['who']}: {words}"

@@ -41,7 +41,6 @@ from django.conf import settings
 from django.db import connection
 
 from memory.embedders import get_embedder
-from memory.finding import fusion, intent
 from memory.finding.candidates import (
     _keyword_candidates,
     _timed_vector_candidates,
@@ -267,15 +266,8 @@ def search(
         vector_rows = [r for r in vector_rows if r[2] not in exclude]
         keyword_rows = [r for r in keyword_rows if r[2] not in exclude]
 
-    statement_rows = None
-    if fusion.STATEMENT_WEIGHT and (statement := intent.as_statement(query)):
-        # The question as the statement that would answer it, compared passage to passage.
-        vector = get_embedder().embed_one(statement)
-        statement_rows = _vector_candidates(owner, statement, filters, k, SearchResults(statement), vector)
-        if exclude:
-            statement_rows = [r for r in statement_rows if r[2] not in exclude]
     ranked, info = fuse(owner, vector_rows, keyword_rows, limit, boosts=boosts, expand=(filters, exclude),
-                        fallbacks=results.fallbacks, statement_rows=statement_rows)
+                        fallbacks=results.fallbacks)
     results.hits = _hits(owner, ranked, info)
     return results
 
