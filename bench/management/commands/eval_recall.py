@@ -369,7 +369,7 @@ class Command(BaseCommand):
                             help="write hybrid search's recall of each question to FILE (JSON Lines), "
                                  "for --against in a later run")
         parser.add_argument("--against", metavar="FILE",
-                            help="count, per kind and per history, the questions whose hybrid recall @5 "
+                            help="count, per kind and per history, the questions whose hybrid recall @1, @5 "
                                  "and @10 rose or fell against a run's --questions FILE")
         parser.add_argument("--verbose-misses", action="store_true",
                             help="print every query whose expected turns hybrid search misses in its top 10")
@@ -561,7 +561,7 @@ class Command(BaseCommand):
     @staticmethod
     def _change_rows(out, against: str, changes: dict[str, dict]) -> None:
         """Per kind over every history, then per history and kind: the questions whose hybrid
-        recall rose and fell at 5 and 10 against an earlier run's questions."""
+        recall rose and fell at each of CHANGE_KS against an earlier run's questions."""
         out.write(f"hybrid search against {against}: questions whose recall rose (+) or fell (-)")
         out.write("")
         out.write(f"{'history':<16}{'category':<26}{'queries':>8}"
@@ -575,7 +575,7 @@ class Command(BaseCommand):
     @staticmethod
     def _rule_rows(out, rule_changes: dict[str, dict]) -> None:
         """Per rule, per history: the questions whose recall the rule raises (+) and lowers (-)
-        at 5 and 10, against the same search with that rule off."""
+        at each of CHANGE_KS, against the same search with that rule off."""
         out.write("hybrid search, what each ranking rule does per history: questions whose recall it "
                   "raises (+) or lowers (-), against the same search with it off")
         out.write("")
@@ -617,7 +617,8 @@ class Command(BaseCommand):
                 out.write(f"{head}  {method:<9}" + "".join(f"{row[key]:>8.1%}" for key in keys))
 
 
-CHANGE_KS = (5, 10)
+# @1 too: a rule that says which turn comes first ("says when") acts there.
+CHANGE_KS = (1, 5, 10)
 
 
 def question_lines(rows: list[Scored]) -> list[dict]:
