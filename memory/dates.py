@@ -139,7 +139,7 @@ _RELATIVE_PHRASE = re.compile(
     rf"|(?:{_NUMBER_WORDS})\s+(?:day|week|weekend|month|year)s?\s+ago"
     rf"|(?:{_NUMBER_WORDS})\s+(?:day|week|month|year)s?\s+from\s+(?:now|today)"
     rf"|in\s+(?:{_NUMBER_WORDS})\s+(?:day|week|month|year)s?(?!\s+(?:ago|old|later|before|after))"
-    rf"|on\s+(?:{_WEEKDAYS})(?!s)"
+    rf"|on\s+(?:{_WEEKDAYS})(?!s|\s+(?:mornings|afternoons|evenings|nights)\b)"  # not a habit
     r"|(?:over|on|during|at)\s+the\s+weekend"
     rf"|(?:in|during|since|back\s+in)\s+(?:early\s+|late\s+|mid-?)?(?:{_MONTHS})(?!\s*,?\s*\d)"
     r")\b",

@@ -4,8 +4,11 @@ same phrases in a question, resolved against when it is asked."""
 from __future__ import annotations
 
 import datetime as dt
+import io
 
 import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
 from django.utils import timezone
 
 from memory.dates import mentioned_periods, query_period
@@ -76,6 +79,7 @@ def test_shortened_and_tense_given_phrases_are_read_as_of_when_they_were_said(te
     "text",
     [
         "I go swimming on Fridays",  # a habit, no one day
+        "I run on Saturday mornings",
         "I walked 2000 steps in 2023.5 hours",  # amounts, not years
         "It may rain in may",  # the verb
         "Earlier this week I quit",  # said on the week's first day: no day before it
@@ -155,3 +159,24 @@ def test_a_relative_period_in_a_question_is_read_from_when_it_is_asked(owner, co
     )
     assert search(owner, "when was the boiler repaired last week?", as_of=asked).hits[0].message_id == then.pk
     assert search(owner, "when was the boiler repaired last week?").hits[0].message_id == now.pk
+
+
+@pytest.mark.django_db
+def test_reread_periods_reads_again_what_was_stored_before_an_upgrade(
+    owner, stranger, conversation, stranger_conversation
+):
+    [mine] = add_turns(owner, conversation, ["Last Fri I took my kids to a pottery workshop."], start=SAID)
+    [other] = add_turns(stranger, stranger_conversation, ["We got Max back in 2013."], start=SAID)
+    Passage.objects.update(periods=[])  # as an older version stored them
+
+    out = io.StringIO()
+    call_command("reread_periods", "--user", owner.username, stdout=out, stderr=io.StringIO())
+    assert "1 passages name other periods now" in out.getvalue()
+    stored = Passage.objects.get(logical_message_id=mine.pk)
+    assert [(p["text"], p["start"]) for p in stored.periods] == [("Last Fri", "2023-05-26")]
+    assert Passage.objects.get(logical_message_id=other.pk).periods == []  # only the one named
+
+    call_command("reread_periods", stdout=io.StringIO(), stderr=io.StringIO())
+    assert [p["text"] for p in Passage.objects.get(logical_message_id=other.pk).periods] == ["back in 2013"]
+    with pytest.raises(CommandError, match="no user"):
+        call_command("reread_periods", "--user", "nobody", stdout=io.StringIO(), stderr=io.StringIO())
