@@ -59,9 +59,6 @@ QUESTION_SHIFT = 3.0
 # time (a period resolved when it was said: "yesterday", "last week") gains WHEN_BOOST. On the dev
 # split 64 of the 86 turns that answer "When…" questions name one, against 141 of all 1,451 turns.
 WHEN_BOOST = 2.0
-# ...and a turn that says it happened just before it was said ("I just got accepted!", "I took
-# a class recently", intent.says_recent) gains RECENT_SHARE of it.
-RECENT_SHARE = 1.0
 # "now", "current", "still": among the PRESENT_POOL best turns, the newest gains PRESENT_BOOST,
 # the others in proportion to their place in time (the oldest nothing).
 PRESENT_BOOST = 1.0
@@ -134,8 +131,6 @@ class QueryBoosts:
             moved -= QUESTION_SHIFT
         if self.asks_when and entry.get("periods"):
             moved += WHEN_BOOST
-        elif self.asks_when and RECENT_SHARE and intent.says_recent(entry.get("text") or ""):
-            moved += RECENT_SHARE * WHEN_BOOST
         return moved
 
 

@@ -100,22 +100,3 @@ def only_asks(text: str) -> bool:
     told = [s for s in sentences if not s.endswith("?") and len(s.split()) > 3]
     return bool(asked) and not told
 
-
-# A turn that says it happened just now ("I just got accepted for an internship!", "I took a
-# writing class recently") says when as surely as "last Friday" does: the day it was said.
-_PAST_VERB = (
-    r"(?:\w+ed|got|went|took|made|had|did|saw|met|bought|began|won|found|gave|left|came|ran|wrote|"
-    r"built|became|sold|flew|drove|threw|held|read|put|set up|signed up|teamed up|moved|joined)"
-)
-_SAYS_RECENT = re.compile(
-    rf"\b(?:just|recently|finally)\s+(?:\w+ly\s+)?{_PAST_VERB}\b"
-    rf"|\b{_PAST_VERB}\b[^.!?\n]{{0,80}}\brecently\b",
-    re.I,
-)
-
-
-@functools.lru_cache(maxsize=2048)
-def says_recent(text: str) -> bool:
-    """Whether `text` says something happened just before it was said."""
-    return bool(_SAYS_RECENT.search(text or ""))
-

@@ -59,7 +59,7 @@ TUNABLES: dict[str, tuple[Any, Callable[[str], Any]]] = {
         (
             "KEYWORD_WEIGHT", "VECTOR_WEIGHT", "PERIOD_BOOST", "REPLY_SHARE", "NEIGHBOR_SHARE", "ROLE_SHIFT",
             "SPEAKER_SHIFT", "QUESTION_SHIFT", "PRESENT_BOOST", "SESSION_SHARE", "DIVERSITY_SHIFT",
-            "ABSENT_Z", "LINK_SHARE", "WHEN_BOOST", "RECENT_SHARE",
+            "ABSENT_Z", "LINK_SHARE", "WHEN_BOOST",
         ),
         (fusion, float),
     ),
