@@ -180,3 +180,19 @@ def test_reread_periods_reads_again_what_was_stored_before_an_upgrade(
     assert [p["text"] for p in Passage.objects.get(logical_message_id=other.pk).periods] == ["back in 2013"]
     with pytest.raises(CommandError, match="no user"):
         call_command("reread_periods", "--user", "nobody", stdout=io.StringIO(), stderr=io.StringIO())
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "when",
+    ["last Fri", "over the weekend", "the other day", "back in 2021"],
+)
+def test_a_question_asking_when_finds_the_turn_that_says_when_in_its_own_words(owner, conversation, when):
+    start = SAID - dt.timedelta(days=40)
+    add_turns(owner, conversation, EVERYDAY_TEXTS, start=start)
+    add_turns(owner, conversation, ["The kids love the pottery workshop."],
+              start=start + dt.timedelta(days=2))
+    said = f"We went to the pottery workshop with the kids {when}."
+    [told] = add_turns(owner, conversation, [said], start=start + dt.timedelta(days=9))
+    hits = search(owner, "When did we go to the pottery workshop with the kids?", as_of=SAID).hits
+    assert hits[0].message_id == told.pk
