@@ -34,6 +34,8 @@ _IN_MONTH = re.compile(
     rf"\b(?:in|during|from|since|of)\s+(?:early\s+|late\s+|mid-?)?({_MONTHS})\b(?:,?\s+(\d{{4}}))?", re.I
 )
 _MONTH_YEAR = re.compile(rf"\b({_MONTHS}),?\s+(\d{{4}})\b", re.I)
+# Each way of writing a day with its year, and where its year, month and day are.
+_WRITTEN_DAYS = ((_ISO_DATE, (1, 2, 3)), (_DAY_MONTH_YEAR, (3, 2, 1)), (_MONTH_DAY_YEAR, (3, 1, 2)))
 _IN_YEAR = re.compile(r"\b(?:in|during)\s+((?:19|20)\d{2})\b", re.I)
 
 
@@ -117,12 +119,29 @@ _NUMBER_WORDS = (
 )
 _WEEKDAYS = "monday|tuesday|wednesday|thursday|friday|saturday|sunday"
 _SEASONS = {"spring": (3, 6), "summer": (6, 9), "fall": (9, 12), "autumn": (9, 12), "winter": (12, 15)}
+# Weekdays as people shorten them in a chat ("last Fri", "next Tues"); only after last / next,
+# where "sat" and "sun" can be nothing else.
+_WEEKDAYS_SHORT = "mon|tues?|weds?|thu|thur|thurs|fri|sat|sun"
+_SHORT_DAYS = {
+    "mon": "monday", "tue": "tuesday", "tues": "tuesday", "wed": "wednesday", "weds": "wednesday",
+    "thu": "thursday", "thur": "thursday", "thurs": "thursday", "fri": "friday", "sat": "saturday",
+    "sun": "sunday",
+}
+# The phrases are a small grammar, not a list of sayings: a direction (last, next, this past,
+# this coming, this, earlier / later this) before a unit (a weekday, weekend, week, month, year,
+# season); a count of units ago, from now or "in" them; "on <weekday>", "over the weekend" and
+# "in <month>", read back or forward by the tense of their sentence; and the few single words.
 _RELATIVE_PHRASE = re.compile(
-    r"\b(?:the day before yesterday|yesterday|tomorrow"
-    rf"|(?:last|next|this past|this coming|this)\s+"
+    r"\b(?:the day before yesterday|the day after tomorrow|yesterday|tomorrow|last night|the other day"
+    rf"|(?:last|next|this past|this coming)\s+(?:{_WEEKDAYS_SHORT})"
+    rf"|(?:last|next|this past|this coming|this|earlier this|later this)\s+"
     rf"(?:{_WEEKDAYS}|weekend|week|month|year|spring|summer|fall|autumn|winter)"
-    rf"|(?:{_NUMBER_WORDS})\s+(?:day|week|month|year)s?\s+ago"
+    rf"|(?:{_NUMBER_WORDS})\s+(?:day|week|weekend|month|year)s?\s+ago"
+    rf"|(?:{_NUMBER_WORDS})\s+(?:day|week|month|year)s?\s+from\s+(?:now|today)"
     rf"|in\s+(?:{_NUMBER_WORDS})\s+(?:day|week|month|year)s?(?!\s+(?:ago|old|later|before|after))"
+    rf"|on\s+(?:{_WEEKDAYS})(?!s|\s+(?:mornings|afternoons|evenings|nights)\b)"  # not a habit
+    r"|(?:over|on|during|at)\s+the\s+weekend"
+    rf"|(?:in|during|since|back\s+in)\s+(?:early\s+|late\s+|mid-?)?(?:{_MONTHS})(?!\s*,?\s*\d)"
     r")\b",
     re.I,
 )
@@ -136,18 +155,22 @@ _MAX_MENTIONS = 8
 
 
 def mentioned_periods(text: str, said_at: dt.datetime) -> list[dict[str, str]]:
-    """The periods `text` names relative to `said_at` ("last Saturday", "two weeks ago", "in
-    two weeks", "next month", "last summer", "March 20th"), each as {"text": the phrase, "start",
-    "end": ISO dates, end exclusive}, in the text's order, at most _MAX_MENTIONS. A phrase that
-    names the day it was said ("today") adds nothing to the message's own time, and is left out;
-    so are absolute dates with a year, which search reads from the words themselves."""
+    """The periods `text` names relative to `said_at` ("last Saturday", "last Fri", "two weeks
+    ago", "two weekends ago", "in two weeks", "next month", "last summer", "over the weekend",
+    "on Friday", "in March": back or forward by the tense of the sentence, "March 20th") and the
+    dates it writes with their year ("May 3, 2023", "in 2013"), each as {"text": the phrase,
+    "start", "end": ISO dates, end exclusive}, in the text's order, at most _MAX_MENTIONS. A
+    phrase that names the day it was said ("today") adds nothing to the message's own time, and
+    is left out."""
     text = text or ""
     if not text.strip():
         return []
     found: list[tuple[int, str, dt.date, dt.date]] = []
     day = said_at.date()
     for m in _RELATIVE_PHRASE.finditer(text):
-        span = _relative_span(m[0].lower(), said_at)
+        if m[0].endswith("may") and not m[0].endswith("May"):
+            continue  # "in may": the verb; the month is written "May"
+        span = _relative_span(m[0].lower(), said_at, lambda m=m: _planned_at(text, m.start()))
         if span is not None:
             found.append((m.start(), m[0], *span))
     for m in _MONTH_DAY.finditer(text):
@@ -157,6 +180,7 @@ def mentioned_periods(text: str, said_at: dt.datetime) -> list[dict[str, str]]:
         span = _nearest_month_day(_MONTH_NAMES.index(month_name.lower()) + 1, int(number), day)
         if span is not None:
             found.append((m.start(), m[0], *span))
+    found.extend(_dated(text))
     found.sort(key=lambda f: f[0])
     out, seen = [], set()
     for _at, phrase, start, end in found:
@@ -165,6 +189,40 @@ def mentioned_periods(text: str, said_at: dt.datetime) -> list[dict[str, str]]:
         seen.add((start, end))
         out.append({"text": " ".join(phrase.split()), "start": start.isoformat(), "end": end.isoformat()})
     return out[:_MAX_MENTIONS]
+
+
+# A year said with "in", "since", "back in"... ("I got Max in 2013"): that year.
+_A_YEAR = re.compile(
+    r"\b(?:in|since|during|back in|from|around|of|until)\s+((?:19|20)\d{2})\b(?![\d.,/:-]\d)", re.I
+)
+
+
+_ANY_YEAR = re.compile(r"\d{4}")
+
+
+def _dated(text: str) -> list[tuple[int, str, dt.date, dt.date]]:
+    """The dates a text writes out with their year ("May 3, 2023", "1 February, 2023",
+    "2023-05-03", "March 2021", "in 2013"), as (where, phrase, start, end)."""
+    found, taken = [], []
+    if not _ANY_YEAR.search(text):  # most turns write no year: skip five searches of their words
+        return found
+    for pattern, parts in _WRITTEN_DAYS:
+        for m in pattern.finditer(text):
+            year, month, number = (m[i] for i in parts)
+            month = int(month) if month.isdigit() else _MONTH_NAMES.index(month.lower()) + 1
+            with contextlib.suppress(ValueError):
+                start = dt.date(int(year), month, int(number))
+                found.append((m.start(), m[0], start, start + dt.timedelta(days=1)))
+                taken.append(m.span())
+    for m in _MONTH_YEAR.finditer(text):
+        if not any(a <= m.start() < b for a, b in taken):
+            start = dt.date(int(m[2]), _MONTH_NAMES.index(m[1].lower()) + 1, 1)
+            found.append((m.start(), m[0], start, (start + dt.timedelta(days=32)).replace(day=1)))
+            taken.append(m.span())
+    for m in _A_YEAR.finditer(text):
+        if not any(a <= m.start(1) < b for a, b in taken):
+            found.append((m.start(), m[0], dt.date(int(m[1]), 1, 1), dt.date(int(m[1]) + 1, 1, 1)))
+    return found
 
 
 def _nearest_month_day(month: int, number: int, day: dt.date) -> tuple[dt.date, dt.date] | None:
@@ -181,10 +239,59 @@ def _nearest_month_day(month: int, number: int, day: dt.date) -> tuple[dt.date, 
     return best, best + dt.timedelta(days=1)
 
 
-def _relative_span(phrase: str, said_at: dt.datetime) -> tuple[dt.date, dt.date] | None:
+def _planned_at(text: str, at: int) -> bool:
+    """Whether the sentence of `text` around position `at` speaks of what is to come."""
+    start = max(text.rfind(mark, 0, at) for mark in ".!?\n") + 1
+    ends = [i for i in (text.find(mark, at) for mark in ".!?\n") if i >= 0]
+    return is_planned(text[start: min(ends, default=len(text))])
+
+
+def _relative_span(phrase: str, said_at: dt.datetime, planned=None) -> tuple[dt.date, dt.date] | None:
+    """The days `phrase` (lower case, one of _RELATIVE_PHRASE's) names as of `said_at`; `planned`
+    says (when called) whether its sentence speaks of what is to come, for the phrases whose
+    direction only the tense gives ("on Friday", "over the weekend", "in March")."""
     day = said_at.date()
+    phrase = " ".join(phrase.split())
     words = phrase.replace("this past", "last").replace("this coming", "next").split()
     unit = words[-1]
+    ahead = bool(planned()) if planned is not None else False
+    monday = day - dt.timedelta(days=day.weekday())
+    if phrase == "the other day":  # a few days back: the week before the day it was said
+        return day - dt.timedelta(days=7), day
+    if phrase == "the day after tomorrow":
+        return day + dt.timedelta(days=2), day + dt.timedelta(days=3)
+    if words[0] in ("earlier", "later"):
+        if unit in ("week", "month", "year"):  # "earlier this week": the part of it before that day
+            start, end = _period_of(day, unit, False)
+            span = (start, day) if words[0] == "earlier" else (day + dt.timedelta(days=1), end)
+            return span if span[0] < span[1] else None  # "earlier this week" said on a Monday
+        return _relative_span(phrase.split(" ", 1)[1], said_at, planned)  # "earlier this summer"
+    if unit == "weekend" and words[0] in ("over", "on", "during", "at"):
+        saturday = monday + dt.timedelta(days=5)  # this week's: the one said in, or to come
+        if ahead and day > saturday + dt.timedelta(days=1):
+            saturday += dt.timedelta(days=7)
+        elif not ahead and day < saturday:
+            saturday -= dt.timedelta(days=7)
+        return saturday, saturday + dt.timedelta(days=2)
+    if words[-1] == "ago" and words[-2].startswith("weekend"):
+        # "two weekends ago": the weekend before this week's, then one more a week back each.
+        count = _count(" ".join(words[:-2]))
+        saturday = monday - dt.timedelta(days=2) - dt.timedelta(days=7 * (count - 1))
+        return saturday, saturday + dt.timedelta(days=2)
+    if words[0] == "on":  # "on Friday": the last one, or the next when the sentence plans it
+        target = _WEEKDAYS.split("|").index(unit)
+        shift = (target - day.weekday()) % 7 or 7
+        when = day + dt.timedelta(days=shift) if ahead else day - dt.timedelta(days=(7 - shift) % 7 or 7)
+        return when, when + dt.timedelta(days=1)
+    if unit in _MONTH_NAMES:  # "in March": the latest one begun, or the next when planned
+        month = _MONTH_NAMES.index(unit) + 1
+        year = day.year
+        if ahead and month < day.month:
+            year += 1
+        elif not ahead and month > day.month:
+            year -= 1
+        start = dt.date(year, month, 1)
+        return start, (start + dt.timedelta(days=32)).replace(day=1)
     if unit == "weekend":
         saturday = day + dt.timedelta(days=5 - day.weekday())  # this week's (Monday-based)
         shift = {"last": -7, "next": 7}.get(words[0], 0)
@@ -205,6 +312,8 @@ def _relative_span(phrase: str, said_at: dt.datetime) -> tuple[dt.date, dt.date]
             phrase = phrase.replace(words_of, digit, 1)
             fuzzy = True
     phrase = phrase.replace("this past", "last").replace("this coming", "next")
+    if unit in _SHORT_DAYS:  # "last fri": dateparser knows some shortened days, not all
+        phrase = phrase.rsplit(" ", 1)[0] + " " + _SHORT_DAYS[unit]
     parsed = _date_parser(said_at).get_date_data(phrase)
     if parsed is None or parsed.date_obj is None:
         return None
@@ -438,8 +547,7 @@ def _named_day(text: str, day) -> tuple[dt.datetime, dt.datetime] | None:
     """A day written out ("2024-05-03", "1 February, 2023", "May 3, 2023"), or the days between
     it and an offset before or after it ("two weeks before August 11, 2023": July 28 to August
     11; the turn said that day and the one about the day itself both fall in it)."""
-    written = ((_ISO_DATE, (1, 2, 3)), (_DAY_MONTH_YEAR, (3, 2, 1)), (_MONTH_DAY_YEAR, (3, 1, 2)))
-    for pattern, parts in written:
+    for pattern, parts in _WRITTEN_DAYS:
         m = pattern.search(text)
         if m is None:
             continue

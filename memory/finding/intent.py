@@ -46,8 +46,13 @@ _PRESENT_ABOUT_ME = re.compile(
 )
 # A question about when something happened ("When did…", "What day did…", "How long ago…",
 # "In which month…", "How many days passed between…"): a turn that says when answers it.
+# The question may open politely ("Can you remind me when…", "Do you remember when…", "I forget
+# when…") or ask roughly ("Around when…", "Since when…").
 _ASKS_WHEN = re.compile(
-    r"^(?:(?:so|and|hey|hi|ok|okay|remind me)[,:]?\s+)*(?:when\b|how long ago\b|(?:in|on|during)?\s*"
+    r"^(?:(?:so|and|hey|hi|ok|okay|remind me|(?:can|could|would)\s+you\s+(?:remind|tell)\s+me"
+    r"|do\s+you\s+(?:remember|know|recall)|i\s+(?:forget|forgot|can't\s+remember|don't\s+remember))[,:]?\s+)*"
+    r"(?:(?:since|around|about|roughly|approximately|by|until|till)\s+)?"
+    r"(?:when\b|how long ago\b|(?:in|on|during)?\s*"
     r"(?:what|which)\s+(?:day|date|month|year|week|weekend|season|time of year)\b"
     r"|how\s+many\s+(?:days|weeks|months|years)\s+(?:\w+\s+){0,2}?"
     r"(?:passed|went by|elapsed|between|before|after|since|ago)\b)",
@@ -94,3 +99,4 @@ def only_asks(text: str) -> bool:
     asked = [s for s in sentences if s.endswith("?")]
     told = [s for s in sentences if not s.endswith("?") and len(s.split()) > 3]
     return bool(asked) and not told
+

@@ -4,8 +4,11 @@ same phrases in a question, resolved against when it is asked."""
 from __future__ import annotations
 
 import datetime as dt
+import io
 
 import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
 from django.utils import timezone
 
 from memory.dates import mentioned_periods, query_period
@@ -42,11 +45,55 @@ def test_a_message_names_the_period_it_refers_to_as_of_when_it_was_said(text, ex
     assert spans(text) == expected
 
 
+# The phrases are a grammar (a direction and a unit, a count and a unit, the tense of the
+# sentence), so the ways people shorten or turn them are read too, as of the Monday said.
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Last Fri I took my kids to a pottery workshop.", [("Last Fri", "2023-05-26", "2023-05-27")]),
+        ("I joined a new activist group last Tues.", [("last Tues", "2023-05-23", "2023-05-24")]),
+        ("this past Sat was the recital", [("this past Sat", "2023-05-27", "2023-05-28")]),
+        ("Last night was amazing!", [("Last night", "2023-05-28", "2023-05-29")]),
+        ("We went camping two weekends ago.", [("two weekends ago", "2023-05-20", "2023-05-22")]),
+        ("We went hiking over the weekend.", [("over the weekend", "2023-05-27", "2023-05-29")]),
+        ("I'm going hiking over the weekend.", [("over the weekend", "2023-06-03", "2023-06-05")]),
+        ("I ran into her the other day.", [("the other day", "2023-05-22", "2023-05-29")]),
+        ("Later this month I fly out.", [("Later this month", "2023-05-30", "2023-06-01")]),
+        ("The party is 3 days from now.", [("3 days from now", "2023-06-01", "2023-06-02")]),
+        ("I saw him on Friday.", [("on Friday", "2023-05-26", "2023-05-27")]),
+        ("I'll see you on Friday.", [("on Friday", "2023-06-02", "2023-06-03")]),
+        ("I went to Rome in March.", [("in March", "2023-03-01", "2023-04-01")]),
+        ("I'm flying to Rome in March.", [("in March", "2024-03-01", "2024-04-01")]),
+        # Dates with their year are periods too: a question about that day or year finds them,
+        # and a question asking when finds a turn that says it.
+        ("The meeting on May 3, 2023 went well", [("May 3, 2023", "2023-05-03", "2023-05-04")]),
+        ("We got Max back in 2013.", [("back in 2013", "2013-01-01", "2014-01-01")]),
+        ("I've lived here since March 2021", [("March 2021", "2021-03-01", "2021-04-01")]),
+    ],
+)
+def test_shortened_and_tense_given_phrases_are_read_as_of_when_they_were_said(text, expected):
+    assert spans(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "I go swimming on Fridays",  # a habit, no one day
+        "I run on Saturday mornings",
+        "I walked 2000 steps in 2023.5 hours",  # amounts, not years
+        "It may rain in may",  # the verb
+        "Earlier this week I quit",  # said on the week's first day: no day before it
+        "this sun is hot",  # "sat" and "sun" are days only after last / next
+    ],
+)
+def test_words_that_only_look_like_a_shortened_or_tense_given_period_name_none(text):
+    assert spans(text) == []
+
+
 @pytest.mark.parametrize(
     "text",
     [
         "I'll call you today",  # the day it was said: its own time says so already
-        "The meeting on May 3, 2023 went well",  # a date with its year: the words say it
         "I'm 30 years old and the lease runs 2 years longer",
         "It may 2x the cost",
         "",
@@ -112,3 +159,40 @@ def test_a_relative_period_in_a_question_is_read_from_when_it_is_asked(owner, co
     )
     assert search(owner, "when was the boiler repaired last week?", as_of=asked).hits[0].message_id == then.pk
     assert search(owner, "when was the boiler repaired last week?").hits[0].message_id == now.pk
+
+
+@pytest.mark.django_db
+def test_reread_periods_reads_again_what_was_stored_before_an_upgrade(
+    owner, stranger, conversation, stranger_conversation
+):
+    [mine] = add_turns(owner, conversation, ["Last Fri I took my kids to a pottery workshop."], start=SAID)
+    [other] = add_turns(stranger, stranger_conversation, ["We got Max back in 2013."], start=SAID)
+    Passage.objects.update(periods=[])  # as an older version stored them
+
+    out = io.StringIO()
+    call_command("reread_periods", "--user", owner.username, stdout=out, stderr=io.StringIO())
+    assert "1 passages name other periods now" in out.getvalue()
+    stored = Passage.objects.get(logical_message_id=mine.pk)
+    assert [(p["text"], p["start"]) for p in stored.periods] == [("Last Fri", "2023-05-26")]
+    assert Passage.objects.get(logical_message_id=other.pk).periods == []  # only the one named
+
+    call_command("reread_periods", stdout=io.StringIO(), stderr=io.StringIO())
+    assert [p["text"] for p in Passage.objects.get(logical_message_id=other.pk).periods] == ["back in 2013"]
+    with pytest.raises(CommandError, match="no user"):
+        call_command("reread_periods", "--user", "nobody", stdout=io.StringIO(), stderr=io.StringIO())
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "when",
+    ["last Fri", "over the weekend", "the other day", "back in 2021"],
+)
+def test_a_question_asking_when_finds_the_turn_that_says_when_in_its_own_words(owner, conversation, when):
+    start = SAID - dt.timedelta(days=40)
+    add_turns(owner, conversation, EVERYDAY_TEXTS, start=start)
+    add_turns(owner, conversation, ["The kids love the pottery workshop."],
+              start=start + dt.timedelta(days=2))
+    said = f"We went to the pottery workshop with the kids {when}."
+    [told] = add_turns(owner, conversation, [said], start=start + dt.timedelta(days=9))
+    hits = search(owner, "When did we go to the pottery workshop with the kids?", as_of=SAID).hits
+    assert hits[0].message_id == told.pk

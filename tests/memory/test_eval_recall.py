@@ -17,9 +17,12 @@ from bench.management.commands.eval_recall import (
     ABLATIONS,
     TUNABLES,
     Dataset,
+    Scored,
+    ablation_changes,
     load_datasets,
     miss_lines,
     question_changes,
+    question_lines,
     session_recall_at,
     tunables_set,
 )
@@ -190,6 +193,35 @@ def test_ablate_runs_hybrid_search_once_with_each_rule_off(eval_recall, monkeypa
     assert sum(1 for line in table.splitlines() if line.startswith(tuple(ABLATIONS))) == 2 * len(ABLATIONS)
 
 
+def test_ablation_changes_count_per_history_the_questions_each_rule_gains_and_loses():
+    """A rule gains a question whose recall is higher with it on than off, and loses one whose
+    recall is lower: counted per history, so a gain in one history and a loss in another show."""
+
+    def row(history, query, r5, r10):
+        return Scored("dev", "temporal", (0.0, r5, r10, r10), None, history, query)
+
+    on = [row("a", "q1", 1.0, 1.0), row("a", "q2", 0.0, 0.5), row("b", "q1", 0.0, 0.0)]
+    off = {"says when": [row("a", "q1", 0.0, 1.0), row("a", "q2", 0.0, 0.5), row("b", "q1", 1.0, 1.0)]}
+    changes = ablation_changes(off, question_lines(on))["says when"]
+    unchanged_at_1 = {"rose@1": 0, "fell@1": 0}
+    assert changes["a"]["all"] == {"queries": 2, **unchanged_at_1, "rose@5": 1, "fell@5": 0, "rose@10": 0,
+                                   "fell@10": 0}
+    assert changes["b"]["all"] == {"queries": 1, **unchanged_at_1, "rose@5": 0, "fell@5": 1, "rose@10": 0,
+                                   "fell@10": 1}
+    assert changes["all histories"]["temporal"]["rose@5"] == 1
+
+
+def test_ablate_with_per_history_prints_each_rules_gains_and_losses_per_history(eval_recall):
+    out, err = eval_recall("--json", "--keep", "--ablate", "--per-history")
+    rules = json.loads(out)["rules_by_history"]
+    assert list(rules) == list(ABLATIONS)
+    for label in ABLATIONS:
+        assert list(rules[label]) == ["all histories", "garden", "islands"], label
+        assert rules[label]["all histories"]["all"]["queries"] == 7
+    table = err[err.index("what each ranking rule does per history"):]
+    assert sum(1 for line in table.splitlines() if line.startswith(tuple(ABLATIONS))) == 3 * len(ABLATIONS)
+
+
 def test_limit_queries_takes_the_first_queries_of_each_conversation():
     datasets = load_datasets([str(DATA)], limit_queries=2)
     assert [(d.id, len(d.queries), len(d.turns)) for d in datasets] == [("garden", 2, 10), ("islands", 2, 10)]
@@ -328,7 +360,7 @@ def test_questions_are_written_and_a_later_run_counts_those_whose_recall_rose_or
 def test_question_changes_count_each_kind_and_history_apart():
     def line(history, number, category, r5, r10):
         return {"history": history, "number": number, "category": category, "query": f"q{number}",
-                "recall@5": r5, "recall@10": r10}
+                "recall@1": 0.0, "recall@5": r5, "recall@10": r10}
 
     earlier = [line("a", 1, "multi-hop", 0.0, 0.5), line("a", 2, "temporal", 1.0, 1.0),
                line("b", 1, "multi-hop", 0.5, 0.5)]
@@ -340,9 +372,11 @@ def test_question_changes_count_each_kind_and_history_apart():
     after[2]["recall@5"] = 0.3333
     changes = question_changes(before, after)
     assert changes["all histories"]["multi-hop"] == {
-        "queries": 2, "rose@5": 1, "fell@5": 0, "rose@10": 1, "fell@10": 0
+        "queries": 2, "rose@1": 0, "fell@1": 0, "rose@5": 1, "fell@5": 0, "rose@10": 1, "fell@10": 0
     }
-    assert changes["a"]["temporal"] == {"queries": 1, "rose@5": 0, "fell@5": 1, "rose@10": 0, "fell@10": 0}
+    assert changes["a"]["temporal"] == {
+        "queries": 1, "rose@1": 0, "fell@1": 0, "rose@5": 0, "fell@5": 1, "rose@10": 0, "fell@10": 0
+    }
     assert list(changes["a"]) == ["all", "multi-hop", "temporal"]
 
 

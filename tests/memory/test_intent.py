@@ -174,6 +174,11 @@ def test_a_question_naming_one_speaker_is_answered_by_that_persons_own_words(own
         ("How many days passed between the concert and the flight?", True),
         ("How many weeks before the wedding did I buy the suit?", True),
         ("How many days had passed since I repotted the fern?", True),
+        ("Can you remind me when I renewed my passport?", True),
+        ("Do you remember when Jon lost his job?", True),
+        ("Around when did Gina open her store?", True),
+        ("Since when have I been vegan?", True),
+        ("What year did Maria adopt her dog?", True),
         ("How many days did I spend in Lisbon?", False),  # how long, not when
         ("How many hours a week do I practise?", False),
         ("What did I do last Saturday?", False),  # asks what, not when

@@ -14,7 +14,8 @@ Turn recall@k: the share of a query's expected turns among its first k results, 
 the queries. A query is asked at its `question_date`, or without one just after its history's
 last turn. --ablate adds hybrid search with each ranking rule off in turn (ABLATIONS).
 --per-history prints hybrid search's recall per kind for each history on its own: a rule tuned
-on a dev folder should help (or do no harm) on each of its histories, not on one of them only.
+on a dev folder should help (or do no harm) on each of its histories, not on one of them only;
+with --ablate it also counts, per rule and history, the questions the rule gains and loses.
 """
 
 from __future__ import annotations
@@ -368,7 +369,7 @@ class Command(BaseCommand):
                             help="write hybrid search's recall of each question to FILE (JSON Lines), "
                                  "for --against in a later run")
         parser.add_argument("--against", metavar="FILE",
-                            help="count, per kind and per history, the questions whose hybrid recall @5 "
+                            help="count, per kind and per history, the questions whose hybrid recall @1, @5 "
                                  "and @10 rose or fell against a run's --questions FILE")
         parser.add_argument("--verbose-misses", action="store_true",
                             help="print every query whose expected turns hybrid search misses in its top 10")
@@ -459,6 +460,10 @@ class Command(BaseCommand):
         questions = question_lines(scores["hybrid"])
         if opts["questions"]:
             Path(opts["questions"]).write_text("".join(json.dumps(line) + "\n" for line in questions))
+        rule_changes = None
+        if ablated and opts["per_history"]:
+            rule_changes = ablation_changes(ablated, questions)
+            self._rule_rows(out, rule_changes)
         changes = None
         if before is not None:
             changes = question_changes(before, questions)
@@ -475,6 +480,7 @@ class Command(BaseCommand):
                 "histories": histories,
                 "ms_per_query": ms_per_query,
                 **({"against": changes} if changes is not None else {}),
+                **({"rules_by_history": rule_changes} if rule_changes is not None else {}),
             }))
 
     def _import(self, dataset: Dataset):
@@ -555,7 +561,7 @@ class Command(BaseCommand):
     @staticmethod
     def _change_rows(out, against: str, changes: dict[str, dict]) -> None:
         """Per kind over every history, then per history and kind: the questions whose hybrid
-        recall rose and fell at 5 and 10 against an earlier run's questions."""
+        recall rose and fell at each of CHANGE_KS against an earlier run's questions."""
         out.write(f"hybrid search against {against}: questions whose recall rose (+) or fell (-)")
         out.write("")
         out.write(f"{'history':<16}{'category':<26}{'queries':>8}"
@@ -565,6 +571,22 @@ class Command(BaseCommand):
                 cells = [f"+{row[f'rose@{k}']}/-{row[f'fell@{k}']}" for k in CHANGE_KS]
                 out.write(f"{group:<16}{kind:<26}{row['queries']:>8}" + "".join(f"{c:>12}" for c in cells))
         out.write("")
+
+    @staticmethod
+    def _rule_rows(out, rule_changes: dict[str, dict]) -> None:
+        """Per rule, per history: the questions whose recall the rule raises (+) and lowers (-)
+        at each of CHANGE_KS, against the same search with that rule off."""
+        out.write("hybrid search, what each ranking rule does per history: questions whose recall it "
+                  "raises (+) or lowers (-), against the same search with it off")
+        out.write("")
+        groups = list(next(iter(rule_changes.values()), {}))
+        out.write(f"{'rule':<16}" + "".join(f"{g[:20]:>22}" for g in groups))
+        for k in CHANGE_KS:
+            for label, by_group in rule_changes.items():
+                cells = [f"@{k} +{by_group[g]['all'][f'rose@{k}']}/-{by_group[g]['all'][f'fell@{k}']}"
+                         for g in groups]
+                out.write(f"{label:<16}" + "".join(f"{c:>22}" for c in cells))
+            out.write("")
 
     @staticmethod
     def _ablation_rows(out, folder: str, hybrid: dict, ablation: dict) -> None:
@@ -595,7 +617,8 @@ class Command(BaseCommand):
                 out.write(f"{head}  {method:<9}" + "".join(f"{row[key]:>8.1%}" for key in keys))
 
 
-CHANGE_KS = (5, 10)
+# @1 too: a rule that says which turn comes first ("says when") acts there.
+CHANGE_KS = (1, 5, 10)
 
 
 def question_lines(rows: list[Scored]) -> list[dict]:
@@ -641,6 +664,19 @@ def question_changes(before: dict[tuple[str, int], dict], after: list[dict]) -> 
     # Each group's "all" row first, then its kinds as they came.
     return {group: dict(sorted(kinds.items(), key=lambda kv: kv[0] != "all"))
             for group, kinds in changes.items()}
+
+
+def ablation_changes(ablated: dict[str, list[Scored]], questions: list[dict]) -> dict[str, dict]:
+    """{rule: question_changes of the run with every rule on against the run with that rule
+    off}: per history and kind, the questions a rule gains ("rose") and loses ("fell"). A rule
+    whose gain is one or two questions of one history, or that gains in one and loses in
+    another, fits the questions it was tuned on."""
+    return {
+        label: question_changes(
+            {(line["history"], line["number"]): line for line in question_lines(rows)}, questions
+        )
+        for label, rows in ablated.items()
+    }
 
 
 def set_tunable(name: str, value: str) -> None:
