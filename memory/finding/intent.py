@@ -99,4 +99,3 @@ def only_asks(text: str) -> bool:
     asked = [s for s in sentences if s.endswith("?")]
     told = [s for s in sentences if not s.endswith("?") and len(s.split()) > 3]
     return bool(asked) and not told
-

@@ -182,6 +182,24 @@ def test_reread_periods_reads_again_what_was_stored_before_an_upgrade(
         call_command("reread_periods", "--user", "nobody", stdout=io.StringIO(), stderr=io.StringIO())
 
 
+def test_the_upgrade_reads_the_stored_periods_again_once(owner, conversation):
+    """Migration 0019 runs the command's reading on the passages whose words may name a period
+    (a person upgrading never has to know the command)."""
+    import importlib
+
+    from django.apps import apps
+
+    texts = ["We went over the weekend.", "Thanks, that works."]
+    told, plain = add_turns(owner, conversation, texts, start=SAID)
+    Passage.objects.update(periods=[])  # as an older version stored them
+    importlib.import_module("memory.migrations.0019_reread_periods").reread(apps, None)
+    stored = Passage.objects.get(logical_message_id=told.pk)
+    assert [(p["text"], p["start"], p["end"]) for p in stored.periods] == [
+        ("over the weekend", "2023-05-27", "2023-05-29")
+    ]
+    assert Passage.objects.get(logical_message_id=plain.pk).periods == []
+
+
 @pytest.mark.django_db
 @pytest.mark.parametrize(
     "when",

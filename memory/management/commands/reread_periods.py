@@ -1,6 +1,7 @@
 """manage.py reread_periods: read the periods every stored message names again with today's
 rules (memory.dates.mentioned_periods), after an upgrade that reads more of them. A new message
-and an edited one are read when stored; this catches up what was stored before."""
+and an edited one are read when stored; this catches up what was stored before (migration 0019
+runs the same reading once, on upgrade)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,29 @@ from memory.models import Passage
 from memory.progress import Progress
 
 BATCH = 500
+
+
+def reread(passages, progress=None) -> int:
+    """Store the periods each of `passages` (a queryset of message passages, this version's
+    model or a migration's) names by today's rules, as the store step reads them (as of the
+    message's time in the server's zone); returns how many changed."""
+    changed, batch = 0, []
+    rows = passages.only("id", "text", "timestamp", "periods").order_by("id")
+    for passage in rows.iterator(chunk_size=2000):
+        periods = mentioned_periods(passage.text, timezone.localtime(passage.timestamp))
+        if periods != passage.periods:
+            passage.periods = periods
+            batch.append(passage)
+        if len(batch) >= BATCH:
+            changed += len(batch)
+            type(passage).objects.bulk_update(batch, ["periods"])
+            batch = []
+        if progress is not None:
+            progress.update()
+    if batch:
+        changed += len(batch)
+        type(batch[0]).objects.bulk_update(batch, ["periods"])
+    return changed
 
 
 class Command(BaseCommand):
@@ -29,20 +53,6 @@ class Command(BaseCommand):
             if owner is None:
                 raise CommandError(f"no user {opts['user']!r}")
             passages = passages.filter(owner=owner)
-        changed, batch = 0, []
         with Progress(passages.count(), "reread periods", stream=self.stderr) as progress:
-            for passage in passages.only("id", "text", "timestamp", "periods").order_by("id").iterator(
-                chunk_size=2000
-            ):
-                periods = mentioned_periods(passage.text, timezone.localtime(passage.timestamp))
-                if periods != passage.periods:
-                    passage.periods = periods
-                    batch.append(passage)
-                if len(batch) >= BATCH:
-                    changed += len(batch)
-                    Passage.objects.bulk_update(batch, ["periods"])
-                    batch = []
-                progress.update()
-        changed += len(batch)
-        Passage.objects.bulk_update(batch, ["periods"])
+            changed = reread(passages, progress)
         self.stdout.write(f"{changed:,} passages name other periods now")
