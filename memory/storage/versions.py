@@ -11,6 +11,9 @@ from these writes and does not bump it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 from django.db import connection
 
 _BUMP = """
@@ -23,11 +26,15 @@ RETURNING version
 """
 
 
-def bump(owner_id: int) -> int:
+def bump(owner_id: int, *, after: Sequence[tuple[str, list[Any]]] = ()) -> int:
     """Count a write to `owner_id`'s memory (once per transaction); returns the version the
-    transaction commits. Call it inside the writing transaction."""
+    transaction commits. Call it inside the writing transaction.
+    after: the writes (sql, params) to send before it, in the same round trip."""
+    statements = [*after, (_BUMP, [owner_id])]
     with connection.cursor() as cursor:
-        cursor.execute(_BUMP, [owner_id])
+        cursor.execute("; ".join(s for s, _ in statements), [v for _, values in statements for v in values])
+        for _ in after:
+            cursor.nextset()
         return int(cursor.fetchone()[0])
 
 
