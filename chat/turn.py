@@ -47,6 +47,7 @@ from memory.lifecycle import forgetting
 from memory.models import Conversation, Message, Preferences
 from memory.organizing import summaries
 from memory.storage import store
+from memory.storage.inserts import insert_statement, inserted
 from memory.text import auto_title
 from memory.timeouts import cancelled, seconds, statement_limit
 
@@ -394,13 +395,18 @@ def _forgotten_hits(plan, shown: dict[str, list[str]], recent: dict[str, list[st
 def _save_snapshot(owner, conversation: Conversation, user_message: Message, reply: Reply, plan):
     """The plan as the turn's snapshot, and the reply's draft (saved as it streams); run by
     `durable`, so both in one transaction."""
-    gone = forgetting.gone_since_read(owner, dict(reply.seen))
     # A temporary chat keeps no record of what its turns were shown: nothing of it is kept.
     snapshot = None
     if not conversation.temporary:
-        snapshot = index_builder.save_snapshot(plan, owner, conversation, user_message)
+        snapshot = index_builder.snapshot_row(plan, owner, conversation, user_message)
     mode = "llm" if summaries.is_configured() else "offline_recall"
-    drafts.begin(owner, conversation, reply.id, user_message, snapshot, mode)
+    draft = drafts.draft_row(owner, conversation, reply.id, user_message, snapshot, mode)
+    rows = [row for row in (snapshot, draft) if row is not None]
+    # The check of what the turn read and both writes: one round trip.
+    gone = forgetting.gone_since_read(owner, dict(reply.seen), then=[insert_statement(r) for r in rows])
+    for row in rows:
+        inserted(row)
+    drafts.begun(draft)
     if gone:  # forgotten since the plan showed it: the snapshot keeps none of its words
         forgetting.scrub(owner, gone)
     return snapshot

@@ -203,23 +203,31 @@ def _json(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str | bytes) else value
 
 
-def gone_since_read(owner, seen: dict[str, list[str]]) -> Overlap:
+def gone_since_read(
+    owner, seen: dict[str, list[str]], *, then: Sequence[tuple[str, list[Any]]] = ()
+) -> Overlap:
     """Of the messages a running turn read (`seen`: id -> the texts it was shown), those that
     are gone now, as an Overlap (their rare words too) to scrub what the turn is about to write.
 
     The turn calls this in the transaction that writes what it read, before writing: the rows
     still there are locked FOR KEY SHARE (which a forget's lock waits for, and edits do not), in
     id order as a forget locks them, so a forget either committed before (they are gone: scrub)
-    or waits until this transaction commits (and then scrubs what it wrote)."""
-    if not seen:
-        return Overlap([])
+    or waits until this transaction commits (and then scrubs what it wrote).
+    then: the writes (sql, params), sent after the lock in the same round trip."""
+    statements = [(sql, list(params)) for sql, params in then]
     ids = sorted(seen)
-    with connection.cursor() as cursor:
-        cursor.execute(
+    if ids:
+        statements.insert(0, (
             "SELECT id FROM memory_message WHERE owner_id = %s AND id = ANY(%s) ORDER BY id FOR KEY SHARE",
             [owner.pk, ids],
-        )
-        live = {row[0] for row in cursor.fetchall()}
+        ))
+    if not statements:
+        return Overlap([])
+    with connection.cursor() as cursor:
+        cursor.execute("; ".join(s for s, _ in statements), [v for _, values in statements for v in values])
+        live = {row[0] for row in cursor.fetchall()} if ids else set()
+    if not ids:
+        return Overlap([])
     gone = [i for i in ids if i not in live]
     texts = [t for i in gone for t in seen[i]]
     return Overlap(texts, set(gone), rare_words(owner, texts, exclude_ids=gone) if texts else set())
