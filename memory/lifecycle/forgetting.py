@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.apps import apps
-from django.db import connection, transaction
+from django.db import DataError, connection, transaction
 from django.db.models import Q, TextField
 from django.db.models.functions import Cast
 
@@ -46,6 +46,7 @@ from memory.models import (
 )
 from memory.organizing.topic_updates import refresh, topics_mentioning
 from memory.storage import store
+from memory.storage.inserts import joined
 from memory.text import auto_title
 
 __all__ = ["COPIES", "FORGOTTEN", "RUN", "Overlap", "forget_message", "holds_copies", "scrub"]
@@ -224,13 +225,40 @@ def gone_since_read(
     if not statements:
         return Overlap([])
     with connection.cursor() as cursor:
-        cursor.execute("; ".join(s for s, _ in statements), [v for _, values in statements for v in values])
+        cursor.execute(*joined(statements))
         live = {row[0] for row in cursor.fetchall()} if ids else set()
     if not ids:
         return Overlap([])
     gone = [i for i in ids if i not in live]
     texts = [t for i in gone for t in seen[i]]
     return Overlap(texts, set(gone), rare_words(owner, texts, exclude_ids=gone) if texts else set())
+
+
+def written_if_none_gone(owner, seen: dict[str, list[str]], writes: Sequence[tuple[str, list[Any]]]) -> bool:
+    """Outside a transaction: `writes` (sql, params) sent in one round trip, which Postgres runs
+    as one transaction, after a check that every message of `seen` is still there, locked FOR
+    KEY SHARE as gone_since_read locks them. When one is gone the check fails (a division by
+    zero), nothing is written and this returns False: the caller then writes in a transaction
+    of its own with gone_since_read, which tells what to scrub. Inside a transaction (whose
+    statements a failed check would abort) it writes nothing and returns False."""
+    if connection.in_atomic_block:
+        return False
+    ids = sorted(seen)
+    statements = [(sql, list(params)) for sql, params in writes]
+    if ids:
+        statements.insert(0, (
+            "SELECT 1 / (count(*) = %s)::int FROM (SELECT id FROM memory_message WHERE owner_id = %s "
+            "AND id = ANY(%s) ORDER BY id FOR KEY SHARE) live",
+            [len(ids), owner.pk, ids],
+        ))
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(*joined(statements))
+    except DataError as exc:
+        if getattr(exc.__cause__, "sqlstate", None) == "22012":  # division_by_zero: one is gone
+            return False
+        raise
+    return True
 
 
 # --- forgetting: the cascade, in one place ------------------------------------------------------

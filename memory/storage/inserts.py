@@ -39,3 +39,10 @@ def inserted(objs: models.Model | Sequence[models.Model]) -> None:
     for obj in [objs] if isinstance(objs, models.Model) else objs:
         obj._state.adding = False
         obj._state.db = router.db_for_write(type(obj))
+
+
+def joined(statements: Sequence[tuple[str, Sequence[Any]]]) -> tuple[str, list[Any]]:
+    """Statements (sql, params) as one message for `cursor.execute(*joined(...))`: Postgres runs
+    them in order (outside a transaction, as one transaction of their own); the cursor is on the
+    first statement's rows, `nextset()` moves to the next's."""
+    return "; ".join(sql for sql, _ in statements), [v for _, params in statements for v in params]

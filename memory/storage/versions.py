@@ -16,6 +16,8 @@ from typing import Any
 
 from django.db import connection
 
+from memory.storage.inserts import joined
+
 _BUMP = """
 INSERT INTO memory_memoryversion (owner_id, version, txid) VALUES (%s, 1, txid_current())
 ON CONFLICT (owner_id) DO UPDATE SET
@@ -32,7 +34,7 @@ def bump(owner_id: int, *, after: Sequence[tuple[str, list[Any]]] = ()) -> int:
     after: the writes (sql, params) to send before it, in the same round trip."""
     statements = [*after, (_BUMP, [owner_id])]
     with connection.cursor() as cursor:
-        cursor.execute("; ".join(s for s, _ in statements), [v for _, values in statements for v in values])
+        cursor.execute(*joined(statements))
         for _ in after:
             cursor.nextset()
         return int(cursor.fetchone()[0])
