@@ -269,11 +269,23 @@ def store_messages(
             for rows, size in ((messages, 500), (chunks, 200), (passages, 500))
             for batch in _batches(rows, size)
         ]
+        if len(writes) > WRITES_TOGETHER:
+            # A large store (an import): each batch its own message, as bulk_create sent them,
+            # so no message holds every row at once.
+            with connection.cursor() as cursor:
+                for sql, params in writes:
+                    cursor.execute(sql, params)
+            writes = []
         version = versions.bump(owner.pk, after=writes)
         inserted(messages + chunks)
     for message in messages:
         message.memory_version = version  # what a cached reply is checked against
     return messages
+
+
+# At most this many INSERTs (batches of rows) go in one message with the version's bump: a
+# message, its chunks and its passages (a chat turn's), not an import's thousands of rows.
+WRITES_TOGETHER = 3
 
 
 def _batches(rows: list, size: int) -> list[list]:

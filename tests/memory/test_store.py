@@ -296,3 +296,20 @@ def test_a_message_its_chunks_passages_and_version_are_written_in_one_round_trip
     assert m.memory_version == versions.current(owner.pk) > 0
     assert Message.objects.get(pk=m.pk).position == m.position == 0
     assert Passage.objects.filter(logical_message=m, search_vector="alpha249").exists()
+
+
+def test_a_large_store_sends_each_batch_on_its_own_and_loses_nothing(owner, conversation, monkeypatch):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    monkeypatch.setattr(store, "WRITES_TOGETHER", 1)
+    items = [store.NewMessage(role="user", content=f"note {i} about the harbour") for i in range(3)]
+    with CaptureQueriesContext(connection) as statements:
+        stored = store.store_messages(owner, conversation, items, embed=False)
+    sent = [q["sql"] for q in statements.captured_queries]
+    sent = [sql for sql in sent if not sql.startswith(("SAVEPOINT", "RELEASE"))]
+    # The positions, the messages' batch, the passages' batch, then the bump alone.
+    assert [sql.count("INSERT INTO") for sql in sent] == [0, 1, 1, 1]
+    assert [m.position for m in stored] == [0, 1, 2]
+    assert Passage.objects.filter(logical_message__in=stored).count() == 3
+    assert all(m.memory_version == stored[0].memory_version > 0 for m in stored)
