@@ -251,6 +251,8 @@ def written_if_none_gone(owner, seen: dict[str, list[str]], writes: Sequence[tup
             "AND id = ANY(%s) ORDER BY id FOR KEY SHARE) live",
             [len(ids), owner.pk, ids],
         ))
+    if not statements:
+        return True
     try:
         with connection.cursor() as cursor:
             cursor.execute(*joined(statements))
