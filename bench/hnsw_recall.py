@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import time
 
 
@@ -44,7 +43,8 @@ def main() -> None:
     from bench.management.commands.eval_recall import load_datasets
     from bench.scratch import use_database
 
-    use_database(args.database, sys.stdout)
+    use_database(args.database)
+    print(f"scratch database: {args.database}", flush=True)
     user, _ = get_user_model().objects.get_or_create(username="hnsw-recall")
     sources = [s.split("=", 1) for s in args.source]
     turn_of = _filled(user, args.source_pg, [db for db, _ in sources])
@@ -123,7 +123,7 @@ def _columns(table: str) -> list[str]:
 def _measure(user, datasets, turn_of, efs: list[int], k: int) -> None:
     from bench.management.commands.eval_recall import distinct, recall_at
     from memory.finding import candidates
-    from memory.finding.search import search
+    from memory.finding.search import SearchFilters, search
 
     candidates.PARALLEL_SEARCH = False
     original = candidates.with_local_settings
@@ -146,16 +146,9 @@ def _measure(user, datasets, turn_of, efs: list[int], k: int) -> None:
         turns = distinct(
             "/".join(turn_of.get(h.message_id, ("?", h.message_id))) for h in results.hits
         )
-        rows = candidates._vector_candidates(
-            user, query["query"], candidates_filters(), k, results
-        )
+        rows = candidates._vector_candidates(user, query["query"], SearchFilters(), k, results)
         dense_k[variant] = [r[0] or r[1] for r in rows]
         return hits, turns
-
-    def candidates_filters():
-        from memory.finding.search import SearchFilters
-
-        return SearchFilters()
 
     variants = ["exact", *map(str, efs)]
     stats = {v: {"same10": 0, "same25": 0, "ov10": [], "ov25": [], "dense": [], "ms": [], "now10": 0}
