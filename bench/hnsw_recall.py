@@ -30,8 +30,11 @@ def main() -> None:
     parser.add_argument("--source", action="append", required=True,
                         help="DB=FOLDER of an eval's kept imports")
     parser.add_argument("--database", default="recollect_bench_hnsw_recall")
-    parser.add_argument("--efs", default="202,150,120,101")
-    parser.add_argument("--k", type=int, default=101, help="the vector list's length (a turn's: 101)")
+    parser.add_argument(
+        "--walks", default="101:202,101:150,101:120,101:101",
+        help="graph walks to compare, each K:EF (the vector list's length and hnsw.ef_search); the "
+        "first is the reference (a turn's: k = 101, ef = 2k), and the exact scan reads its K",
+    )
     parser.add_argument("--limit", type=int, default=0, help="at most this many questions a history")
     args = parser.parse_args()
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
@@ -52,7 +55,8 @@ def main() -> None:
     if args.limit:
         for _, d in datasets:
             d.queries = d.queries[: args.limit]
-    _measure(user, datasets, turn_of, [int(e) for e in args.efs.split(",")], args.k)
+    walks = [tuple(int(x) for x in w.split(":")) for w in args.walks.split(",")]
+    _measure(user, datasets, turn_of, walks)
 
 
 def _filled(user, source_pg: str, dbs: list[str]) -> dict[str, tuple[str, str]]:
@@ -120,7 +124,7 @@ def _columns(table: str) -> list[str]:
         return [r[0] for r in cursor.fetchall()]
 
 
-def _measure(user, datasets, turn_of, efs: list[int], k: int) -> None:
+def _measure(user, datasets, turn_of, walks: list[tuple[int, int]]) -> None:
     from bench.management.commands.eval_recall import distinct, recall_at
     from memory.finding import candidates
     from memory.finding.search import SearchFilters, search
@@ -140,7 +144,8 @@ def _measure(user, datasets, turn_of, efs: list[int], k: int) -> None:
     def run(variant: str, query: dict) -> tuple[list[str], list[str]]:
         candidates._LARGE_MEMORIES.clear()
         candidates.EXACT_SEARCH_MAX = 10**9 if variant == "exact" else 4000
-        ef_now["ef"] = None if variant == "exact" else int(variant)
+        k, ef = walks[0] if variant == "exact" else map(int, variant.split(":"))
+        ef_now["ef"] = None if variant == "exact" else ef
         results = search(user, query["query"], limit=25, candidates=k, as_of=query["as_of"])
         hits = [f"{h.type}:{h.id}" for h in results.hits]
         turns = distinct(
@@ -150,7 +155,8 @@ def _measure(user, datasets, turn_of, efs: list[int], k: int) -> None:
         dense_k[variant] = [r[0] or r[1] for r in rows]
         return hits, turns
 
-    variants = ["exact", *map(str, efs)]
+    variants = ["exact", *(f"{k}:{ef}" for k, ef in walks)]
+    reference = variants[1]
     stats = {v: {"same10": 0, "same25": 0, "ov10": [], "ov25": [], "dense": [], "ms": [], "now10": 0}
              for v in variants}
     recall: dict[tuple[str, str], list[float]] = {}
@@ -170,29 +176,31 @@ def _measure(user, datasets, turn_of, efs: list[int], k: int) -> None:
                 if base is None:
                     base, base_dense = hits, dense_k["exact"]
                 last[variant] = hits
-                if variant == str(efs[0]):
+                if variant == reference:
                     now = hits
                 s = stats[variant]
                 s["same10"] += hits[:10] == base[:10]
                 s["same25"] += hits[:25] == base[:25]
                 s["ov10"].append(len(set(hits[:10]) & set(base[:10])) / max(1, len(base[:10])))
                 s["ov25"].append(len(set(hits[:25]) & set(base[:25])) / max(1, len(base[:25])))
-                s["dense"].append(len(set(dense_k[variant]) & set(base_dense)) / max(1, len(set(base_dense))))
+                # The vector list against the exact scan's as long (a smaller k reads fewer).
+                mine = distinct(dense_k[variant])
+                s["dense"].append(len(set(mine) & set(distinct(base_dense)[: len(mine)])) / max(1, len(mine)))
             for variant in variants:
                 stats[variant]["now10"] += last[variant][:10] == now[:10]
         print(f"{name}/{dataset.id}: {len(dataset.queries)} questions", flush=True)
     names = sorted({name for _, name in recall})
-    print(f"\n{n} questions, vector list k = {k}; against the exact scan:")
+    print(f"\n{n} questions; against the exact scan (of k = {walks[0][0]}):")
     header = (
         "| variant | fused top-10 same | top-25 same | top-10 overlap | top-25 overlap | dense @k overlap | "
         + " | ".join(f"recall@10 {x}" for x in names)
-        + f" | top-10 same as ef {efs[0]}'s | search ms (median) |"
+        + f" | top-10 same as {reference}'s | search ms (median) |"
     )
     print(header)
     print("|" + "---|" * (header.count("|") - 1))
     for v in variants:
         s = stats[v]
-        label = "exact scan" if v == "exact" else f"HNSW ef_search {v}"
+        label = "exact scan" if v == "exact" else "HNSW k {} ef_search {}".format(*v.split(":"))
         print(
             f"| {label} | {s['same10'] / n:.1%} | {s['same25'] / n:.1%} | {statistics.mean(s['ov10']):.4f} | "
             f"{statistics.mean(s['ov25']):.4f} | {statistics.mean(s['dense']):.4f} | "
