@@ -40,8 +40,12 @@ INTERRUPTED = "The server stopped while this reply was being written; what had a
 _live: set[str] = set()  # drafts this process is writing
 
 
-def begin(owner, conversation: Conversation, reply_id: str, parent: Message, snapshot, mode: str) -> None:
-    ReplyDraft.objects.create(
+def draft_row(
+    owner, conversation: Conversation, reply_id: str, parent: Message, snapshot, mode: str
+) -> ReplyDraft:
+    """A reply's draft, not yet written: the turn writes it with its snapshot, in one round trip
+    (memory.storage.inserts), and then calls `begun`."""
+    return ReplyDraft(
         id=reply_id,
         owner=owner,
         conversation=conversation,
@@ -50,7 +54,11 @@ def begin(owner, conversation: Conversation, reply_id: str, parent: Message, sna
         mode=mode,
         process=PROCESS,
     )
-    _live.add(reply_id)
+
+
+def begun(draft: ReplyDraft) -> None:
+    """The draft is written: this process saves its text from now on."""
+    _live.add(draft.pk)
 
 
 def save_many(texts: dict[str, str]) -> None:

@@ -47,6 +47,7 @@ from memory.lifecycle import forgetting
 from memory.models import Conversation, Message, Preferences
 from memory.organizing import summaries
 from memory.storage import store
+from memory.storage.inserts import insert_statement, inserted
 from memory.text import auto_title
 from memory.timeouts import cancelled, seconds, statement_limit
 
@@ -126,7 +127,7 @@ async def run_turn(
         """Start saving the plan as this turn's snapshot, with the reply's draft (once)."""
         if reply.draft_begun is None and plan is not None:
             reply.draft_begun = asyncio.ensure_future(
-                db(durable(_save_snapshot))(owner, conversation, user_message, reply, plan)
+                db(durable(_save_snapshot, atomic=False))(owner, conversation, user_message, reply, plan)
             )
         return reply.draft_begun
 
@@ -392,17 +393,27 @@ def _forgotten_hits(plan, shown: dict[str, list[str]], recent: dict[str, list[st
 
 
 def _save_snapshot(owner, conversation: Conversation, user_message: Message, reply: Reply, plan):
-    """The plan as the turn's snapshot, and the reply's draft (saved as it streams); run by
-    `durable`, so both in one transaction."""
-    gone = forgetting.gone_since_read(owner, dict(reply.seen))
+    """The plan as the turn's snapshot, and the reply's draft (saved as it streams), both in one
+    transaction (run by `durable`, which tries it again on a dropped connection)."""
     # A temporary chat keeps no record of what its turns were shown: nothing of it is kept.
     snapshot = None
     if not conversation.temporary:
-        snapshot = index_builder.save_snapshot(plan, owner, conversation, user_message)
+        snapshot = index_builder.snapshot_row(plan, owner, conversation, user_message)
     mode = "llm" if summaries.is_configured() else "offline_recall"
-    drafts.begin(owner, conversation, reply.id, user_message, snapshot, mode)
-    if gone:  # forgotten since the plan showed it: the snapshot keeps none of its words
-        forgetting.scrub(owner, gone)
+    draft = drafts.draft_row(owner, conversation, reply.id, user_message, snapshot, mode)
+    rows = [row for row in (snapshot, draft) if row is not None]
+    writes = [insert_statement(r) for r in rows]
+    # The check of what the turn read and both writes: one round trip, Postgres' one transaction.
+    # When something it read was forgotten meanwhile, a transaction that also scrubs it.
+    gone = None
+    if not forgetting.written_if_none_gone(owner, reply.seen, writes):
+        with transaction.atomic():
+            gone = forgetting.gone_since_read(owner, dict(reply.seen), then=writes)
+            if gone:  # forgotten since the plan showed it: the snapshot keeps none of its words
+                forgetting.scrub(owner, gone)
+    for row in rows:
+        inserted(row)
+    drafts.begun(draft)
     return snapshot
 
 

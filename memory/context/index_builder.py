@@ -761,9 +761,19 @@ def save_snapshot(
     plan: ContextPlan, owner, conversation, user_message: Message | None = None
 ) -> ContextSnapshot:
     """Store the plan with its turn; the chat sets `.message` once the assistant reply exists."""
+    snapshot = snapshot_row(plan, owner, conversation, user_message)
+    snapshot.save(force_insert=True)
+    return snapshot
+
+
+def snapshot_row(
+    plan: ContextPlan, owner, conversation, user_message: Message | None = None
+) -> ContextSnapshot:
+    """The plan as its turn's snapshot, not yet saved: a turn writes it in the round trip that
+    checks what it read is still there (forgetting.gone_since_read's `then`)."""
     # One JSON round trip makes the plan storable (datetimes to text); its hits are reused.
     data = json.loads(json.dumps(plan.as_json(), default=str))
-    return ContextSnapshot.objects.create(
+    return ContextSnapshot(
         owner_id=owner.pk,
         conversation=conversation,
         user_message=user_message,

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.apps import apps
-from django.db import connection, transaction
+from django.db import DataError, connection, transaction
 from django.db.models import Q, TextField
 from django.db.models.functions import Cast
 
@@ -46,6 +46,7 @@ from memory.models import (
 )
 from memory.organizing.topic_updates import refresh, topics_mentioning
 from memory.storage import store
+from memory.storage.inserts import joined
 from memory.text import auto_title
 
 __all__ = ["COPIES", "FORGOTTEN", "RUN", "Overlap", "forget_message", "holds_copies", "scrub"]
@@ -203,26 +204,63 @@ def _json(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str | bytes) else value
 
 
-def gone_since_read(owner, seen: dict[str, list[str]]) -> Overlap:
+def gone_since_read(
+    owner, seen: dict[str, list[str]], *, then: Sequence[tuple[str, list[Any]]] = ()
+) -> Overlap:
     """Of the messages a running turn read (`seen`: id -> the texts it was shown), those that
     are gone now, as an Overlap (their rare words too) to scrub what the turn is about to write.
 
     The turn calls this in the transaction that writes what it read, before writing: the rows
     still there are locked FOR KEY SHARE (which a forget's lock waits for, and edits do not), in
     id order as a forget locks them, so a forget either committed before (they are gone: scrub)
-    or waits until this transaction commits (and then scrubs what it wrote)."""
-    if not seen:
-        return Overlap([])
+    or waits until this transaction commits (and then scrubs what it wrote).
+    then: the writes (sql, params), sent after the lock in the same round trip."""
+    statements = [(sql, list(params)) for sql, params in then]
     ids = sorted(seen)
-    with connection.cursor() as cursor:
-        cursor.execute(
+    if ids:
+        statements.insert(0, (
             "SELECT id FROM memory_message WHERE owner_id = %s AND id = ANY(%s) ORDER BY id FOR KEY SHARE",
             [owner.pk, ids],
-        )
-        live = {row[0] for row in cursor.fetchall()}
+        ))
+    if not statements:
+        return Overlap([])
+    with connection.cursor() as cursor:
+        cursor.execute(*joined(statements))
+        live = {row[0] for row in cursor.fetchall()} if ids else set()
+    if not ids:
+        return Overlap([])
     gone = [i for i in ids if i not in live]
     texts = [t for i in gone for t in seen[i]]
     return Overlap(texts, set(gone), rare_words(owner, texts, exclude_ids=gone) if texts else set())
+
+
+def written_if_none_gone(owner, seen: dict[str, list[str]], writes: Sequence[tuple[str, list[Any]]]) -> bool:
+    """Outside a transaction: `writes` (sql, params) sent in one round trip, which Postgres runs
+    as one transaction, after a check that every message of `seen` is still there, locked FOR
+    KEY SHARE as gone_since_read locks them. When one is gone the check fails (a division by
+    zero), nothing is written and this returns False: the caller then writes in a transaction
+    of its own with gone_since_read, which tells what to scrub. Inside a transaction (whose
+    statements a failed check would abort) it writes nothing and returns False."""
+    if connection.in_atomic_block:
+        return False
+    ids = sorted(seen)
+    statements = [(sql, list(params)) for sql, params in writes]
+    if ids:
+        statements.insert(0, (
+            "SELECT 1 / (count(*) = %s)::int FROM (SELECT id FROM memory_message WHERE owner_id = %s "
+            "AND id = ANY(%s) ORDER BY id FOR KEY SHARE) live",
+            [len(ids), owner.pk, ids],
+        ))
+    if not statements:
+        return True
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(*joined(statements))
+    except DataError as exc:
+        if getattr(exc.__cause__, "sqlstate", None) == "22012":  # division_by_zero: one is gone
+            return False
+        raise
+    return True
 
 
 # --- forgetting: the cascade, in one place ------------------------------------------------------

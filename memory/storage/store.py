@@ -39,6 +39,7 @@ from memory.models import (
     new_ulid,
 )
 from memory.storage import versions
+from memory.storage.inserts import insert_statement, inserted
 from memory.tokens import count_tokens, token_windows
 
 logger = logging.getLogger(__name__)
@@ -252,9 +253,6 @@ def store_messages(
             )
             messages.append(message)
             chunks.extend(_chunk_rows(message))
-        Message.objects.bulk_create(messages, batch_size=500)
-        if chunks:
-            Message.objects.bulk_create(chunks, batch_size=200)
         chunks_by_parent: dict[str, list[Message]] = {}
         for chunk in chunks:
             chunks_by_parent.setdefault(chunk.chunk_parent_id, []).append(chunk)
@@ -264,11 +262,34 @@ def store_messages(
             parent_text = parent_texts.get(message.parent_id) if message.parent_id else None
             for unit in units:
                 passages.extend(_message_passages(message, unit, parent_text))
-        _save_passages(passages, embed=embed)
-        version = versions.bump(owner.pk)
+        _prepare_passages(passages, embed=embed)
+        # The rows and the version's bump in one round trip (the ORM took one for each).
+        writes = [
+            insert_statement(batch)
+            for rows, size in ((messages, 500), (chunks, 200), (passages, 500))
+            for batch in _batches(rows, size)
+        ]
+        if len(writes) > WRITES_TOGETHER:
+            # A large store (an import): each batch its own message, as bulk_create sent them,
+            # so no message holds every row at once.
+            with connection.cursor() as cursor:
+                for sql, params in writes:
+                    cursor.execute(sql, params)
+            writes = []
+        version = versions.bump(owner.pk, after=writes)
+        inserted(messages + chunks)
     for message in messages:
         message.memory_version = version  # what a cached reply is checked against
     return messages
+
+
+# At most this many INSERTs (batches of rows) go in one message with the version's bump: a
+# message, its chunks and its passages (a chat turn's), not an import's thousands of rows.
+WRITES_TOGETHER = 3
+
+
+def _batches(rows: list, size: int) -> list[list]:
+    return [rows[i : i + size] for i in range(0, len(rows), size)]
 
 
 def _live_texts(owner, message_ids) -> dict[str, str]:
@@ -362,6 +383,13 @@ def _tool_call_passages(call: ToolCall, message: Message) -> list[Passage]:
 
 
 def _save_passages(passages: list[Passage], *, embed: bool | str | None) -> None:
+    _prepare_passages(passages, embed=embed)
+    Passage.objects.bulk_create(passages, batch_size=500)
+
+
+def _prepare_passages(passages: list[Passage], *, embed: bool | str | None) -> None:
+    """What a passage gets before it is written: its text's hash, and its vector when embedded
+    inline (else the embedding work is queued once the transaction commits)."""
     for p in passages:
         p.text_hash = text_hash(p.text)
     if embed is None:
@@ -375,7 +403,6 @@ def _save_passages(passages: list[Passage], *, embed: bool | str | None) -> None
         for p, vec in zip(passages, vectors, strict=True):
             p.embedding = vec
             p.embedding_model = embedder.name
-    Passage.objects.bulk_create(passages, batch_size=500)
 
 
 def store_tool_call(

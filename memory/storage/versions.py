@@ -11,7 +11,12 @@ from these writes and does not bump it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 from django.db import connection
+
+from memory.storage.inserts import joined
 
 _BUMP = """
 INSERT INTO memory_memoryversion (owner_id, version, txid) VALUES (%s, 1, txid_current())
@@ -23,11 +28,15 @@ RETURNING version
 """
 
 
-def bump(owner_id: int) -> int:
+def bump(owner_id: int, *, after: Sequence[tuple[str, list[Any]]] = ()) -> int:
     """Count a write to `owner_id`'s memory (once per transaction); returns the version the
-    transaction commits. Call it inside the writing transaction."""
+    transaction commits. Call it inside the writing transaction.
+    after: the writes (sql, params) to send before it, in the same round trip."""
+    statements = [*after, (_BUMP, [owner_id])]
     with connection.cursor() as cursor:
-        cursor.execute(_BUMP, [owner_id])
+        cursor.execute(*joined(statements))
+        for _ in after:
+            cursor.nextset()
         return int(cursor.fetchone()[0])
 
 

@@ -180,3 +180,42 @@ async def test_the_replies_streaming_at_once_are_saved_together_once_a_second(
     assert not await database_sync_to_async(ReplyDraft.objects.exists)()
     for tab in tabs:
         await tab.disconnect()
+
+
+def test_the_turns_check_snapshot_and_draft_go_in_one_statement_and_are_written_as_the_orm_writes_them(
+    owner, conversation, settings
+):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from chat import turn
+    from chat.replies import Reply
+    from memory.context import budget, index_builder
+    from memory.models import ContextSnapshot
+
+    settings.INDEX_FULL_MAX = 100
+    store_message(owner, conversation, "user", "the spare key hangs behind the blue door", embed=False)
+    question = store_message(owner, conversation, "user", "where is the spare key?", embed=False)
+    reply = Reply()
+    plan = turn._prepare_context(owner, conversation, question, budget.allocate(), reply.seen)
+    assert reply.seen
+    try:
+        with CaptureQueriesContext(connection) as statements:
+            snapshot = turn._save_snapshot(owner, conversation, question, reply, plan)
+        # No BEGIN nor COMMIT: one message, which Postgres runs as one transaction.
+        [sent] = [q["sql"] for q in statements.captured_queries]
+        assert "FOR KEY SHARE" in sent and sent.count("INSERT INTO") == 2
+        assert reply.id in drafts._live and not snapshot._state.adding
+    finally:
+        drafts._live.discard(reply.id)
+    draft = ReplyDraft.objects.get(pk=reply.id)
+    assert (draft.snapshot_id, draft.parent_id) == (snapshot.pk, question.pk)
+    assert draft.process == processes.PROCESS
+    # The same row as the ORM's save() writes.
+    by_orm = index_builder.save_snapshot(plan, owner, conversation, question)
+    fields = [f.attname for f in ContextSnapshot._meta.concrete_fields]
+    fields = [name for name in fields if name not in ("id", "created_at")]
+    rows = ContextSnapshot.objects.values(*fields)
+    written, saved = rows.get(pk=snapshot.pk), rows.get(pk=by_orm.pk)
+    assert written == saved and written["plan"]["text"] == plan.text and "spare key" in written["text"]
+    assert ContextSnapshot.objects.get(pk=snapshot.pk).created_at == snapshot.created_at

@@ -235,3 +235,32 @@ def test_a_snapshot_saved_after_a_forget_keeps_none_of_what_its_plan_showed(owne
     snapshot = turn._save_snapshot(owner, conversation, question, reply, plan)
     assert rows_containing(MARKER) == {}
     assert ContextSnapshot.objects.filter(pk=snapshot.pk).exists()
+
+
+def test_a_turns_writes_go_in_one_message_only_while_all_it_read_is_there(owner, conversation):
+    from django.db import transaction
+
+    from memory.lifecycle.forgetting import forget_message, written_if_none_gone
+    from memory.models import ContextSnapshot
+    from memory.storage.inserts import insert_statement
+    from memory.storage.store import store_message
+
+    secret = store_message(owner, conversation, "user", SECRET)
+    question = store_message(owner, conversation, "user", "where is the spare key?")
+    seen = {secret.pk: [SECRET], question.pk: [question.content]}
+
+    def snapshot():
+        return ContextSnapshot(owner=owner, conversation=conversation, strategy="full", text=SECRET)
+
+    first = snapshot()
+    assert written_if_none_gone(owner, seen, [insert_statement(first)])
+    assert ContextSnapshot.objects.filter(pk=first.pk).exists()
+    # Inside a transaction (whose statements a failed check would abort) it leaves the write to
+    # the caller's own transaction.
+    inside = snapshot()
+    with transaction.atomic():
+        assert not written_if_none_gone(owner, seen, [insert_statement(inside)])
+    forget_message(owner, secret.pk)
+    late = snapshot()
+    assert not written_if_none_gone(owner, seen, [insert_statement(late)])
+    assert not ContextSnapshot.objects.filter(pk__in=[inside.pk, late.pk]).exists()

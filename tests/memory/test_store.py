@@ -269,3 +269,47 @@ def test_edit_history_keeps_the_newest_versions_within_its_bounds(owner, convers
     assert [len(v["previous_content"]) for v in m.edit_history] == [9, 900]
     assert m.metadata["edit_history_dropped"] == 5
     assert Message.objects.get(pk=m.pk).content == "short again"
+
+
+def test_a_message_its_chunks_passages_and_version_are_written_in_one_round_trip(
+    owner, conversation, small_chunks
+):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from memory.embedders import text_hash
+    from memory.storage import versions
+
+    text = words(250)
+    with CaptureQueriesContext(connection) as statements:
+        m = store.store_message(owner, conversation, "user", text, embed=False)
+    sent = [q["sql"] for q in statements.captured_queries]
+    sent = [sql for sql in sent if not sql.startswith(("SAVEPOINT", "RELEASE"))]
+    # The position taken, then every row and the version's bump in one message.
+    assert len(sent) == 2 and sent[0].startswith("UPDATE memory_conversation")
+    assert sent[1].count("INSERT INTO") == 4 and "memory_memoryversion" in sent[1]
+    chunks = list(Message.objects.filter(chunk_parent_id=m.pk).order_by("chunk_index"))
+    assert len(chunks) == len(store.chunk_spans(text)) > 1 and not m._state.adding
+    passages = list(Passage.objects.filter(logical_message=m).order_by("message_id", "index"))
+    assert {p.message_id for p in passages} == {c.pk for c in chunks}
+    assert all(p.text_hash == text_hash(p.text) and p.embedding is None for p in passages)
+    assert m.memory_version == versions.current(owner.pk) > 0
+    assert Message.objects.get(pk=m.pk).position == m.position == 0
+    assert Passage.objects.filter(logical_message=m, search_vector="alpha249").exists()
+
+
+def test_a_large_store_sends_each_batch_on_its_own_and_loses_nothing(owner, conversation, monkeypatch):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    monkeypatch.setattr(store, "WRITES_TOGETHER", 1)
+    items = [store.NewMessage(role="user", content=f"note {i} about the harbour") for i in range(3)]
+    with CaptureQueriesContext(connection) as statements:
+        stored = store.store_messages(owner, conversation, items, embed=False)
+    sent = [q["sql"] for q in statements.captured_queries]
+    sent = [sql for sql in sent if not sql.startswith(("SAVEPOINT", "RELEASE"))]
+    # The positions, the messages' batch, the passages' batch, then the bump alone.
+    assert [sql.count("INSERT INTO") for sql in sent] == [0, 1, 1, 1]
+    assert [m.position for m in stored] == [0, 1, 2]
+    assert Passage.objects.filter(logical_message__in=stored).count() == 3
+    assert all(m.memory_version == stored[0].memory_version > 0 for m in stored)

@@ -362,10 +362,11 @@ class Command(BaseCommand):
 
     def _measure(self, user, size: int, fill_s: float, opts) -> dict:
         from memory.context.budget import allocate
-        from memory.context.index_builder import prepare_context, query_text, save_snapshot
+        from memory.context.index_builder import prepare_context, query_text, snapshot_row
         from memory.embedders import get_embedder
-        from memory.lifecycle.forgetting import gone_since_read, read_by
+        from memory.lifecycle.forgetting import gone_since_read, read_by, written_if_none_gone
         from memory.models import Conversation
+        from memory.storage.inserts import insert_statement, inserted
         from memory.storage.store import embed_pending, store_message
 
         with connection.cursor() as cursor:
@@ -425,13 +426,17 @@ class Command(BaseCommand):
             t_plan = time.perf_counter()
             # As the chat does (chat.turn): what the plan shows is kept with its texts, so that
             # what the turn writes can lose them if they are forgotten meanwhile; the snapshot is
-            # written in a transaction that first checks none of them is gone.
+            # written with a check, in the same round trip, that none of them is gone.
             seen = {m.pk: [m.content] for m in plan.recent}
             seen.update(read_by(user, [[i for i in plan.included_ids if i not in seen], plan.hits]))
             t2 = time.perf_counter()
-            with transaction.atomic():
-                gone_since_read(user, seen)
-                save_snapshot(plan, user, live, message)
+            # The check and the snapshot's insert in one round trip, as the chat sends them (a
+            # transaction that scrubs only when something read was forgotten meanwhile).
+            snapshot = snapshot_row(plan, user, live, message)
+            if not written_if_none_gone(user, seen, [insert_statement(snapshot)]):
+                with transaction.atomic():
+                    gone_since_read(user, seen, then=[insert_statement(snapshot)])
+            inserted(snapshot)
             t3 = time.perf_counter()
             c3 = time.process_time()
             collector.turn_ended()
