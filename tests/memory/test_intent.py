@@ -92,6 +92,9 @@ def test_the_persons_own_statement_ranks_above_the_reply_that_repeats_it(owner, 
     assert first_texts(owner, "Which Navigo pass did you recommend?")[0].startswith(
         "Since you use your Navigo"
     )
+    assert first_texts(owner, "the metro card you pointed me to, which one was it?")[0].startswith(
+        "Since you use your Navigo"
+    )
 
 
 def test_a_statement_answers_before_the_questions_about_it(owner, conversation):
@@ -233,5 +236,9 @@ def test_a_turn_that_says_when_answers_a_question_asking_when(owner, conversatio
     went = ["Finally went to the dentist yesterday."]
     add_turns(owner, conversation, went, start=start + dt.timedelta(days=9))
     assert first_texts(owner, "When did I go to the dentist?") == ["Finally went to the dentist yesterday."]
+    # Asked in other words ("…, when was that?", "tell me when…", "what date…"): the same.
+    for asked in ("My dentist visit \u2014 when was that?", "tell me when I went to the dentist",
+                  "what date did I go to the dentist?"):
+        assert first_texts(owner, asked) == ["Finally went to the dentist yesterday."], asked
     # Asked what, not when, the turn naming the dentist most still comes first.
     assert first_texts(owner, "What do I think of my dentist?") != ["Finally went to the dentist yesterday."]
