@@ -43,7 +43,8 @@ _FIRST_PERSON = re.compile(
 _QUESTION_WORD = re.compile(r"\b(?:what|which|where|when|who|whom|whose|why|how)\b", re.I)
 _ASKS_ASIDE = re.compile(
     r"^(?:(?:so|and|hey|hi|ok|okay|please|quick question|by the way)[,:]?\s+)*"
-    r"(?:remind me|tell me|do you (?:remember|know|recall)|i (?:forget|forgot|can't remember|don't remember))\b",
+    r"(?:remind me|tell me|do you (?:remember|know|recall)"
+    r"|i (?:forget|forgot|can't remember|don't remember))\b",
     re.I,
 )
 _WANTS_ADVICE = re.compile(
@@ -123,10 +124,12 @@ _REQUEST = re.compile(
 )
 
 
+_SENTENCES = re.compile(r"(?<=[.!?])\s+|\n+")
+
+
 def _without_request(query: str) -> str:
     """`query` without its polite request ("remind me", "can you tell me", "I forget")."""
     return _REQUEST.sub(" ", query)
-_SENTENCES = re.compile(r"(?<=[.!?])\s+|\n+")
 
 
 def speaker(query: str) -> str | None:

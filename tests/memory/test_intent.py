@@ -31,7 +31,7 @@ pytestmark = pytest.mark.django_db
         ("Is Melanie still painting?", None, True, True),
         ("What did I ask you about Lisbon?", "user", False, False),
         # The same asks in other words (eighth round: paraphrases of the evaluation's questions).
-        ("what was that Italian place in Rome you pointed me to for dinner called again?", "assistant", True, False),
+        ("what was that Italian place in Rome you pointed me to?", "assistant", True, False),
         ("I'd like to make a homemade coffee creamer, what would you suggest?", "user", False, False),
         ("on what date did Melanie get injured?", None, True, False),
         ("Melanie's pottery workshop \u2014 when did she do that?", None, True, False),
