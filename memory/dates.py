@@ -36,6 +36,12 @@ _IN_MONTH = re.compile(
 _MONTH_YEAR = re.compile(rf"\b({_MONTHS}),?\s+(\d{{4}})\b", re.I)
 # Each way of writing a day with its year, and where its year, month and day are.
 _WRITTEN_DAYS = ((_ISO_DATE, (1, 2, 3)), (_DAY_MONTH_YEAR, (3, 2, 1)), (_MONTH_DAY_YEAR, (3, 1, 2)))
+# A month that qualifies a noun ("Melanie's June camping trip", "the July barbecue"): written
+# with its capital, so "the march to city hall" and "may" the verb are not months.
+_MONTH_BEFORE_NOUN = re.compile(
+    r"(?:'s|\b(?i:the|that|this|her|his|my|our|their|your))\s+"
+    rf"({'|'.join(m.capitalize() for m in _MONTH_NAMES)})\s+(?!(?i:\d|of\b|and\b|or\b))[a-z]"
+)
 _IN_YEAR = re.compile(r"\b(?:in|during)\s+((?:19|20)\d{2})\b", re.I)
 
 
@@ -78,6 +84,9 @@ def _query_period(query: str, now: dt.datetime | None) -> tuple[dt.datetime, dt.
         return month_span(year, month)
     if m := _MONTH_YEAR.search(text):
         return month_span(int(m[2]), _MONTH_NAMES.index(m[1]) + 1)
+    if m := _MONTH_BEFORE_NOUN.search(query or ""):
+        month = _MONTH_NAMES.index(m[1].lower()) + 1
+        return month_span(now.year if month <= now.month else now.year - 1, month)
     if m := _IN_YEAR.search(text):
         start = day0.replace(year=int(m[1]), month=1, day=1)
         return start, start.replace(year=start.year + 1)

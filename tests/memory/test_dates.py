@@ -123,6 +123,24 @@ def test_a_question_reads_spoken_periods_as_of_when_it_is_asked():
     assert last_month[0].date() == dt.date(2023, 4, 1)
 
 
+@pytest.mark.parametrize(
+    ("query", "month"),
+    [
+        ("what were the dates of Melanie's June camping trip?", (2023, 6)),
+        ("Melanie's July camping trip, when exactly was that?", (2022, 7)),
+        ("how did the March fundraiser go for Maria?", (2023, 3)),
+        ("what did Jon say about the march downtown?", None),  # a march, not March
+        ("the May meeting, who came?", (2023, 5)),
+        ("what may Caroline want to study?", None),
+    ],
+)
+def test_a_month_before_a_noun_names_that_month(query, month):
+    """A month written as a noun's qualifier ("Melanie's June camping trip") names it as "in June"
+    does: its latest occurrence not after the question."""
+    period = query_period(query, now=dt.datetime(2023, 6, 20, 12, tzinfo=dt.UTC))
+    assert (None if period is None else (period[0].year, period[0].month)) == month
+
+
 @pytest.mark.django_db
 def test_a_stored_message_keeps_the_periods_its_words_name_and_an_edit_reads_them_again(owner, conversation):
     [message] = add_turns(owner, conversation, ["I had the dentist last Thursday"], start=SAID)

