@@ -51,10 +51,13 @@ class ModelCalls:
         with self.lock:
             return self.texts.count(self.tagged(text))
 
-    async def wait_for(self, text: str) -> bool:
+    def asked(self, text: str) -> threading.Event:
+        """Set once the model is asked to embed `text` as the memory query."""
         with self.lock:
-            event = self.seen.setdefault(self.tagged(text), threading.Event())
-        return await asyncio.to_thread(event.wait, 30)
+            return self.seen.setdefault(self.tagged(text), threading.Event())
+
+    async def wait_for(self, text: str) -> bool:
+        return await asyncio.to_thread(self.asked(text).wait, 30)
 
     def known(self, text: str) -> bool:
         """Cached or being embedded."""
