@@ -396,7 +396,7 @@ class Command(BaseCommand):
         until_request: list[float] = []
         # --typed-ahead: the turns whose question was embedded before they started (cost, CPU,
         # until the model's request), apart from the others.
-        ahead: dict[str, list[float]] = {"cost": [], "cpu": [], "until_request": []}
+        ahead: dict[str, list[float]] = {"cost": [], "cpu": [], "until_request": [], "embed_wait": []}
         allocation = allocate(opts.get("window") or None)
         sent: dict[str, list[int]] = {}
         strategy = ""
@@ -468,6 +468,7 @@ class Command(BaseCommand):
                 ahead["cost"].append((t3 - t0) * 1000)
                 ahead["until_request"].append((t2 - t0) * 1000)
                 ahead["cpu"].append((c3 - c0) * 1000)
+                ahead["embed_wait"].append(plan.timings_ms.get("search_embed_wait", 0.0))
                 store_message(user, live, "assistant", f"answer {turn} about {text}", embed=False)
                 continue
             costs.append((t3 - t0) * 1000)
@@ -542,7 +543,11 @@ class Command(BaseCommand):
                 f"typed): turn p50 {row['typed_ahead_p50']:.1f} ms, p95 {row['typed_ahead_p95']:.1f} ms, "
                 f"cpu p50 {statistics.median(ahead['cpu']):.1f} ms; until the model's request p50 "
                 f"{statistics.median(ahead['until_request']):.1f} ms, "
-                f"p95 {_percentile(sorted(ahead['until_request']), 95):.1f} ms"
+                f"p95 {_percentile(sorted(ahead['until_request']), 95):.1f} ms; the search waited for "
+                f"the question's vector p50 {statistics.median(ahead['embed_wait']):.1f} ms, p95 "
+                f"{_percentile(sorted(ahead['embed_wait']), 95):.1f} ms (the others: "
+                f"{statistics.median(timings.get('search_embed_wait', [0.0])):.1f} / "
+                f"{_percentile(sorted(timings.get('search_embed_wait', [0.0])), 95):.1f})"
             )
         median = {zone: statistics.median(v) for zone, v in sent.items()}
         self.stdout.write(
