@@ -10,20 +10,13 @@ import pytest
 from django.core.management import call_command
 
 from memory.embedders import get_embedder
+from tests.chat.test_typing import ModelCalls
 
 
 @pytest.fixture
-def model_calls(monkeypatch):
-    embedder = get_embedder()
-    asked: list[str] = []
-    real = embedder._embed_batch
-
-    def counted(texts):
-        asked.extend(texts)
-        return real(texts)
-
-    monkeypatch.setattr(embedder, "_embed_batch", counted)
-    return asked
+def model_calls(monkeypatch) -> list[str]:
+    """The texts the embedding model is asked for."""
+    return ModelCalls(monkeypatch).texts
 
 
 def _questions(asked: list[str]) -> list[str]:
