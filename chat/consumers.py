@@ -17,6 +17,14 @@ Client frames:
                                                  its rare words ("toolcall:<id>", "topic:<id>"...)
   regenerate  {message_id}                       answer a user message (or a reply's) again
   ping        {}                                 answered with pong
+  typing      {text}                             the composer's text while the person types: its
+                                                 memory query is embedded ahead (3+ non-space
+                                                 characters, CHAT_PREFETCH_TYPING), so the send
+                                                 that follows finds the vector cached. Answers
+                                                 nothing (`invalid` if text is not a string),
+                                                 stores and logs nothing, counts against no
+                                                 limit; one embedding in flight per socket, a
+                                                 newer text replacing the one waiting for it
 
 Server events (sent to every socket on the conversation):
   message          {message_id, role, parent_id, client_id, html}   user message stored
@@ -74,6 +82,7 @@ from chat.processes import PROCESS
 from chat.rendering import message_html
 from config.limits import LimitReached
 from config.models import ActionAllowance
+from memory.embedders import get_embedder, query_text
 from memory.errors import MemoryStoreError, NotFound
 from memory.lifecycle import deleting, forgetting
 from memory.models import Conversation, Message
@@ -81,7 +90,10 @@ from memory.storage import store
 
 logger = logging.getLogger(__name__)
 
-CLIENT_FRAMES = {"send", "stop", "edit", "delete", "restore", "forget", "regenerate", "ping"}
+CLIENT_FRAMES = {"send", "stop", "edit", "delete", "restore", "forget", "regenerate", "ping", "typing"}
+
+# Non-space characters a composer's text needs before it is embedded ahead (`typing`).
+TYPED_AHEAD_MIN_CHARS = 3
 
 
 # The stop signals of the turns this process runs, by conversation: Stop from a tab opened after
@@ -231,6 +243,10 @@ class ChatConsumer(AsyncWebsocketConsumer):
         self.stop_event = asyncio.Event()
         self.reply_id: str | None = None
         self.busy = False  # from a send until its reply is done (upkeep queueing may follow)
+        # Typing ahead: the embedding of the composer's text in flight, and the newest text
+        # waiting for it to finish (frame_typing).
+        self.typing_task: asyncio.Task | None = None
+        self.typing_next: str | None = None
         self.token_frames = TokenFrames(self._send_tokens)  # to this socket
         # To the other tabs, through the channel layer: fewer, larger frames (with Redis each
         # is a few round trips out, and one back in for every socket of the conversation).
@@ -326,6 +342,35 @@ class ChatConsumer(AsyncWebsocketConsumer):
 
     async def frame_ping(self, frame: dict) -> None:
         await self.send(text_data=json.dumps({"type": "pong"}))
+
+    async def frame_typing(self, frame: dict) -> None:
+        """Embed the composer's text as the memory query ahead of its send. Never waited for:
+        the embedding runs on the embedder's threads, and a socket has one in flight at most
+        (a frame arriving meanwhile replaces the text waiting for it: only the newest is
+        embedded next, the ones in between never)."""
+        text = frame.get("text")
+        if not isinstance(text, str):
+            raise FrameError("invalid", "text must be a string")
+        if not settings.CHAT_PREFETCH_TYPING:
+            return
+        query = query_text(text)
+        if len("".join(query.split())) < TYPED_AHEAD_MIN_CHARS:
+            return
+        if self.typing_task is not None and not self.typing_task.done():
+            self.typing_next = query
+            return
+        self.typing_next = None
+        self.typing_task = asyncio.ensure_future(self._type_ahead(query))
+
+    async def _type_ahead(self, query: str) -> None:
+        while query is not None:
+            try:
+                pending = get_embedder().prefetch_query([query])  # None: cached or in flight
+                if pending is not None:
+                    await asyncio.wrap_future(pending)
+            except Exception:  # noqa: BLE001 - best effort: the turn embeds the query itself
+                logger.debug("typing-ahead embedding failed")  # no text: it is a draft
+            query, self.typing_next = self.typing_next, None
 
     async def frame_send(self, frame: dict) -> None:
         content = frame.get("content")

@@ -444,6 +444,9 @@ CHAT_DB_THREADS = env_int("CHAT_DB_THREADS", 24, minimum=1)
 # (every turn started, and every edit, delete, restore and forget), and turns running at once.
 CHAT_RATE_LIMIT_PER_MINUTE = env_int("CHAT_RATE_LIMIT_PER_MINUTE", 30, minimum=1)
 CHAT_MAX_CONCURRENT_TURNS = env_int("CHAT_MAX_CONCURRENT_TURNS", 2, minimum=1)
+# Embed the composer's text while the person types (the `typing` frame), so a turn finds its
+# question's vector cached instead of waiting for it.
+CHAT_PREFETCH_TYPING = env_bool("CHAT_PREFETCH_TYPING", True)
 # A running turn renews its slot every third of this; the slot of a server that died without
 # giving it back lapses this long after its last renewal (at once when that server ran here).
 CHAT_TURN_HOLD_SECONDS = env_int("CHAT_TURN_HOLD_SECONDS", 120, minimum=10)

@@ -332,6 +332,20 @@
       form.requestSubmit();
     }
   });
+  // Typing ahead: when the person pauses, the server is sent the composer's text to embed its
+  // question before it is sent (only changed text of 3+ characters; never queued while closed).
+  let typingTimer = null;
+  let typedAhead = "";
+  input.addEventListener("input", () => {
+    clearTimeout(typingTimer);
+    typingTimer = setTimeout(() => {
+      const text = input.value.trim();
+      if (text.length < 3 || text === typedAhead) return;
+      if (!socket || socket.readyState !== WebSocket.OPEN) return;
+      typedAhead = text;
+      socket.send(JSON.stringify({ type: "typing", text: text }));
+    }, 300);
+  });
   stopButton.addEventListener("click", () => send({ type: "stop" }));
 
   function openEditor(row) {

@@ -99,6 +99,12 @@ class Command(BaseCommand):
             "is its cost alone, with nothing of the turn running beside it",
         )
         parser.add_argument(
+            "--typed-ahead", action="store_true",
+            help="every other measured turn has its question embedded first, as the composer's "
+            "typing frame does while the person types; those turns are printed on a line of "
+            "their own, the turn line counting the others",
+        )
+        parser.add_argument(
             "--window", type=int, default=0,
             help="the model's context window in tokens (default: CHAT_CONTEXT_TOKENS or CHAT_MODEL's)",
         )
@@ -388,6 +394,9 @@ class Command(BaseCommand):
         # The part of the turn the chat waits for before it asks the model: it writes the
         # snapshot after the first token (chat.turn), so the request waits for the rest only.
         until_request: list[float] = []
+        # --typed-ahead: the turns whose question was embedded before they started (cost, CPU,
+        # until the model's request), apart from the others.
+        ahead: dict[str, list[float]] = {"cost": [], "cpu": [], "until_request": [], "embed_wait": []}
         allocation = allocate(opts.get("window") or None)
         sent: dict[str, list[int]] = {}
         strategy = ""
@@ -409,6 +418,13 @@ class Command(BaseCommand):
             text = f"{PROBES[turn % len(PROBES)]} (turn {turn + 1} at {size:,})"
             if profiler and turn >= 0:
                 profiler.enable()
+            typed_ahead = opts.get("typed_ahead") and turn >= 0 and turn % 2 == 1
+            if typed_ahead:
+                # The person's typing time: the composer's typing frame had the question embedded
+                # (chat.consumers.frame_typing) before Enter; waited for, outside the turn.
+                pending = get_embedder().prefetch_query([query_text(text)])
+                if pending is not None:
+                    pending.result()
             collector.counting = turn >= 0
             if turn == 0:
                 server_before = _server_counters()
@@ -447,6 +463,13 @@ class Command(BaseCommand):
             t4 = time.perf_counter()
             if turn < 0:
                 store_message(user, live, "assistant", "warm-up answer", embed=False)
+                continue
+            if typed_ahead:
+                ahead["cost"].append((t3 - t0) * 1000)
+                ahead["until_request"].append((t2 - t0) * 1000)
+                ahead["cpu"].append((c3 - c0) * 1000)
+                ahead["embed_wait"].append(plan.timings_ms.get("search_embed_wait", 0.0))
+                store_message(user, live, "assistant", f"answer {turn} about {text}", embed=False)
                 continue
             costs.append((t3 - t0) * 1000)
             until_request.append((t2 - t0) * 1000)
@@ -510,6 +533,22 @@ class Command(BaseCommand):
             f"writes after the first token): p50 {row['until_request_p50']:.1f} ms, "
             f"p95 {row['until_request_p95']:.1f} ms"
         )
+        if ahead["cost"]:
+            ahead_costs = sorted(ahead["cost"])
+            row["typed_ahead_p50"] = statistics.median(ahead_costs)
+            row["typed_ahead_p95"] = _percentile(ahead_costs, 95)
+            self.stdout.write(
+                f"           typed ahead ({len(ahead_costs)} turns alternated with the "
+                f"{len(costs)} above, each question embedded before its turn as while the person "
+                f"typed): turn p50 {row['typed_ahead_p50']:.1f} ms, p95 {row['typed_ahead_p95']:.1f} ms, "
+                f"cpu p50 {statistics.median(ahead['cpu']):.1f} ms; until the model's request p50 "
+                f"{statistics.median(ahead['until_request']):.1f} ms, "
+                f"p95 {_percentile(sorted(ahead['until_request']), 95):.1f} ms; the search waited for "
+                f"the question's vector p50 {statistics.median(ahead['embed_wait']):.1f} ms, p95 "
+                f"{_percentile(sorted(ahead['embed_wait']), 95):.1f} ms (the others: "
+                f"{statistics.median(timings.get('search_embed_wait', [0.0])):.1f} / "
+                f"{_percentile(sorted(timings.get('search_embed_wait', [0.0])), 95):.1f})"
+            )
         median = {zone: statistics.median(v) for zone, v in sent.items()}
         self.stdout.write(
             f"           sent to the model per turn (median tokens, window {allocation.window:,}): "
