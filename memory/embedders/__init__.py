@@ -44,8 +44,10 @@ QUERY_MAX_CHARS = 2000
 
 
 def query_text(query: str) -> str:
-    """The text embedded as the memory query for `query` (the chat starts it early)."""
-    return (query or "").strip()[:QUERY_MAX_CHARS]
+    """The text embedded as the memory query for `query` (the chat starts it early, and the
+    composer's typing ahead sends at most QUERY_MAX_CHARS of it: the same text either way, even
+    where the cut falls after a space)."""
+    return (query or "").strip()[:QUERY_MAX_CHARS].rstrip()
 
 
 def _on_device_arguments(model: str, cache_size: int) -> tuple:

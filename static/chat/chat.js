@@ -333,13 +333,14 @@
     }
   });
   // Typing ahead: when the person pauses, the server is sent the composer's text to embed its
-  // question before it is sent (only changed text of 3+ characters; never queued while closed).
+  // question before it is sent (only changed text of 3+ characters, at most the 2,000 the
+  // memory query keeps, so a pasted document is not uploaded twice; never queued while closed).
   let typingTimer = null;
   let typedAhead = "";
   input.addEventListener("input", () => {
     clearTimeout(typingTimer);
     typingTimer = setTimeout(() => {
-      const text = input.value.trim();
+      const text = input.value.trim().slice(0, 2000);
       if (text.length < 3 || text === typedAhead) return;
       if (!socket || socket.readyState !== WebSocket.OPEN) return;
       typedAhead = text;

@@ -68,4 +68,13 @@ def test_pausing_in_the_composer_embeds_the_question_on_the_server(daphne_here, 
         # Sent on pauses: the text as it stood then, trimmed, never the too-short "hi".
         assert typing[-1] == question and all(question.startswith(t) and len(t) >= 3 for t in typing)
         assert calls.count("hi") == 0
+        # A pasted document: only what the memory query keeps is sent, not the whole paste.
+        # (Its 2,000th character a space: the cut the memory query makes there is the same.)
+        head = fresh("the pasted page") + " "
+        pasted = head + "a" * (1999 - len(head)) + " " + "more of the page " * 200
+        page.locator("#composer-input").fill(pasted)
+        assert calls.asked(pasted).wait(60), "the paste's memory query was never embedded ahead"
+        page.evaluate("1")
+        typing = [json.loads(frame)["text"] for frame in sent if '"typing"' in frame]
+        assert typing[-1] == pasted[:2000]
         browser.close()
