@@ -403,14 +403,10 @@ def _save_snapshot(owner, conversation: Conversation, user_message: Message, rep
     draft = drafts.draft_row(owner, conversation, reply.id, user_message, snapshot, mode)
     rows = [row for row in (snapshot, draft) if row is not None]
     writes = [insert_statement(r) for r in rows]
-    # The check of what the turn read and both writes: one round trip, Postgres' one transaction.
-    # When something it read was forgotten meanwhile, a transaction that also scrubs it.
-    gone = None
-    if not forgetting.written_if_none_gone(owner, reply.seen, writes):
-        with transaction.atomic():
-            gone = forgetting.gone_since_read(owner, dict(reply.seen), then=writes)
-            if gone:  # forgotten since the plan showed it: the snapshot keeps none of its words
-                forgetting.scrub(owner, gone)
+    # The check of what the turn read and both writes: one round trip, Postgres' one transaction;
+    # what was forgotten since the plan showed it is scrubbed from them (the snapshot keeps none
+    # of its words).
+    forgetting.write_checked(owner, reply.seen, writes)
     for row in rows:
         inserted(row)
     drafts.begun(draft)

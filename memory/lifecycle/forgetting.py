@@ -263,6 +263,20 @@ def written_if_none_gone(owner, seen: dict[str, list[str]], writes: Sequence[tup
     return True
 
 
+
+def write_checked(owner, seen: dict[str, list[str]], writes: Sequence[tuple[str, list[Any]]]) -> Overlap:
+    """What a running turn writes from what it read (`seen`), written so that nothing forgotten
+    meanwhile survives in it: one round trip while all of it is there (written_if_none_gone),
+    else a transaction that locks what is left, writes, and scrubs what is gone from what it
+    wrote. Returns what was gone (empty when nothing was)."""
+    if written_if_none_gone(owner, seen, writes):
+        return Overlap([])
+    with transaction.atomic():
+        gone = gone_since_read(owner, dict(seen), then=writes)
+        if gone:
+            scrub(owner, gone)
+    return gone
+
 # --- forgetting: the cascade, in one place ------------------------------------------------------
 
 
