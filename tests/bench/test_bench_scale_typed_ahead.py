@@ -15,7 +15,9 @@ from tests.chat.test_typing import ModelCalls
 
 @pytest.fixture
 def model_calls(monkeypatch) -> list[str]:
-    """The texts the embedding model is asked for."""
+    """The texts the embedding model is asked for (the process's cache emptied first: an earlier
+    test's bench turns asked the same questions)."""
+    get_embedder()._cache.clear()
     return ModelCalls(monkeypatch).texts
 
 

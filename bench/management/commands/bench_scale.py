@@ -370,7 +370,7 @@ class Command(BaseCommand):
         from memory.context.budget import allocate
         from memory.context.index_builder import prepare_context, query_text, snapshot_row
         from memory.embedders import get_embedder
-        from memory.lifecycle.forgetting import gone_since_read, read_by, written_if_none_gone
+        from memory.lifecycle.forgetting import read_by, write_checked
         from memory.models import Conversation
         from memory.storage.inserts import insert_statement, inserted
         from memory.storage.store import embed_pending, store_message
@@ -449,9 +449,7 @@ class Command(BaseCommand):
             # The check and the snapshot's insert in one round trip, as the chat sends them (a
             # transaction that scrubs only when something read was forgotten meanwhile).
             snapshot = snapshot_row(plan, user, live, message)
-            if not written_if_none_gone(user, seen, [insert_statement(snapshot)]):
-                with transaction.atomic():
-                    gone_since_read(user, seen, then=[insert_statement(snapshot)])
+            write_checked(user, seen, [insert_statement(snapshot)])
             inserted(snapshot)
             t3 = time.perf_counter()
             c3 = time.process_time()
@@ -648,8 +646,12 @@ def _over_median(timings: dict[str, list[float]], turns: list[dict[str, float]])
 def _server_counters() -> dict[str, int]:
     """Postgres' work that could land on a turn: checkpoints, (auto)vacuum and analyze runs of
     memory's tables, WAL written and full-page images in it. Empty where the statistics views
-    differ (before Postgres 17)."""
+    differ (before Postgres 17). This connection's own statistics are flushed first (a backend
+    reports them at most once a second when left alone, so a short run could read none of its
+    WAL): the flush happens as the backend goes idle after the first statement."""
     try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_stat_force_next_flush()")
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute(
                 "SELECT (SELECT num_done FROM pg_stat_checkpointer), "
