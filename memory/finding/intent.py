@@ -198,3 +198,73 @@ def without_name(query: str, name: str) -> str:
     stripped = re.sub(rf"\b{re.escape(name)}(?:'s|’s|s')?(?!\w)", " ", query, flags=re.I)
     stripped = " ".join(stripped.split())
     return stripped if re.search(r"\w", stripped) else query
+
+
+# A question asking for several members of a kind ("What activities does Melanie partake in?",
+# "Which European countries has Maria been to?", "What are Melanie's hobbies?", "What kinds of
+# pets…"): "what / which", then a noun phrase whose head is plural, or a plural "kinds / types /
+# sorts of" (a singular "kind of" takes a plural head: "what kind of books"), then the rest of the
+# question (a verb, its subject, or its end). A question about one value is not one: "How many
+# bikes do I own now?" (a count), "What is my dog's name?" (a singular head), "What kind of car
+# do I drive?" (one kind), "Which song motivates Caroline…" (a verb, not a plural). Times are
+# asked by asks_when, not here ("what days", "which years").
+_NOUN = r"[A-Za-z][a-z]+(?:-[a-z]+)?"
+_OPENS_LIST = re.compile(
+    r"\b(?i:what|which)\s+"
+    r"(?:(?P<kind>(?i:kinds|types|sorts|kind|type|sort))\s+of\s+)?"
+    rf"(?P<phrase>(?:{_NOUN}\s+){{0,2}}?{_NOUN})"
+    rf"(?=\s*[?.!,]|\s*$|\s+(?:(?i:{_AUX[3:-1]})|I|you|he|she|we|they)\b)",
+)
+_OPENS_LIST_OF_SOMEONE = re.compile(
+    r"\b(?i:what|which)\s+(?i:are|were)\s+(?:some\s+(?:of\s+)?)?(?:the\s+)?"
+    r"(?:(?:[A-Z]\w*\s+and\s+)?(?:my|his|her|their|our|your|[A-Z]\w*'s|[A-Z]\w*s')\s+"
+    r"(?:and\s+[A-Z]\w*'s\s+)?)?"
+    rf"(?P<phrase>(?:{_NOUN}\s+){{0,2}}?{_NOUN})"
+    r"(?=\s*[?.!,]|\s*$|\s+(?:that|which|who|he|she|they|i|you|we|[A-Z]\w*)\b)",
+)
+_IRREGULAR_PLURALS = frozenset(
+    [
+        "people", "children", "men", "women", "feet", "teeth", "mice", "geese", "clothes", "folks",
+        "kids", "police", "cattle"
+    ]
+)
+_NOT_PLURAL = re.compile(r"(?:ss|us|is|ics|ous|'s)$")
+_NOT_MEMBERS = frozenset(
+    [
+        "does", "has", "was", "is", "this", "its", "yes", "less", "plus", "always", "sometimes",
+        "perhaps", "afterwards", "besides", "thus", "days", "dates", "months", "years", "weeks",
+        "weekends", "weekdays", "times", "hours", "minutes", "seconds", "seasons", "ages", "news"
+    ]
+)
+_NOT_IN_PHRASE = frozenset(
+    [
+        "a", "an", "the", "of", "to", "do", "did", "does", "is", "are", "was", "were", "has", "have",
+        "had", "my", "his", "her", "their", "our", "your", "you", "i", "we", "he", "she", "they", "it",
+        "this", "that", "these", "those", "there", "some", "any"
+    ]
+)
+
+
+def _plural(word: str) -> bool:
+    word = word.lower()
+    if word in _IRREGULAR_PLURALS:
+        return True
+    return len(word) > 3 and word.endswith("s") and not _NOT_PLURAL.search(word) and word not in _NOT_MEMBERS
+
+
+def asks_for_members(question: str) -> str | None:
+    """The kind `question` asks several members of ("activities" of "What activities does Melanie
+    partake in?", "European countries", "pets" of "What kinds of pets…"), or None when it asks
+    about one value ("How many bikes do I own now?", "What is my dog's name?")."""
+    for pattern in (_OPENS_LIST, _OPENS_LIST_OF_SOMEONE):
+        for m in pattern.finditer(question.strip()):
+            words = m.group("phrase").split()
+            if any(w.lower() in _NOT_IN_PHRASE or re.fullmatch(_AUX, w.lower()) for w in words):
+                continue
+            head = words[-1]
+            if head.lower() in _NOT_MEMBERS:
+                continue
+            kind = (m.groupdict().get("kind") or "").lower()
+            if _plural(head) or kind in ("kinds", "types", "sorts"):
+                return " ".join(words)
+    return None
