@@ -84,8 +84,6 @@ SCOPED_WEIGHT = 0.0
 SCOPED_LIFT_ONLY = 1
 # 1: the scoped list asks the question with the name kept (the trial's control).
 SCOPED_KEEP_NAME = 0
-# 1: asked only of questions asking for several members of a kind (intent.asks_for_members).
-SCOPED_GUARD = 0
 # The same question's words (without the name) against that person's turns, by BM25: its weight.
 SCOPED_KEYWORD_WEIGHT = 0.0
 # Evidence spread over chats: in the final order, a turn loses DIVERSITY_SHIFT for each turn of its

@@ -296,8 +296,6 @@ def _scoped_candidates(owner, query, filters, k, results, *lists) -> tuple[list[
     name no speaker (a person's own chats) never asks it."""
     if not (fusion.SCOPED_WEIGHT or fusion.SCOPED_KEYWORD_WEIGHT) or filters.speaker:
         return [], []
-    if fusion.SCOPED_GUARD and intent.asks_for_members(query) is None:
-        return [], []
     speaker = intent.named_speaker(query, (row[9] for rows in lists for row in rows if len(row) > 9))
     if speaker is None:
         return [], []

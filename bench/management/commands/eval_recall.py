@@ -65,8 +65,7 @@ TUNABLES: dict[str, tuple[Any, Callable[[str], Any]]] = {
         (fusion, float),
     ),
     **dict.fromkeys(
-        ("NEIGHBOR_SEEDS", "PRESENT_POOL", "LINK_SEEDS", "LINK_POOL", "SCOPED_LIFT_ONLY", "SCOPED_KEEP_NAME",
-         "SCOPED_GUARD"),
+        ("NEIGHBOR_SEEDS", "PRESENT_POOL", "LINK_SEEDS", "LINK_POOL", "SCOPED_LIFT_ONLY", "SCOPED_KEEP_NAME"),
         (fusion, int),
     ),
     **dict.fromkeys(("BM25_K1", "BM25_B"), (candidates, float)),
