@@ -74,18 +74,6 @@ SESSION_GAP = dt.timedelta(hours=3)
 LINK_SHARE = 0.5
 LINK_SEEDS = 3
 LINK_POOL = 100
-# A question naming one speaker of an import ("What has Melanie painted?") is asked again,
-# without the name, of that person's own turns (memory.finding.search): the speaker-scoped list,
-# its scores as z-scores over its own candidates, weighs SCOPED_WEIGHT. 0: not asked.
-SCOPED_WEIGHT = 0.0
-# 1: the scoped list only lifts (its z above its mean; nothing for a turn it did not return, so
-# the other speakers' turns lose nothing: a question may name the wrong person); 0: fused as the
-# other two lists are (a turn it did not return scores its floor).
-SCOPED_LIFT_ONLY = 1
-# 1: the scoped list asks the question with the name kept (the trial's control).
-SCOPED_KEEP_NAME = 0
-# The same question's words (without the name) against that person's turns, by BM25: its weight.
-SCOPED_KEYWORD_WEIGHT = 0.0
 # Evidence spread over chats: in the final order, a turn loses DIVERSITY_SHIFT for each turn of its
 # own conversation already placed above it, so another chat's best turn can take a place.
 DIVERSITY_SHIFT = 1.0
@@ -170,7 +158,7 @@ def _standardised(values: dict[Any, float]) -> tuple[dict[Any, float], float]:
 
 def fuse(
     owner, vector_rows, keyword_rows, limit, boosts: QueryBoosts | None = None, expand=None,
-    fallbacks: list[dict[str, Any]] | None = None, scoped_rows=(), scoped_keyword_rows=(),
+    fallbacks: list[dict[str, Any]] | None = None,
 ) -> tuple[list[tuple[tuple[str, str], float]], dict[tuple[str, str], dict[str, Any]]]:
     """Fuse per unit (message, chunk or tool call): each list's best score per unit, as z-scores
     over that list's candidates, weighted and summed; then the period boost; then the turns two
@@ -179,19 +167,15 @@ def fuse(
 
     Returns the best `limit` units, as ((kind, id), score) best first, and what the lists knew
     of every unit (its logical message, passage text, ranks, similarity, timestamp). A step
-    that took too long is left out, and said in `fallbacks`. `scoped_rows`: the speaker-scoped
-    list (see SCOPED_WEIGHT), a third list fused as the other two."""
+    that took too long is left out, and said in `fallbacks`."""
     info: dict[tuple[str, str], dict[str, Any]] = {}
 
     def unit_key(row) -> tuple[str, str]:
         message_id, tool_call_id = row[0], row[1]
         return ("tool_call", tool_call_id) if tool_call_id else ("message", message_id)
 
-    raw: dict[str, dict[tuple[str, str], float]] = {
-        "vector": {}, "keyword": {}, "scoped": {}, "scoped_keyword": {}
-    }
-    for source, rows in (("vector", vector_rows), ("keyword", keyword_rows), ("scoped", scoped_rows),
-                         ("scoped_keyword", scoped_keyword_rows)):
+    raw: dict[str, dict[tuple[str, str], float]] = {"vector": {}, "keyword": {}}
+    for source, rows in (("vector", vector_rows), ("keyword", keyword_rows)):
         rank = 0
         for row in rows:
             key = unit_key(row)
@@ -203,7 +187,7 @@ def fuse(
             entry[f"{source}_rank"] = rank
             if source == "vector":
                 entry["similarity"] = float(row[4])
-            elif "vector_rank" not in entry and (source == "keyword" or "keyword_rank" not in entry):
+            elif "vector_rank" not in entry:
                 entry["text"] = row[3]
             if len(row) > 5:
                 entry["timestamp"] = row[5]
@@ -215,19 +199,11 @@ def fuse(
                 entry.setdefault("speaker", row[9])
     z_vector, floor_vector = _standardised(raw["vector"])
     z_keyword, floor_keyword = _standardised(raw["keyword"])
-    z_scoped, floor_scoped = _standardised(raw["scoped"])
-    scoped = SCOPED_WEIGHT if z_scoped else 0.0
-    z_scoped_keyword, _ = _standardised(raw["scoped_keyword"])
     scores: dict[tuple[str, str], float] = {}
     for key, entry in info.items():
         scores[key] = VECTOR_WEIGHT * z_vector.get(key, floor_vector) + KEYWORD_WEIGHT * z_keyword.get(
             key, floor_keyword
         )
-        if scoped:
-            z = z_scoped.get(key, 0.0 if SCOPED_LIFT_ONLY else floor_scoped)
-            scores[key] += scoped * (max(0.0, z) if SCOPED_LIFT_ONLY else z)
-        if z_scoped_keyword:
-            scores[key] += SCOPED_KEYWORD_WEIGHT * max(0.0, z_scoped_keyword.get(key, 0.0))
         if boosts is not None:
             scores[key] += boosts.bonus(entry.get("timestamp"), entry.get("periods")) + boosts.shift(entry)
     if boosts is not None:
@@ -249,7 +225,6 @@ def fuse(
                 f"the turns around the best results took more than {settings.VECTOR_SEARCH_TIMEOUT_MS} ms "
                 "to read; ranked without them")})
     floor = VECTOR_WEIGHT * floor_vector + KEYWORD_WEIGHT * floor_keyword
-    floor += 0.0 if SCOPED_LIFT_ONLY else scoped * floor_scoped
     for key, entry in neighbours.items():
         info[key] = entry
         scores[key] = floor + (
@@ -268,11 +243,12 @@ def _shift_other_speakers(query: str, scores: dict[tuple[str, str], float], info
     named speakers lose SPEAKER_SHIFT: the person's own words answer what they did or think."""
     if not SPEAKER_SHIFT:
         return
-    named = intent.named_speaker(query, (entry.get("speaker") for entry in info.values()))
-    if named is None:
+    speakers = {entry["speaker"] for entry in info.values() if entry.get("speaker")}
+    named = [s for s in speakers if re.search(rf"\b{re.escape(s)}\b", query, re.I)]
+    if len(named) != 1:
         return
     for key, entry in info.items():
-        if key in scores and entry.get("speaker") and entry["speaker"] != named:
+        if key in scores and entry.get("speaker") and entry["speaker"] != named[0]:
             scores[key] -= SPEAKER_SHIFT
 
 

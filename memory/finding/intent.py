@@ -182,19 +182,3 @@ def only_asks(text: str) -> bool:
     asked = [s for s in sentences if s.endswith("?")]
     told = [s for s in sentences if not s.endswith("?") and len(s.split()) > 3]
     return bool(asked) and not told
-
-
-def named_speaker(query: str, speakers) -> str | None:
-    """The one of `speakers` (the names an import recorded) that `query` names, or None when it
-    names none or several ("What has Melanie painted?" names Melanie)."""
-    named = [s for s in set(speakers) if s and re.search(rf"\b{re.escape(s)}\b", query, re.I)]
-    return named[0] if len(named) == 1 else None
-
-
-def without_name(query: str, name: str) -> str:
-    """`query` without `name` and its possessive: what is asked about that person ("What has
-    Melanie painted?" -> "What has painted?"). The question searches that person's own turns,
-    where the name says nothing: in its vector, it pulls toward the turns that address them."""
-    stripped = re.sub(rf"\b{re.escape(name)}(?:'s|’s|s')?(?!\w)", " ", query, flags=re.I)
-    stripped = " ".join(stripped.split())
-    return stripped if re.search(r"\w", stripped) else query

@@ -41,7 +41,6 @@ from django.conf import settings
 from django.db import connection
 
 from memory.embedders import get_embedder
-from memory.finding import fusion, intent
 from memory.finding.candidates import (
     _keyword_candidates,
     _timed_vector_candidates,
@@ -122,9 +121,6 @@ class SearchFilters:
     reader: str | None = None
     # The ids of the conversations left out (see sql), read once per search; None: not yet read.
     private: tuple[str, ...] | None = None
-    # Only the turns of this speaker (the name an import recorded: the last line of a passage's
-    # context, "Melanie:"); the speaker-scoped list of search().
-    speaker: str | None = None
 
     def sql(self, owner_id: int | None = None) -> tuple[str, list[Any]]:
         """The filters as SQL on passages `p`. With `owner_id`, the conversations memory does
@@ -154,9 +150,6 @@ class SearchFilters:
         )
         if not include_tools:
             clauses.append("p.kind = 'message'")
-        if self.speaker:
-            clauses.append("(p.context = %s OR right(p.context, %s) = %s)")
-            params.extend([f"{self.speaker}:", len(self.speaker) + 2, f"\n{self.speaker}:"])
         return "".join(f" AND {c}" for c in clauses), params
 
 
@@ -269,43 +262,14 @@ def search(
         results.timings_ms["vector_after_keyword"] = round((time.perf_counter() - started) * 1000, 2)
     else:
         vector_rows = _timed_vector_candidates(owner, query, filters, k, results, query_vector)
-    scoped_rows, scoped_keyword_rows = _scoped_candidates(
-        owner, query, filters, k, results, vector_rows, keyword_rows
-    )
     if exclude:
         vector_rows = [r for r in vector_rows if r[2] not in exclude]
         keyword_rows = [r for r in keyword_rows if r[2] not in exclude]
-        scoped_rows = [r for r in scoped_rows if r[2] not in exclude]
-        scoped_keyword_rows = [r for r in scoped_keyword_rows if r[2] not in exclude]
 
     ranked, info = fuse(owner, vector_rows, keyword_rows, limit, boosts=boosts, expand=(filters, exclude),
-                        fallbacks=results.fallbacks, scoped_rows=scoped_rows,
-                        scoped_keyword_rows=scoped_keyword_rows)
+                        fallbacks=results.fallbacks)
     results.hits = _hits(owner, ranked, info)
     return results
-
-
-def _scoped_candidates(owner, query, filters, k, results, *lists) -> tuple[list[tuple], list[tuple]]:
-    """The speaker-scoped list: when the question names exactly one of the speakers the two
-    lists found (an import's "speaker"), the question without that name, by meaning, against
-    that person's own turns only. "What exercises has John done?" is answered by John's
-    "I'm doing kickboxing", which shares no word with it; among John's turns the name says
-    nothing, and in the question's vector it pulls toward the turns that address him ("Hey
-    John!"). On LoCoMo's dev questions naming one speaker, the multi-hop evidence among the
-    speaker's first 25 turns: 95 of 161 with the name, 106 without. A memory whose turns
-    name no speaker (a person's own chats) never asks it."""
-    if not (fusion.SCOPED_WEIGHT or fusion.SCOPED_KEYWORD_WEIGHT) or filters.speaker:
-        return [], []
-    speaker = intent.named_speaker(query, (row[9] for rows in lists for row in rows if len(row) > 9))
-    if speaker is None:
-        return [], []
-    started = time.perf_counter()
-    asked = query if fusion.SCOPED_KEEP_NAME else intent.without_name(query, speaker)
-    scoped = replace(filters, speaker=speaker)
-    rows = _vector_candidates(owner, asked, scoped, k, results) if fusion.SCOPED_WEIGHT else []
-    words = _keyword_candidates(owner, asked, scoped, k, results) if fusion.SCOPED_KEYWORD_WEIGHT else []
-    results.timings_ms["scoped"] = round((time.perf_counter() - started) * 1000, 2)
-    return rows, words
 
 
 # Near results shown at most, apart from the matches.

@@ -60,14 +60,11 @@ TUNABLES: dict[str, tuple[Any, Callable[[str], Any]]] = {
         (
             "KEYWORD_WEIGHT", "VECTOR_WEIGHT", "PERIOD_BOOST", "REPLY_SHARE", "NEIGHBOR_SHARE", "ROLE_SHIFT",
             "SPEAKER_SHIFT", "QUESTION_SHIFT", "PRESENT_BOOST", "SESSION_SHARE", "DIVERSITY_SHIFT",
-            "ABSENT_Z", "LINK_SHARE", "WHEN_BOOST", "SCOPED_WEIGHT", "SCOPED_KEYWORD_WEIGHT",
+            "ABSENT_Z", "LINK_SHARE", "WHEN_BOOST",
         ),
         (fusion, float),
     ),
-    **dict.fromkeys(
-        ("NEIGHBOR_SEEDS", "PRESENT_POOL", "LINK_SEEDS", "LINK_POOL", "SCOPED_LIFT_ONLY", "SCOPED_KEEP_NAME"),
-        (fusion, int),
-    ),
+    **dict.fromkeys(("NEIGHBOR_SEEDS", "PRESENT_POOL", "LINK_SEEDS", "LINK_POOL"), (fusion, int)),
     **dict.fromkeys(("BM25_K1", "BM25_B"), (candidates, float)),
     "CONTEXT_PARENT_CHARS": (store_module, int),
     "CONTEXT_SPEAKER": (store_module, lambda v: v.lower() in ("1", "true", "yes")),
