@@ -410,3 +410,34 @@ def test_against_a_file_that_is_not_a_questions_file_is_refused_before_any_impor
         with pytest.raises(CommandError, match="--against"):
             call_command("eval_recall", str(DATA), "--against", str(path),
                          stdout=io.StringIO(), stderr=io.StringIO())
+
+
+def test_where_missed_places_each_expected_turn_left_out_of_the_first_ten(eval_recall, tmp_path):
+    # The expected turn, Noor's, in a session of its own, shares no word and little meaning with
+    # the question; thirteen turns of the session before repeat its words.
+    turns = [("Bea", f"Noor and I talked about the sports we play, week {n}.", "D1") for n in range(12)]
+    turns += [("Noor", "Sports we play: we talked about them all week.", "D1"),
+              ("Noor", "The cat slept on the warm windowsill all afternoon.", "D2")]
+    with (tmp_path / "pitch.history.jsonl").open("w") as history:
+        for n, (speaker, text, session) in enumerate(turns):
+            day = 11 if session == "D1" else 12
+            turn = {"conversation": "pitch", "role": "user" if speaker == "Noor" else "assistant",
+                    "speaker": speaker, "content": text, "timestamp": f"2024-05-{day}T08:{n:02d}:00Z",
+                    "external_id": f"pitch:{session}:{n + 1}"}
+            history.write(json.dumps(turn) + "\n")
+    (tmp_path / "pitch.queries.jsonl").write_text(json.dumps(
+        {"query": "What sports does Noor play?", "expected": ["pitch:D2:14"], "category": "multi-hop"}
+    ) + "\n")
+    out, _ = eval_recall("--where-missed", "multi-hop", folder=tmp_path)
+    line = next(line for line in out.splitlines() if "pitch:D2:14 " in line)
+    fused = int(line.split("fused ")[1].split()[0].rstrip("*"))
+    assert fused > 10
+    # Both lists fetch it (the name is in its context, "Noor:"); it is the named person's; its
+    # own words share none of the question's once the name is left out, its context (the end of
+    # the turn before) two.
+    assert "vector " in line and "keyword " in line and line.count("*") == 2
+    assert "by named yes shares - (context: play,sport)" in line
+    counts = next(line.split() for line in out.splitlines() if line.startswith("multi-hop "))
+    # missed, not fetched, fetched sharing a word, fetched sharing none, by the named person, a
+    # turn two places away in the first 10 (none: the turns before it are another session's)
+    assert counts[1:] == ["1", "0", "1", "0", "1", "0"]

@@ -24,6 +24,7 @@ import contextlib
 import datetime as dt
 import json
 import logging
+import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -40,7 +41,7 @@ from django.db.models import Q
 
 from memory.embedders import get_embedder
 from memory.finding import candidates, fusion
-from memory.finding.candidates import _keyword_candidates, _vector_candidates
+from memory.finding.candidates import _keyword_candidates, _vector_candidates, query_lexemes
 from memory.finding.search import SearchFilters, SearchResults, search
 from memory.knowledge import entities, graph
 from memory.models import Entity, Message, Passage
@@ -107,6 +108,7 @@ class Dataset:
     turns: dict[str, str]  # external_id -> content, in file order
     queries: list[dict]
     sessions: dict[str, str] = field(default_factory=dict)  # external_id -> its session (conversation)
+    speakers: dict[str, str] = field(default_factory=dict)  # external_id -> its speaker, when named
 
     @property
     def folder(self) -> str:
@@ -144,12 +146,14 @@ def load_datasets(
             continue
         if cid in datasets:
             raise CommandError(f"{history}: {cid!r} is already in {datasets[cid].history.parent}")
-        turns, sessions, last = {}, {}, None
+        turns, sessions, speakers, last = {}, {}, {}, None
         for lineno, turn in read_jsonl(history):
             if not turn.get("external_id"):
                 raise CommandError(f"{history}:{lineno}: a turn without external_id can't be scored")
             turns[str(turn["external_id"])] = turn.get("content") or ""
             sessions[str(turn["external_id"])] = str(turn.get("conversation") or "")
+            if turn.get("speaker"):
+                speakers[str(turn["external_id"])] = str(turn["speaker"])
             with contextlib.suppress(CommandError):  # import_history reports a bad timestamp
                 when = question_moment(turn.get("timestamp"), f"{history}:{lineno}")
                 last = max(last, when) if last and when else when or last
@@ -168,7 +172,7 @@ def load_datasets(
             asked = question_moment(query.get("question_date"), f"{queries_file}:{lineno}")
             query = {**query, "expected": list(dict.fromkeys(map(str, expected))), "as_of": asked or last}
             queries.append(query)
-        datasets[cid] = Dataset(cid, history, turns, queries[:limit_queries], sessions)
+        datasets[cid] = Dataset(cid, history, turns, queries[:limit_queries], sessions, speakers)
     if only and (unknown := sorted(set(only) - set(datasets))):
         raise CommandError(f"no history {unknown[0]!r} in {', '.join(folders)}")
     return list(datasets.values())
@@ -373,6 +377,10 @@ class Command(BaseCommand):
                                  "and @10 rose or fell against a run's --questions FILE")
         parser.add_argument("--verbose-misses", action="store_true",
                             help="print every query whose expected turns hybrid search misses in its top 10")
+        parser.add_argument("--where-missed", action="append", default=[], metavar="KIND",
+                            help="for each question of this kind (repeatable), where each expected turn "
+                                 "missing from hybrid's top 10 is: its rank in the fused list, in each "
+                                 "candidate list and whether they fetch it, its speaker, the words it shares")
         parser.add_argument("--keep", action="store_true",
                             help="keep the scratch database, and reuse its imported histories when it "
                                  "exists (run once without --keep after changing how memory is stored)")
@@ -409,6 +417,8 @@ class Command(BaseCommand):
             users = {d.id: self._import(d) for d in datasets}
             import_s = time.perf_counter() - started
             scores, misses, seconds = self._run_queries(datasets, users)
+            if opts["where_missed"]:
+                self._where_missed(out, datasets, users, set(opts["where_missed"]))
             ablated = {
                 label: self._run_queries(datasets, users, ("hybrid",), changes)[0]["hybrid"]
                 for label, changes in (ABLATIONS.items() if opts["ablate"] else ())
@@ -526,6 +536,37 @@ class Command(BaseCommand):
                             misses.extend(miss_lines(dataset, query, ranked))
                     bar.update()
         return scores, misses, seconds
+
+    @staticmethod
+    def _where_missed(out, datasets: list[Dataset], users: dict, kinds: set[str]) -> None:
+        """--where-missed: a line per expected turn missing from the first 10, then the counts."""
+        found = [
+            row for d in datasets for query in d.queries if query.get("category") in kinds
+            for row in missed_evidence(users[d.id], d, query)
+        ]
+        out.write("where the expected turns missing from hybrid's first 10 are (fused: rank in "
+                  f"hybrid's list; vector, keyword: rank in each list, * when among the {CANDIDATES} "
+                  "it fetches; by named: the turn's speaker is the one the question names)")
+        for row in found:
+            ranks = " ".join(
+                f"{name} {row[name] or '-'}{'*' if row.get(f'{name}_pool') else ''}"
+                for name in ("fused", "vector", "keyword")
+            )
+            context = f" (context: {','.join(row['context_shares'])})" if row["context_shares"] else ""
+            out.write(f"  [{row['category']}] {shorten(row['query'], 60)} | {row['turn']} {ranks} "
+                      f"by named {row['by_named']} shares {','.join(row['shares']) or '-'}{context}"
+                      f" | {shorten(row['text'], 70)}")
+        out.write("")
+        out.write(f"{'category':<16}{'missed':>8}{'not fetched':>13}{'fetched, a word':>17}"
+                  f"{'fetched, none':>15}{'by named':>10}{'2 turns away in 10':>20}")
+        for kind in sorted({row["category"] for row in found}):
+            rows = [row for row in found if row["category"] == kind]
+            fetched = [row for row in rows if row["vector_pool"] or row["keyword_pool"]]
+            worded = sum(1 for row in fetched if row["shares"] or row["context_shares"])
+            out.write(f"{kind:<16}{len(rows):>8}{len(rows) - len(fetched):>13}{worded:>17}"
+                      f"{len(fetched) - worded:>15}{sum(1 for r in rows if r['by_named'] == 'yes'):>10}"
+                      f"{sum(1 for r in rows if r['near']):>20}")
+        out.write("")
 
     def _table(self, out, folder: str, results: dict, embedder: str) -> None:
         recall, sessions = results["recall"], results["session_recall"]
@@ -767,6 +808,69 @@ def miss_lines(dataset: Dataset, query: dict, ranked: list[str]) -> list[str]:
     if ranked:
         lines.append(f"    first    {ranked[0]}: {shorten(dataset.turns.get(ranked[0], ''))}")
     return lines
+
+
+# How deep --where-missed reads each list for a turn's rank.
+WHERE_DEPTH = 2000
+
+
+def missed_evidence(user, dataset: Dataset, query: dict) -> list[dict]:
+    """Where each expected turn of `query` that hybrid search leaves out of its first 10 is: its
+    rank in the fused list (of the candidates search() fetches for 25 results), in the vector
+    and keyword lists (read WHERE_DEPTH deep) and whether each list fetches it; whether its
+    speaker is the one the question names; the question's words (lexemes, the named person's
+    left out) its text shares, and those only its context (the end of the turn it replies to)
+    holds; whether a turn two places away in its session is in the first 10."""
+    turn_of = dict(Message.objects.owned_by(user).logical().values_list("pk", "external_id"))
+    text = query["query"]
+
+    def ranked(ids) -> list[str]:
+        return [i for i in dict.fromkeys(turn_of.get(i) for i in ids) if i is not None]
+
+    first = ranked(h.message_id for h in search(user, text, limit=max(KS), as_of=query["as_of"]).hits)[:10]
+    missed = [e for e in query["expected"] if e not in first]
+    if not missed:
+        return []
+    fused = ranked(h.message_id for h in search(
+        user, text, limit=200, candidates=CANDIDATES, as_of=query["as_of"]).hits)
+    lists = {
+        name: [row[2] for row in fetch(user, text, SearchFilters(), WHERE_DEPTH, SearchResults(text))]
+        for name, fetch in (("vector", _vector_candidates), ("keyword", _keyword_candidates))
+    }
+    named = {s for s in set(dataset.speakers.values()) if re.search(rf"\b{re.escape(s)}\b", text, re.I)}
+    asked = set(query_lexemes(text)) - _lexemes(" ".join(named))
+    order = list(dataset.turns)
+    rows = []
+    for turn in missed:
+        passage = (Passage.objects.owned_by(user).filter(logical_message__external_id=turn, kind="message")
+                   .order_by("index").values_list("text", "context").first()) or ("", "")
+        in_text, in_context = asked & _lexemes(passage[0]), asked & _lexemes(passage[1])
+        at = order.index(turn)
+        near = [order[j] for j in (at - 2, at - 1, at + 1, at + 2) if 0 <= j < len(order)]
+        session = _session(turn)
+        row = {"category": query.get("category") or "none", "query": text, "turn": turn,
+               "fused": fused.index(turn) + 1 if turn in fused else None, "text": dataset.turns[turn],
+               "shares": sorted(in_text), "context_shares": sorted(in_context - in_text),
+               "near": any(n in first and _session(n) == session for n in near),
+               "by_named": ("yes" if dataset.speakers.get(turn) in named else "no") if named else "-"}
+        for name, ids in lists.items():
+            order_of = ranked(ids)
+            row[name] = order_of.index(turn) + 1 if turn in order_of else None
+            row[f"{name}_pool"] = turn in ranked(ids[:CANDIDATES])
+        rows.append(row)
+    return rows
+
+
+def _lexemes(text: str) -> set[str]:
+    """Every English lexeme of `text` (Postgres' stemming and stop words, as the keyword list's)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT tsvector_to_array(to_tsvector('english', %s))", [text or ""])
+        return set(cursor.fetchone()[0])
+
+
+def _session(turn: str) -> str:
+    """A turn's session, from its id where the id names one (LoCoMo's "conv-26:D3:7" is D3)."""
+    return turn.rsplit(":", 1)[0] if turn.count(":") >= 2 else ""
 
 
 def shorten(text: str, width: int = 160) -> str:
