@@ -192,11 +192,20 @@ def read_by(owner, value: Any) -> dict[str, list[str]]:
     # as much CPU building those as the rest of this step).
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT id, content, edit_history FROM memory_message WHERE owner_id = %s AND id = ANY(%s)",
-            [owner.pk, ids],
+            "SELECT id, content, edit_history FROM memory_message "
+            "WHERE owner_id = %s AND id = ANY(%s::text[])",
+            [owner.pk, text_array(ids)],
         )
         rows = cursor.fetchall()
     return {pk: _texts(content, _json(history)) for pk, content, history in rows}
+
+
+def text_array(values: Sequence[str]) -> str:
+    """Postgres' text of an array of `values` (`%s::text[]`), every element quoted: one string
+    parameter. A turn sends ~75 ids three times; psycopg adapting a list element by element
+    took ~0.15 ms of the turn's CPU each time, this ~0.01."""
+    quoted = (v.replace("\\", "\\\\").replace('"', '\\"') for v in values)
+    return "{" + ",".join(f'"{v}"' for v in quoted) + "}"
 
 
 def _json(value: Any) -> Any:
@@ -220,7 +229,8 @@ def gone_since_read(
     if ids:
         statements[:0] = [
             turn_lock.shared_statement(owner),
-            ("SELECT id FROM memory_message WHERE owner_id = %s AND id = ANY(%s)", [owner.pk, ids]),
+            ("SELECT id FROM memory_message WHERE owner_id = %s AND id = ANY(%s::text[])",
+             [owner.pk, text_array(ids)]),
         ]
     if not statements:
         return Overlap([])
@@ -255,8 +265,8 @@ def written_if_none_gone(owner, seen: dict[str, list[str]], writes: Sequence[tup
     if ids:
         statements[:0] = [
             turn_lock.shared_statement(owner),
-            ("SELECT 1 / (count(*) = %s)::int FROM memory_message WHERE owner_id = %s AND id = ANY(%s)",
-             [len(ids), owner.pk, ids]),
+            ("SELECT 1 / (count(*) = %s)::int FROM memory_message WHERE owner_id = %s "
+             "AND id = ANY(%s::text[])", [len(ids), owner.pk, text_array(ids)]),
         ]
     if not statements:
         return True

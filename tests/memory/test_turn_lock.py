@@ -84,11 +84,11 @@ def _snapshot(owner, conversation, text: str) -> ContextSnapshot:
 
 
 REMOVING_PATHS = {
-    "forget_message": lambda owner, conversation, secret: forget_message(owner, secret.pk),
-    "delete_conversation": lambda owner, conversation, secret: delete_conversation(owner, conversation.pk),
-    "end_temporary_chat": lambda owner, conversation, secret: erasing.end_temporary_chat(owner, conversation.pk),
-    "forget_everything": lambda owner, conversation, secret: erasing.forget_everything(owner),
-    "forget_left_out": lambda owner, conversation, secret: forget_left_out(owner, [SECRET], [conversation.pk]),
+    "forget_message": lambda owner, conv, msg: forget_message(owner, msg.pk),
+    "delete_conversation": lambda owner, conv, msg: delete_conversation(owner, conv.pk),
+    "end_temporary_chat": lambda owner, conv, msg: erasing.end_temporary_chat(owner, conv.pk),
+    "forget_everything": lambda owner, conv, msg: erasing.forget_everything(owner),
+    "forget_left_out": lambda owner, conv, msg: forget_left_out(owner, [SECRET], [conv.pk]),
 }
 
 
@@ -137,7 +137,8 @@ def test_a_turn_checking_while_a_forget_runs_sees_the_message_gone_once_it_commi
 
 
 def test_a_turn_of_one_person_never_holds_up_another_persons_forget(owner, stranger, secret):
-    theirs = store_message(stranger, Conversation.objects.create(owner=stranger), "user", "my locker code is 5521")
+    elsewhere = Conversation.objects.create(owner=stranger)
+    theirs = store_message(stranger, elsewhere, "user", "my locker code is 5521")
     with transaction.atomic():
         assert not gone_since_read(owner, {secret.pk: [SECRET]})
         path = Path(lambda: forget_message(stranger, theirs.pk))
@@ -159,3 +160,13 @@ def test_a_turns_check_locks_no_message_row(owner, conversation, secret):
             assert path.finished() == [secret.pk]
         except DatabaseError as exc:  # "could not obtain lock on row": the check locked it
             pytest.fail(f"the turn's check locked the message's row: {exc}")
+
+
+def test_the_ids_a_turn_read_reach_postgres_as_they_are(owner, conversation, secret):
+    from memory.lifecycle.forgetting import read_by, text_array
+
+    odd = ["a,b", 'say "hi"', "back\\slash", "{brace}", "NULL", " spaced ", "", "ünï"]
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT %s::text[]", [text_array(odd)])
+        assert cursor.fetchone()[0] == odd
+    assert read_by(owner, {"plan": [secret.pk, "01ARZ3NDEKTSV4RRFFQ69G5FAV"]}) == {secret.pk: [SECRET]}
