@@ -144,6 +144,34 @@ def snapshot(rounds: int) -> None:
         with connection.cursor() as cursor:
             for table in tables:
                 cursor.execute(f"DROP TABLE IF EXISTS {table}")
+    _checks_alone(owner, cases)
+
+
+def _checks_alone(owner, cases) -> None:
+    """Each check alone, EXPLAIN (ANALYZE, WAL, BUFFERS), rolled back: what a row lock writes."""
+    from django.db import connection, transaction
+
+    from memory.lifecycle import turn_lock
+    from memory.lifecycle.forgetting import text_array
+
+    plain = "SELECT 1 / (count(*) = %s)::int FROM memory_message WHERE owner_id = %s AND id = ANY(%s::text[])"
+    for label, sql, shared in (("row locks (73153bb)", ROW_LOCKS, False), ("turn lock", plain, True)):
+        found = []
+        for _snap, _whole, seen in cases:
+            ids = sorted(seen)
+            with transaction.atomic(), connection.cursor() as cursor:
+                if shared:
+                    cursor.execute(*turn_lock.shared_statement(owner))
+                cursor.execute("EXPLAIN (ANALYZE, WAL, BUFFERS, FORMAT JSON) " + sql,
+                               [len(ids), owner.pk, text_array(ids) if shared else ids])
+                plan = cursor.fetchone()[0]
+                plan = (json.loads(plan) if isinstance(plan, str) else plan)[0]
+                found.append((plan["Execution Time"], plan["Plan"].get("WAL Records", 0),
+                               plan["Plan"].get("WAL Bytes", 0)))
+                transaction.set_rollback(True)
+        print(f"the check alone, {label}: execution median {statistics.median(f[0] for f in found):.3f} ms, "
+              f"WAL records {statistics.median(f[1] for f in found):.0f}, "
+              f"WAL bytes {statistics.median(f[2] for f in found):.0f}")
 
 
 def vector(rounds: int) -> None:
