@@ -173,7 +173,7 @@ def context_detail(request: HttpRequest, snapshot_id: str) -> HttpResponse:
             for c in calls
         ],
         "custom_instructions": _custom_instructions(snap),
-        "plan": json.dumps(snap.plan, indent=2, ensure_ascii=False, default=str)[:20000],
+        "plan": json.dumps(snap.whole_plan(), indent=2, ensure_ascii=False, default=str)[:20000],
         "text_chars": len(snap.text),
     }
     return render(request, "explorer/context.html", context)

@@ -787,6 +787,6 @@ def snapshot_row(
         hits=data["hits"],
         fallbacks=plan.fallbacks,
         tools_offered=plan.tool_names,
-        plan=data,
+        plan=ContextSnapshot.plan_to_store(data),  # the rest is in the columns (whole_plan)
         build_ms=plan.build_ms,
     )

@@ -12,6 +12,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from memory.knowledge.entities import remove_mentions
+from memory.lifecycle import turn_lock
 from memory.models import Message, Passage, SemanticCacheEntry, Topic, TopicMembership
 from memory.organizing.topic_updates import refresh
 from memory.storage import store, versions
@@ -50,6 +51,7 @@ def delete_conversation(owner, conversation_id: str) -> None:
     at once (their labels and summaries lose its words; empty ones go), and upkeep is queued for
     the rest (entities only it mentioned)."""
     with transaction.atomic():
+        turn_lock.hold_off_turns(owner)  # no turn keeps what it read here (turn_lock)
         conversation = store.get_conversation(owner, conversation_id)
         ids = list(
             Message.objects.owned_by(owner).filter(conversation=conversation, is_chunk=False)

@@ -19,6 +19,7 @@ from django.conf import settings
 from django.db import connection, models, transaction
 from django.utils import timezone
 
+from memory.lifecycle import turn_lock
 from memory.lifecycle.deleting import delete_conversation
 from memory.models import Conversation, MemoryVersion, Message, Preferences
 from memory.storage import versions
@@ -32,6 +33,9 @@ def end_temporary_chat(owner, conversation_id: str) -> bool:
     """Delete a temporary chat with everything in it (the person left it); False when there is
     no such temporary chat of theirs (a remembered one is never deleted here)."""
     with transaction.atomic():
+        # Before the conversation's row lock: a turn writing into it holds the turn lock and
+        # then needs that row (its foreign keys), so the other order could deadlock.
+        turn_lock.hold_off_turns(owner)
         conversation = (
             Conversation.objects.owned_by(owner).filter(pk=conversation_id, temporary=True)
             .select_for_update().first()
@@ -89,6 +93,7 @@ def forget_everything(owner) -> dict[str, Any]:
         "topics": Topic.objects.owned_by(owner).count(),
     }
     with transaction.atomic(), connection.cursor() as cursor:
+        turn_lock.hold_off_turns(owner)  # the turns writing now are deleted with the rest
         for model, condition in _owned_tables():
             cursor.execute(f"DELETE FROM {model._meta.db_table} WHERE {condition}", [owner.pk])
         # Every cache keyed by the memory version now misses.

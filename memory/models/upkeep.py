@@ -3,6 +3,8 @@ leases, the rolling conversation summary, the memory version, the semantic cache
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
@@ -45,6 +47,41 @@ class ContextSnapshot(models.Model):
     class Meta:
         ordering = ["-created_at"]
         indexes = [models.Index(fields=["owner", "conversation", "-created_at"], name="snapshot_owner_conv")]
+
+    # Keys of the plan (ContextPlan.as_json) that the row holds in columns of their own: stored
+    # there only. With them and the index text (the end of `text`) the plan was ~60% of a
+    # snapshot's bytes, all compressed on every turn's write (docs/benchmarks.md, "Eleventh pass").
+    PLAN_IN_COLUMNS = (
+        "query", "strategy", "reason", "budget", "tokens_by_zone", "included_ids", "hits", "fallbacks",
+        "build_ms",
+    )
+    # The parts of `text` before the index, in order (index_builder.ContextPlan.system_prompt).
+    PROMPT_PARTS = ("custom_instructions", "instructions", "summary")
+
+    @classmethod
+    def plan_to_store(cls, plan: dict[str, Any]) -> dict[str, Any]:
+        """The plan as a snapshot stores it: without what its columns and `text` hold."""
+        return {k: v for k, v in plan.items() if k not in cls.PLAN_IN_COLUMNS and k != "text"}
+
+    def whole_plan(self) -> dict[str, Any]:
+        """The plan as the turn made it: the stored keys, those kept in columns, and the index
+        text (what `text` holds after the custom instructions, the memory instructions and the
+        summary). Snapshots stored before keep their whole plan, which is returned as stored.
+        Keys in jsonb's order (shorter first), as a stored plan reads."""
+        stored = self.plan if isinstance(self.plan, dict) else {}
+        whole = {k: getattr(self, k) for k in self.PLAN_IN_COLUMNS}
+        whole.update(stored)
+        if "text" not in whole:
+            parts = (stored.get(k) for k in self.PROMPT_PARTS)
+            prefix = "\n\n".join(p for p in parts if isinstance(p, str) and p)
+            text = self.text or ""
+            if not prefix:
+                whole["text"] = text
+            elif text.startswith(prefix + "\n\n"):
+                whole["text"] = text[len(prefix) + 2 :]
+            else:  # no index, or a forget scrubbed the two apart: the whole prompt
+                whole["text"] = "" if text == prefix else text
+        return dict(sorted(whole.items(), key=lambda kv: (len(kv[0].encode()), kv[0].encode())))
 
 
 class UpkeepRun(models.Model):

@@ -97,7 +97,7 @@ def test_the_snapshot_stores_what_the_model_saw(owner, conversation):
     snap = ContextSnapshot.objects.owned_by(owner).get(pk=snap.pk)
     assert snap.strategy == plan.strategy
     assert snap.tokens_by_zone == plan.tokens_by_zone
-    assert snap.plan["text"] == plan.text
+    assert snap.whole_plan()["text"] == plan.text
     assert snap.tools_offered == plan.tool_names
 
 
@@ -248,3 +248,42 @@ def test_the_overview_reads_the_period_summaries_and_top_topics_the_orm_reads(ow
 
         assert shown(top) == shown(orm)
     assert periods["today"].top_topics == [{"label": "kites of " + owner.username, "count": 2}]
+
+
+def _as_stored(plan) -> dict:
+    import json
+
+    return json.loads(json.dumps(plan.as_json(), default=str))
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("custom", ["", "Answer in French, briefly."])
+def test_a_snapshot_stores_its_plan_once_and_gives_it_back_whole(owner, conversation, small_thresholds,
+                                                                  custom):
+    texts = ["hello there", "we fixed the boiler on Tuesday", "hi", "thanks"]
+    add_turns(owner, conversation, texts, embed=False)
+    plan = prepare_context(owner, conversation, "what about the boiler?", custom_instructions=custom)
+    assert plan.text and plan.hits is not None
+    snap = save_snapshot(plan, owner, conversation)
+    snap = ContextSnapshot.objects.get(pk=snap.pk)
+    # What its own columns and the prompt hold is stored there only.
+    assert not {"text", "hits", "included_ids", "query"} & snap.plan.keys()
+    assert snap.whole_plan() == _as_stored(plan)
+    # A snapshot stored whole (before) reads the same, keys in the order Postgres gives them.
+    before = ContextSnapshot.objects.get(pk=snap.pk)
+    before.pk = None
+    before.plan = _as_stored(plan)
+    before.save(force_insert=True)
+    before = ContextSnapshot.objects.get(pk=before.pk)
+    assert before.whole_plan() == snap.whole_plan()
+    assert list(before.whole_plan()) == list(before.plan) == list(snap.whole_plan())
+
+
+@pytest.mark.django_db
+def test_a_whole_plan_without_an_index_text_is_not_the_prompt(owner, conversation):
+    plan = {"custom_instructions": "Be brief.", "instructions": "You have a memory."}
+    snap = ContextSnapshot(owner=owner, conversation=conversation, strategy="full",
+                           text="Be brief.\n\nYou have a memory.", plan=plan)
+    assert snap.whole_plan()["text"] == ""
+    snap.text += "\n\nINDEX"
+    assert snap.whole_plan()["text"] == "INDEX"
