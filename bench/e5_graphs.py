@@ -8,10 +8,11 @@ folder: a cached file of another version in .data/models would be removed by mod
 is a file built before (copy .data/models/multilingual-e5-small-int8-v4-*-g8.onnx aside before
 the new graph replaces it). Both run as the chat runs them (E5Onnx: one thread a call, no
 spinning, the same session options), in one process, alternated call by call so the machine's
-load falls on both alike. Prints, with the load average before and after:
+load falls on both alike. Prints, with the load average before and after the timings:
 - the vectors of every real question and passage (eval_recall's datasets: LoCoMo's and
-  LongMemEval's questions and turns, shuffled, seed 7): lowest and median cosine of NEW's to
-  OLD's, and how many texts' pooled outputs are bit for bit the same;
+  LongMemEval's questions and turns, shuffled, seed 7, each turn's first 320 tokens, a
+  passage as an import cuts it): lowest and median cosine of NEW's to OLD's, and how many
+  texts' pooled outputs are bit for bit the same;
 - a question's embedding (E5Onnx.query: tokens, inputs, the graph, the norm), one question at a
   time: median and p95 ms of each, and the ratio of the medians;
 - passages in calls of 6 (an import's calls, E5Embedder.BULK_PER_CALL): texts a second by the
@@ -54,6 +55,13 @@ def eval_texts(folder: Path, questions: int, passages: int, seed: int = 7) -> tu
     rng.shuffle(asked)
     rng.shuffle(said)
     return asked[:questions], said[:passages]
+
+
+def first_passage(model, text: str, tokens: int = 320) -> str:
+    """The start of `text` that fits a passage of the default window (EMBEDDING_WINDOW_TOKENS)."""
+    while model.token_count(text) > tokens:
+        text = text[: int(len(text) * 0.8)]
+    return text
 
 
 def p95(values: list[float]) -> float:
@@ -184,13 +192,12 @@ def main(argv: list[str] | None = None) -> None:
             new_path = e5_onnx.model_file(weights, Path(folder), NAME)
         paths = {"OLD": args.old, "NEW": new_path}
         models = {label: e5_onnx.E5Onnx(weights, path, 1) for label, path in paths.items()}
-        questions, passages = eval_texts(args.eval, args.questions, args.passages)
+        questions, turns = eval_texts(args.eval, args.questions, args.passages)
+        passages = [first_passage(models["OLD"], turn) for turn in turns]  # as an import cuts them
         print(f"load average {load_average()}; OLD {paths['OLD'].name}, NEW {paths['NEW'].name}", flush=True)
         for label, path in paths.items():
             written, optimised = node_counts(path)
             print(f"{label}: {written} nodes written, {optimised} as ONNX Runtime runs them", flush=True)
-        print("comparing vectors ...", flush=True)
-        print(agreement(models["OLD"], models["NEW"], questions, passages), flush=True)
         print(f"timing {len(questions)} questions, one at a time, alternated ...", flush=True)
         times = questions_timed(models, questions)
         for label, values in times.items():
@@ -201,6 +208,8 @@ def main(argv: list[str] | None = None) -> None:
         for label, (clock, cpu) in rates.items():
             print(f"{label}: {clock:.1f} passages/s, {cpu:.1f} per CPU-second")
         print(f"NEW / OLD, per CPU-second: {rates['NEW'][1] / rates['OLD'][1]:.3f}")
+        print(f"load average {load_average()}; comparing vectors ...", flush=True)
+        print(agreement(models["OLD"], models["NEW"], questions, passages), flush=True)
         if args.profile:
             for label, path in paths.items():
                 print("\n".join(profile(weights, path, questions[:60], label)), flush=True)
