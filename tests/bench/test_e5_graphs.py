@@ -25,7 +25,7 @@ def test_it_compares_two_graphs_on_real_texts_and_prints_every_figure(tmp_path, 
                        r"lowest (\S+),", out)
     assert lowest and float(lowest.group(1)) > 0.99999
     assert "bit for bit the same for 6 of 6" in out
-    for line in ("OLD: a question", "NEW: a question", "NEW / OLD, medians:", "per CPU-second",
+    for line in ("round 1", "OLD: a question", "NEW: a question", "NEW / OLD, medians:", "per CPU-second",
                  "nodes written", "as ONNX Runtime runs them", "load average"):
         assert line in out, line
 
