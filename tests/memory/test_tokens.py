@@ -53,10 +53,9 @@ def test_lines_joined_are_counted_exactly_without_encoding_the_whole_text(lines)
     assert tokens.count_joined(lines) == _exact("\n".join(lines))
 
 
-def test_an_index_counted_by_its_lines_encodes_only_the_lines_it_has_not_seen(monkeypatch):
-    lines = ["Memory Levels:", "", '  - topic 1 "redis" (3 messages)', "FACTS:", "- the user lives in Porto"]
-    assert tokens.count_joined(lines) == _exact("\n".join(lines))
-    encoded = []
+def _spy_on_encoding(monkeypatch) -> tuple[list[str], object]:
+    """The texts tokens encodes from now on (a list that grows), and the real encoding."""
+    encoded: list[str] = []
     real = tokens.encoding()
 
     class Spy:
@@ -65,6 +64,13 @@ def test_an_index_counted_by_its_lines_encodes_only_the_lines_it_has_not_seen(mo
             return real.encode_ordinary(text)
 
     monkeypatch.setattr(tokens, "encoding", lambda: Spy())
+    return encoded, real
+
+
+def test_an_index_counted_by_its_lines_encodes_only_the_lines_it_has_not_seen(monkeypatch):
+    lines = ["Memory Levels:", "", '  - topic 1 "redis" (3 messages)', "FACTS:", "- the user lives in Porto"]
+    assert tokens.count_joined(lines) == _exact("\n".join(lines))
+    encoded, real = _spy_on_encoding(monkeypatch)
     more = [*lines, "- the user works at Acme"]
     assert tokens.count_joined(more) == len(real.encode_ordinary("\n".join(more)))
     # The lines before the last two were counted with the newline that follows them already.
@@ -91,15 +97,7 @@ def test_an_indented_section_is_counted_line_by_line(monkeypatch):
         f'  - S{i:025d} [2023-04-18] user: "message {i} about the garden"' for i in range(40)
     ]
     assert tokens.count_joined(lines) == _exact("\n".join(lines))
-    encoded = []
-    real = tokens.encoding()
-
-    class Spy:
-        def encode_ordinary(self, text):
-            encoded.append(text)
-            return real.encode_ordinary(text)
-
-    monkeypatch.setattr(tokens, "encoding", lambda: Spy())
+    encoded, real = _spy_on_encoding(monkeypatch)
     newest = '  - S0000000000000000000000040 [2023-04-18] user: "message 40 about the garden"'
     more = [*lines, newest]
     assert tokens.count_joined(more) == len(real.encode_ordinary("\n".join(more)))
