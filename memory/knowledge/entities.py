@@ -246,11 +246,11 @@ def key_entities(texts: Iterable[str], limit: int = 12) -> list[str]:
 
 
 # A turn's index names the key entities of its best hits, mostly the same passages turn after
-# turn: what each holds is remembered (per process, at most 4,096 x 4,000 characters).
+# turn: what each holds is remembered (per process, at most 2,048 x 4,000 characters).
 _REMEMBERED_MAX_CHARS = 4000
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=2048)
 def _extracted(text: str) -> tuple[Found, ...]:
     return tuple(extract(text))
 
