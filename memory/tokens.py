@@ -46,18 +46,34 @@ def _count_long(text: str) -> int:
 
 def count_joined(lines: list[str]) -> int:
     """count_tokens("\n".join(lines)), without encoding the joined text: cl100k's pre-tokenizer
-    never joins a newline to a following character that is not whitespace (a piece that holds a
-    newline ends with it), so the text is counted in pieces cut after such newlines, mostly one
+    ends a piece at a newline when the next line starts with a character that is not
+    whitespace, or with an indent (spaces, tabs) and then such a character: only a run of
+    whitespace holding another newline (an empty line, a line of spaces, a carriage return) can
+    carry a piece past it. So the text is counted in pieces cut after those newlines, mostly one
     line each, whose counts are remembered. A turn's index repeats most of its lines turn after
-    turn, and encoding it whole took a millisecond."""
+    turn; the levels section's indented lines, counted as one piece, were a new text of ~8,000
+    characters on every turn (0.8 ms to encode)."""
     total = 0
     start = 0
     for i in range(len(lines) - 1):
-        following = lines[i + 1]
-        if following and not following[0].isspace():
+        if _starts_piece(lines[i + 1]):
             total += count_tokens("\n".join(lines[start : i + 1]) + "\n")
             start = i + 1
     return total + count_tokens("\n".join(lines[start:]))
+
+
+def _starts_piece(line: str) -> bool:
+    """Whether a newline before `line` ends a piece of cl100k's pre-tokenizer, whatever came
+    before it. Its whitespace patterns (`\\s*[\\r\\n]`, `\\s+(?!\\S)`) reach past a newline only
+    through more whitespace that holds a newline; `str.isspace` counts every character its `\\s`
+    does (and a few more, which can only make it answer no where yes was right)."""
+    if not line:
+        return False
+    if not line[0].isspace():
+        return True
+    rest = line.lstrip()
+    indent = line[: len(line) - len(rest)]
+    return bool(rest) and "\n" not in indent and "\r" not in indent
 
 
 def token_windows(text: str, size: int, overlap: int) -> list[tuple[int, int]]:

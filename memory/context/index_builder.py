@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,7 +40,6 @@ from memory.context.index_sections import (
     STRATEGY_WRITERS,
     DeadlinePassed,
     Writer,
-    neighbour_ids,
     simple_after_timeout,
 )
 from memory.context.tools import select_tools
@@ -51,7 +49,6 @@ from memory.finding.search import SearchFilters, SearchHit, search
 from memory.knowledge import facts
 from memory.models import ContextSnapshot, Fact, Message, PeriodSummary, Topic
 from memory.organizing import hierarchy
-from memory.storage import sessions
 from memory.tokens import count_tokens
 
 # The zones, as shares of the budget. Memory gets whatever tools and history leave.
@@ -422,10 +419,6 @@ def prepare_context(
         if any(f["kind"] == "vector_timeout" for f in results.fallbacks):
             plan.reason += "; vector search timed out, so keyword matches and recent messages only"
     plan.hits = [h.as_result() for h in hits]
-    # The best hits' session neighbours, shown under them: read on a search worker while the
-    # sections before the matches are written.
-    top_ids = neighbour_ids(hits) if strategy != "full" else []
-    ahead.around = in_worker(sessions.neighbours_many, owner, top_ids) if top_ids else None
 
     writer = Writer(memory_allowance)
     included: list[str] = []
@@ -603,8 +596,6 @@ class _Ahead:
     top_topics: list[Topic]
     facts: list[Fact]
     ms: float
-    # index_sections.neighbour_ids' session neighbours (a Future), once the hits are known.
-    around: Future | None = None
 
 
 def _read_ahead(

@@ -110,27 +110,21 @@ def _key_entities(writer: Writer, hits: list[SearchHit]) -> None:
 MATCH_NEIGHBOURS = 3  # the best hits shown with their session neighbours
 
 
-def neighbour_ids(hits: list[SearchHit]) -> list[str]:
-    """The messages among the best hits whose session neighbours the matches show."""
-    return [h.message_id for h in hits[:MATCH_NEIGHBOURS] if h.type == "message"]
-
-
 def _matches(
-    owner, plan, writer, hits, included, deadline, *, header: str, neighbours: int = MATCH_NEIGHBOURS,
-    around=None,
+    owner, plan, writer, hits, included, deadline, *, header: str, neighbours: int = MATCH_NEIGHBOURS
 ) -> None:
-    """around: neighbour_ids(hits)' sessions.neighbours_many, as a Future started while the
-    sections before were written (index_builder), or None to read them here."""
     if not hits:
         return
     writer.add("")
     writer.add(header)
     shown_sessions: set[str] = set()
-    # The best few hits bring their session neighbours, once per session,
-    # fetched in one query.
+    # The best few hits bring their session neighbours, once per session, fetched in one query
+    # on the turn's own thread: read on a worker while the sections before were written, it
+    # waited for the interpreter's lock those sections held, then for the query (the format
+    # step 0.90x with it here, 8 alternated pairs; docs/benchmarks.md, thirteenth pass).
     _check(deadline)
     top_ids = [h.message_id for h in hits[:neighbours] if h.type == "message"]
-    around = around.result() if around is not None else sessions.neighbours_many(owner, top_ids)
+    around = sessions.neighbours_many(owner, top_ids)
     recent_ids = {m.pk for m in plan.recent}
     for i, h in enumerate(hits):
         if not writer.add(_hit_line(h)):
@@ -198,7 +192,6 @@ def _snippets(
         included,
         deadline,
         header="Historical Matches (retrieve with get_message_by_id):",
-        around=ahead.around,
     )
 
 
@@ -248,7 +241,7 @@ def _samples(owner, topics: list[Topic]) -> dict[str, Message]:
     return {m.pk: m for m in Message.objects.visible_to(owner).filter(pk__in=ids)}
 
 
-def _entities_and_best_matches(owner, plan, writer, hits, included, deadline, around=None) -> None:
+def _entities_and_best_matches(owner, plan, writer, hits, included, deadline) -> None:
     """The key entities of the hits, then the ten best matches (clusters and hierarchy share it)."""
     _key_entities(writer, hits)
     _matches(
@@ -259,7 +252,6 @@ def _entities_and_best_matches(owner, plan, writer, hits, included, deadline, ar
         included,
         deadline,
         header="Best Matches (retrieve with get_message_by_id):",
-        around=around,
     )
     _check(deadline)
 
@@ -268,7 +260,7 @@ def _clusters(
     owner, plan, writer, hits, left_out, included, deadline, query_vector, ahead
 ) -> None:
     _recent_header(plan, writer, left_out, included)
-    _entities_and_best_matches(owner, plan, writer, hits, included, deadline, ahead.around)
+    _entities_and_best_matches(owner, plan, writer, hits, included, deadline)
     topics = _relevant_topics(owner, query_vector, hits, limit=8)
     if not topics:
         plan.fallbacks.append(
@@ -334,7 +326,7 @@ def _hierarchical(
                 else ""
             )
             writer.add(f'  "{t.label}": {count_of(t.message_count, "message")} {period} [topic {t.pk}]')
-    _entities_and_best_matches(owner, plan, writer, hits, included, deadline, ahead.around)
+    _entities_and_best_matches(owner, plan, writer, hits, included, deadline)
     # No top-level topic means no topic tree at all: nothing to rank.
     topics = _relevant_topics(owner, query_vector, hits, limit=4) if top else []
     if topics:

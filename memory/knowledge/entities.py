@@ -15,6 +15,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from django.db import connection, transaction
@@ -238,10 +239,20 @@ def key_entities(texts: Iterable[str], limit: int = 12) -> list[str]:
     counts: Counter[str] = Counter()
     display: dict[str, str] = {}
     for text in texts:
-        for f in set(extract(text)):
+        for f in set(_extracted(text) if len(text) <= _REMEMBERED_MAX_CHARS else extract(text)):
             counts[f.normalized] += 1
             display.setdefault(f.normalized, f.name)
     return [display[k] for k, _ in counts.most_common(limit)]
+
+
+# A turn's index names the key entities of its best hits, mostly the same passages turn after
+# turn: what each holds is remembered (per process, at most 2,048 x 4,000 characters).
+_REMEMBERED_MAX_CHARS = 4000
+
+
+@lru_cache(maxsize=2048)
+def _extracted(text: str) -> tuple[Found, ...]:
+    return tuple(extract(text))
 
 
 # --- storing -----------------------------------------------------------------------------------

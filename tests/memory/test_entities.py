@@ -116,3 +116,37 @@ def test_an_entity_no_live_message_names_goes_after_an_edit(owner, conversation,
     message.refresh_from_db()
     entities.index_messages(owner, [message])
     assert not Entity.objects.owned_by(owner).filter(normalized="bartholomew quince").exists()
+
+
+def test_key_entities_are_the_same_when_a_passage_was_read_before(monkeypatch):
+    # The index's KEY ENTITIES line: what each passage names is remembered between turns; the
+    # line is the same as reading every passage again, and a remembered passage is not read.
+    from collections import Counter
+
+    from memory.knowledge import entities
+
+    texts = [
+        "Elena and Marco flew to Lisbon on 2024-03-02; ticket LH-4471 cost 420 EUR.",
+        "Marco asked Elena about the Lisbon hotel, the Alfama one near https://example.com/stay.",
+        "The retreat in Porto: Elena books it, Marco pays. See PR #1337 and `make deploy`.",
+        "x" * (entities._REMEMBERED_MAX_CHARS + 1) + " Lisbon Porto",
+    ]
+
+    def read_again(texts, limit):
+        counts: Counter[str] = Counter()
+        display: dict[str, str] = {}
+        for text in texts:
+            for f in set(entities.extract(text)):
+                counts[f.normalized] += 1
+                display.setdefault(f.normalized, f.name)
+        return [display[k] for k, _ in counts.most_common(limit)]
+
+    first = entities.key_entities(texts, limit=15)
+    assert first == read_again(texts, 15)
+    assert "Elena" in first and "Lisbon" in first
+    read = []
+    real = entities.extract
+    monkeypatch.setattr(entities, "extract", lambda text: read.append(text) or real(text))
+    assert entities.key_entities(texts[1:], limit=15) == read_again(texts[1:], 15)[:15]
+    # Only the passage too long to remember, and read_again's own reads, went to extract.
+    assert read.count(texts[1]) == 1 and read.count(texts[3]) == 2

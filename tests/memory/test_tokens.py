@@ -53,10 +53,9 @@ def test_lines_joined_are_counted_exactly_without_encoding_the_whole_text(lines)
     assert tokens.count_joined(lines) == _exact("\n".join(lines))
 
 
-def test_an_index_counted_by_its_lines_encodes_only_the_lines_it_has_not_seen(monkeypatch):
-    lines = ["Memory Levels:", "", '  - topic 1 "redis" (3 messages)', "FACTS:", "- the user lives in Porto"]
-    assert tokens.count_joined(lines) == _exact("\n".join(lines))
-    encoded = []
+def _spy_on_encoding(monkeypatch) -> tuple[list[str], object]:
+    """The texts tokens encodes from now on (a list that grows), and the real encoding."""
+    encoded: list[str] = []
     real = tokens.encoding()
 
     class Spy:
@@ -65,7 +64,46 @@ def test_an_index_counted_by_its_lines_encodes_only_the_lines_it_has_not_seen(mo
             return real.encode_ordinary(text)
 
     monkeypatch.setattr(tokens, "encoding", lambda: Spy())
+    return encoded, real
+
+
+def test_an_index_counted_by_its_lines_encodes_only_the_lines_it_has_not_seen(monkeypatch):
+    lines = ["Memory Levels:", "", '  - topic 1 "redis" (3 messages)', "FACTS:", "- the user lives in Porto"]
+    assert tokens.count_joined(lines) == _exact("\n".join(lines))
+    encoded, real = _spy_on_encoding(monkeypatch)
     more = [*lines, "- the user works at Acme"]
     assert tokens.count_joined(more) == len(real.encode_ordinary("\n".join(more)))
     # The lines before the last two were counted with the newline that follows them already.
     assert encoded == ["- the user lives in Porto\n", "- the user works at Acme"]
+
+
+# Indents of every kind before a line's text, some holding a newline or a carriage return, and
+# whitespace-only lines: where a piece of the pre-tokenizer can run past a newline.
+_INDENTS = ["", " ", "  ", "    ", "\t", " \t", "\u00a0", "\u3000", "\x0b", "\x0c", "\x85", "\u2028",
+            "\x1c", " \r", "\r", " \n ", "\r\n"]
+_INDENTED = st.tuples(st.sampled_from(_INDENTS), _LINE).map("".join)
+
+
+@hypothesis_settings(max_examples=3000, deadline=None)
+@given(lines=st.lists(_INDENTED, max_size=12))
+def test_indented_lines_joined_are_counted_exactly(lines):
+    assert tokens.count_joined(lines) == _exact("\n".join(lines))
+
+
+def test_an_indented_section_is_counted_line_by_line(monkeypatch):
+    # The levels section lists messages indented under their heading; one line more (the newest
+    # message) encodes that line alone, not the section again.
+    lines = ["SUMMARY (messages 11-50 back):"] + [
+        f'  - S{i:025d} [2023-04-18] user: "message {i} about the garden"' for i in range(40)
+    ]
+    assert tokens.count_joined(lines) == _exact("\n".join(lines))
+    encoded, real = _spy_on_encoding(monkeypatch)
+    newest = '  - S0000000000000000000000040 [2023-04-18] user: "message 40 about the garden"'
+    more = [*lines, newest]
+    assert tokens.count_joined(more) == len(real.encode_ordinary("\n".join(more)))
+    assert encoded == [lines[-1] + "\n", newest]
+
+
+def test_a_whitespace_only_line_keeps_its_newlines_in_one_piece():
+    for lines in (["a", "   ", "  b"], ["x.", "", "\t", " y"], ["a", " \r b"], ["a", "\u2028\n c"]):
+        assert tokens.count_joined(lines) == _exact("\n".join(lines))
