@@ -14,6 +14,7 @@ from memory.dates import query_period
 from memory.finding.candidates import _keyword_candidates, _term_weights, query_lexemes
 from memory.finding.search import SearchFilters, SearchResults, search
 from memory.lifecycle import deleting
+from memory.models import Message
 from memory.storage import sessions
 from tests.memory.conftest import add_turns
 
@@ -100,6 +101,18 @@ def test_session_neighbours_in_one_query_match_the_one_by_one_answer(owner, conv
     for m in (msgs[1], msgs[3], msgs[4]):
         assert [n.pk for n in found[m.pk]] == [n.pk for n in sessions.neighbours(owner, m)]
     assert [n.pk for n in found[msgs[4].pk]] == [msgs[5].pk], "an idle gap ends a session"
+
+
+def test_session_neighbours_hold_what_an_index_line_reads_without_another_query(
+    owner, conversation, django_assert_num_queries
+):
+    msgs = add_turns(owner, conversation, ["first words", "second words", "third words"], gap_minutes=1)
+    with django_assert_num_queries(1):
+        found = sessions.neighbours_many(owner, [msgs[1].pk])
+        lines = [(n.pk, n.role, n.snippet or n.content, n.timestamp, n.position) for n in found[msgs[1].pk]]
+    assert [line[2] for line in lines] == ["first words", "third words"]
+    # The other columns are deferred, not missing: read when asked for.
+    assert found[msgs[1].pk][0].metadata == Message.objects.get(pk=msgs[0].pk).metadata
 
 
 def test_tool_filtering_offers_few_tools_and_keeps_recently_used_ones():
