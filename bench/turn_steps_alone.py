@@ -16,6 +16,9 @@ passages, embedded by the model of the commit that ran the bench), with the colu
 had since 6c3f2cf (role, conversation, periods, speaker) and without them. Only reads: it runs
 on another commit's kept history too (no migration).
 
+neighbours: the best hits' session neighbours read as a turn's index reads them (the columns an
+index line needs) and with every column, alternated call by call, the same neighbours checked.
+
   RECOLLECT_PG_DIR=/work/main/.data/pg python -m bench.turn_steps_alone snapshot \
       --database recollect_bench_scale_v4
   RECOLLECT_PG_DIR=/work/o37/.data/pg python -m bench.turn_steps_alone vector \
@@ -222,9 +225,53 @@ def vector(rounds: int) -> None:
               f"buffers {statistics.median(r[1] for r in runs):.0f}, n={len(runs)}")
 
 
+def neighbours(rounds: int) -> None:
+    """The best hits' session neighbours as a turn's index reads them (sessions.neighbours_many:
+    the columns an index line needs) against every column (the query before), alternated call by
+    call over groups of three messages spread through the history; their ids, roles and texts
+    must be the same."""
+    from django.contrib.auth import get_user_model
+
+    from memory.models import Message
+    from memory.storage import sessions
+
+    owner = get_user_model().objects.get(username="bench_scale")
+    ids = list(Message.objects.filter(owner=owner, is_chunk=False, deleted=False)
+               .order_by("pk").values_list("pk", flat=True)[:60000])[::200]
+    groups = [ids[i:i + 3] for i in range(0, len(ids) - 2, 3)]
+    narrow = sessions._NEIGHBOUR_COLUMNS
+
+    def every_column(group):
+        sessions._NEIGHBOUR_COLUMNS = "n.*"
+        try:
+            return sessions.neighbours_many(owner, group)
+        finally:
+            sessions._NEIGHBOUR_COLUMNS = narrow
+
+    def seen(found) -> list:
+        return [(k, [(n.pk, n.role, n.snippet or n.content) for n in v]) for k, v in sorted(found.items())]
+
+    times: dict[str, list[float]] = {"every column": [], "the columns an index line needs": []}
+    print(f"{len(groups)} groups of 3 messages, {rounds} rounds; load before: {_load()}")
+    for _ in range(rounds):
+        for group in groups:
+            started = time.perf_counter()
+            before = every_column(group)
+            times["every column"].append((time.perf_counter() - started) * 1000)
+            started = time.perf_counter()
+            now = sessions.neighbours_many(owner, group)
+            times["the columns an index line needs"].append((time.perf_counter() - started) * 1000)
+            assert seen(before) == seen(now), group
+    print(f"load after: {_load()}; the same neighbours for every group")
+    print("| neighbours_many, ms | median | p25 | p75 | ratio | calls |\n|---|---|---|---|---|---|")
+    base = statistics.median(times["every column"])
+    for label, runs in times.items():
+        print(_median_row(label, runs, base))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("step", choices=["snapshot", "vector"])
+    parser.add_argument("step", choices=["snapshot", "vector", "neighbours"])
     parser.add_argument("--database", required=True, help="a kept bench_scale history (not migrated here)")
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
@@ -235,7 +282,7 @@ def main() -> None:
     from django.db import connection
 
     connection.settings_dict["NAME"] = args.database
-    {"snapshot": snapshot, "vector": vector}[args.step](args.rounds)
+    {"snapshot": snapshot, "vector": vector, "neighbours": neighbours}[args.step](args.rounds)
 
 
 if __name__ == "__main__":

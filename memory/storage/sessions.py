@@ -96,8 +96,9 @@ def neighbours_of(owner, messages: list[Message], *, before: int = 1, after: int
 
 # What a turn's index reads of a best hit's neighbours (memory.context.index_sections._matches)
 # and what finding them needs; the other columns are deferred (read if asked for). Every column
-# of ~21 rows, decoded into models (metadata and edit history parsed as JSON), took ~0.3 ms
-# more a call (1.52 against 1.20 ms, medians of 300 calls on the 100k bench history).
+# of ~21 rows, decoded into models (metadata and edit history parsed as JSON), took 1.15-1.18x
+# the time (`python -m bench.turn_steps_alone neighbours`: 1.61 against 1.37 ms, 1.42 against
+# 1.24, medians of 300 and 500 calls on the 100k bench history).
 _NEIGHBOUR_COLUMNS = ", ".join(
     f"n.{c}"
     for c in ("id", "owner_id", "conversation_id", "role", "content", "snippet", "timestamp", "position")
