@@ -109,7 +109,8 @@ class ContextPlan:
 
     def system_prompt(self) -> str:
         """The plan's part of the system prompt: the person's custom instructions, the memory
-        instructions, the conversation's summary, then the index."""
+        instructions, the conversation's summary, then the index. (ContextSnapshot.whole_plan
+        splits a stored prompt by this rule: the models layer cannot import this one.)"""
         return "\n\n".join(
             p for p in (self.custom_instructions, self.instructions, self.summary, self.text) if p
         )
