@@ -79,7 +79,7 @@ LINK_POOL = 100
 # Smoothing by meaning (cluster hypothesis; Diaz 2005, Kurland & Lee): the evidence of a question
 # about one subject resembles itself more than it resembles the question, and the first hits hold
 # some of it. Among the SMOOTH_POOL best candidates (their passages' own vectors, passage to
-# passage cosine), each gains SMOOTH_SHARE of the cosine-weighted mean z (over the pool) of its
+# passage cosine), each gains SMOOTH_SHARE of the mean of cosine x z (z over the pool) of its
 # SMOOTH_K nearest others, or of its SMOOTH_K nearest among the SMOOTH_SEEDS best only (0: the
 # whole pool); the lifts are centred over the pool. CLUSTER_SHARE: the pool is cut into clusters
 # (single link, cosine at least CLUSTER_COSINE) and each member gains that share of the best z
@@ -328,7 +328,8 @@ def _smooth_by_meaning(query: str, scores: dict[tuple[str, str], float], info: d
         nearest = np.argpartition(-among, k - 1, axis=1)[:, :k]
         weights = np.take_along_axis(among, nearest, axis=1)
         weights = np.where(np.isfinite(weights), np.maximum(weights, 0.0), 0.0)
-        mean = (weights * z[nearest]).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
+        # Not normalised by the weights: with centred cosines, how near the others are counts.
+        mean = (weights * z[nearest]).sum(axis=1) / k
         lift += SMOOTH_SHARE * (mean - mean.mean())
     if CLUSTER_SHARE:
         lift += CLUSTER_SHARE * _best_in_cluster(cosine, z)
