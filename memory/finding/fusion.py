@@ -80,11 +80,11 @@ LINK_POOL = 100
 # about one subject resembles itself more than it resembles the question, and the first hits hold
 # some of it. Among the SMOOTH_POOL best candidates (their passages' own vectors, passage to
 # passage cosine), each gains SMOOTH_SHARE of the mean of cosine x z (z over the pool) of its
-# SMOOTH_K nearest others, or of its SMOOTH_K nearest among the SMOOTH_SEEDS best only (0: the
-# whole pool); the lifts are centred over the pool. CLUSTER_SHARE: the pool is cut into clusters
-# (single link, cosine at least CLUSTER_COSINE) and each member gains that share of the best z
-# of the other members of its cluster, when positive. SMOOTH_NAMED: when the question names
-# one of the candidates' speakers, only that person's turns gain. 0: off.
+# SMOOTH_K nearest others (the lifts centred over the pool); or, with SMOOTH_SEEDS, SMOOTH_SHARE
+# times its mean cosine to the SMOOTH_SEEDS best, standardised over the pool. CLUSTER_SHARE: the
+# pool is cut into clusters (single link, cosine at least CLUSTER_COSINE) and each member gains
+# that share of the best z of the other members of its cluster, when positive. SMOOTH_NAMED: when
+# the question names one of the candidates' speakers, only that person's turns gain. 0: off.
 SMOOTH_SHARE = 0.0
 SMOOTH_POOL = 100
 SMOOTH_K = 5
@@ -320,11 +320,16 @@ def _smooth_by_meaning(query: str, scores: dict[tuple[str, str], float], info: d
     values = np.array([scores[key] for key in pool])
     z = (values - values.mean()) / (values.std() or 1.0)
     lift = np.zeros(len(pool))
-    if SMOOTH_SHARE:
+    if SMOOTH_SHARE and SMOOTH_SEEDS:
+        # How near each is to the first hits, on average (a seed to the other seeds), standardised
+        # over the pool: a turn near several of the best rises.
+        seeds = cosine[:, : min(SMOOTH_SEEDS, len(pool))]
+        finite = np.isfinite(seeds)
+        near = np.where(finite, seeds, 0.0).sum(axis=1) / np.maximum(finite.sum(axis=1), 1)
+        lift += SMOOTH_SHARE * (near - near.mean()) / (near.std() or 1.0)
+    elif SMOOTH_SHARE:
         among = cosine.copy()
-        if SMOOTH_SEEDS:
-            among[:, SMOOTH_SEEDS:] = -np.inf
-        k = max(1, min(SMOOTH_K, (SMOOTH_SEEDS or len(pool)) - 1))
+        k = max(1, min(SMOOTH_K, len(pool) - 1))
         nearest = np.argpartition(-among, k - 1, axis=1)[:, :k]
         weights = np.take_along_axis(among, nearest, axis=1)
         weights = np.where(np.isfinite(weights), np.maximum(weights, 0.0), 0.0)
