@@ -95,6 +95,9 @@ SMOOTH_NAMED = 0
 # 1: the cosines are of the vectors less the pool's mean vector (what every candidate shares: the
 # speaker's name and the chat's manner in its context) - what sets each apart from the others.
 SMOOTH_CENTRED = 0
+# 1: smoothed after the neighbours' shares (the last score before the newest's lift and the order
+# across chats), not before the neighbours join.
+SMOOTH_LAST = 0
 # Evidence spread over chats: in the final order, a turn loses DIVERSITY_SHIFT for each turn of its
 # own conversation already placed above it, so another chat's best turn can take a place.
 DIVERSITY_SHIFT = 1.0
@@ -237,11 +240,16 @@ def fuse(
     if boosts is not None:
         _link_first_hits(boosts.text, scores, info)
     _share_session_scores(scores, info)
-    if boosts is not None and smooths_by_meaning():
-        started = time.perf_counter()
-        _smooth_by_meaning(boosts.text, scores, info)
-        if timings is not None:
-            timings["smooth"] = round((time.perf_counter() - started) * 1000, 3)
+
+    def smooth() -> None:
+        if boosts is not None and smooths_by_meaning():
+            started = time.perf_counter()
+            _smooth_by_meaning(boosts.text, scores, info)
+            if timings is not None:
+                timings["smooth"] = round((time.perf_counter() - started) * 1000, 3)
+
+    if not SMOOTH_LAST:
+        smooth()
     try:
         neighbours, chains = _neighbours_and_chains(owner, scores, expand)
     except OperationalError as exc:
@@ -261,6 +269,8 @@ def fuse(
             else 0.0
         )
     _share_neighbour_scores(scores, chains)
+    if SMOOTH_LAST:
+        smooth()
     if boosts is not None and boosts.present:
         _lift_the_newest(scores, info)
     return _diversified(scores, info, limit), info

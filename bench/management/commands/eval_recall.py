@@ -65,7 +65,7 @@ TUNABLES: dict[str, tuple[Any, Callable[[str], Any]]] = {
         (fusion, float),
     ),
     **dict.fromkeys(("NEIGHBOR_SEEDS", "PRESENT_POOL", "LINK_SEEDS", "LINK_POOL", "SMOOTH_POOL", "SMOOTH_K",
-                     "SMOOTH_SEEDS", "SMOOTH_NAMED", "SMOOTH_CENTRED"), (fusion, int)),
+                     "SMOOTH_SEEDS", "SMOOTH_NAMED", "SMOOTH_CENTRED", "SMOOTH_LAST"), (fusion, int)),
     **dict.fromkeys(("BM25_K1", "BM25_B"), (candidates, float)),
     "CONTEXT_PARENT_CHARS": (store_module, int),
     "CONTEXT_SPEAKER": (store_module, lambda v: v.lower() in ("1", "true", "yes")),
