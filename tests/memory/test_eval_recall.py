@@ -436,8 +436,11 @@ def test_where_missed_places_each_expected_turn_left_out_of_the_first_ten(eval_r
     # own words share none of the question's once the name is left out, its context (the end of
     # the turn before) two.
     assert "vector " in line and "keyword " in line and line.count("*") == 2
-    assert "by named yes shares - (context: play,sport)" in line
+    assert "by named yes" in line and "shares - (context: play,sport)" in line
+    # Its leaf topic (its own day) comes after the leaf of the day before, which is about sports.
+    assert " topic 2/2 " in line
     counts = next(line.split() for line in out.splitlines() if line.startswith("multi-hop "))
     # missed, not fetched, fetched sharing a word, fetched sharing none, by the named person, a
-    # turn two places away in the first 10 (none: the turns before it are another session's)
-    assert counts[1:] == ["1", "0", "1", "0", "1", "0"]
+    # turn two places away in the first 10 (none: the turns before it are another session's), in
+    # one of the 3 leaf topics nearest the question (of 2)
+    assert counts[1:] == ["1", "0", "1", "0", "1", "0", "1"]

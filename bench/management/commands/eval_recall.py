@@ -41,7 +41,7 @@ from django.db.models import Q
 
 from memory.embedders import get_embedder
 from memory.finding import candidates, fusion
-from memory.finding.candidates import _keyword_candidates, _vector_candidates, query_lexemes
+from memory.finding.candidates import _keyword_candidates, _vector_candidates, query_lexemes, vector_literal
 from memory.finding.search import SearchFilters, SearchResults, search
 from memory.knowledge import entities, graph
 from memory.models import Entity, Message, Passage
@@ -380,7 +380,8 @@ class Command(BaseCommand):
         parser.add_argument("--where-missed", action="append", default=[], metavar="KIND",
                             help="for each question of this kind (repeatable), where each expected turn "
                                  "missing from hybrid's top 10 is: its rank in the fused list, in each "
-                                 "candidate list and whether they fetch it, its speaker, the words it shares")
+                                 "candidate list and whether they fetch it, its speaker, the words it "
+                                 "shares, the place of its topic among the owner's topics")
         parser.add_argument("--keep", action="store_true",
                             help="keep the scratch database, and reuse its imported histories when it "
                                  "exists (run once without --keep after changing how memory is stored)")
@@ -546,7 +547,8 @@ class Command(BaseCommand):
         ]
         out.write("where the expected turns missing from hybrid's first 10 are (fused: rank in "
                   f"hybrid's list; vector, keyword: rank in each list, * when among the {CANDIDATES} "
-                  "it fetches; by named: the turn's speaker is the one the question names)")
+                  "it fetches; by named: the turn's speaker is the one the question names; topic: "
+                  "the place of its leaf topic among the owner's leaves, nearest the question first)")
         for row in found:
             ranks = " ".join(
                 f"{name} {row[name] or '-'}{'*' if row.get(f'{name}_pool') else ''}"
@@ -554,18 +556,21 @@ class Command(BaseCommand):
             )
             context = f" (context: {','.join(row['context_shares'])})" if row["context_shares"] else ""
             out.write(f"  [{row['category']}] {shorten(row['query'], 60)} | {row['turn']} {ranks} "
-                      f"by named {row['by_named']} shares {','.join(row['shares']) or '-'}{context}"
+                      f"by named {row['by_named']} topic {row['topic'] or '-'}/{row['topics']} "
+                      f"shares {','.join(row['shares']) or '-'}{context}"
                       f" | {shorten(row['text'], 70)}")
         out.write("")
         out.write(f"{'category':<16}{'missed':>8}{'not fetched':>13}{'fetched, a word':>17}"
-                  f"{'fetched, none':>15}{'by named':>10}{'2 turns away in 10':>20}")
+                  f"{'fetched, none':>15}{'by named':>10}{'2 turns away in 10':>20}"
+                  f"{f'topic in top {TOPIC_TOP}':>16}")
         for kind in sorted({row["category"] for row in found}):
             rows = [row for row in found if row["category"] == kind]
             fetched = [row for row in rows if row["vector_pool"] or row["keyword_pool"]]
             worded = sum(1 for row in fetched if row["shares"] or row["context_shares"])
             out.write(f"{kind:<16}{len(rows):>8}{len(rows) - len(fetched):>13}{worded:>17}"
                       f"{len(fetched) - worded:>15}{sum(1 for r in rows if r['by_named'] == 'yes'):>10}"
-                      f"{sum(1 for r in rows if r['near']):>20}")
+                      f"{sum(1 for r in rows if r['near']):>20}"
+                      f"{sum(1 for r in rows if r['topic'] and r['topic'] <= TOPIC_TOP):>16}")
         out.write("")
 
     def _table(self, out, folder: str, results: dict, embedder: str) -> None:
@@ -812,6 +817,8 @@ def miss_lines(dataset: Dataset, query: dict, ranked: list[str]) -> list[str]:
 
 # How deep --where-missed reads each list for a turn's rank.
 WHERE_DEPTH = 2000
+# --where-missed counts the turns whose leaf topic is among this many nearest the question.
+TOPIC_TOP = 3
 
 
 def missed_evidence(user, dataset: Dataset, query: dict) -> list[dict]:
@@ -820,7 +827,8 @@ def missed_evidence(user, dataset: Dataset, query: dict) -> list[dict]:
     and keyword lists (read WHERE_DEPTH deep) and whether each list fetches it; whether its
     speaker is the one the question names; the question's words (lexemes, the named person's
     left out) its text shares, and those only its context (the end of the turn it replies to)
-    holds; whether a turn two places away in its session is in the first 10."""
+    holds; whether a turn two places away in its session is in the first 10; the place of its
+    leaf topic among the owner's leaves by the question's vector (topic_ranks)."""
     turn_of = dict(Message.objects.owned_by(user).logical().values_list("pk", "external_id"))
     text = query["query"]
 
@@ -833,6 +841,7 @@ def missed_evidence(user, dataset: Dataset, query: dict) -> list[dict]:
         return []
     fused = ranked(h.message_id for h in search(
         user, text, limit=200, candidates=CANDIDATES, as_of=query["as_of"]).hits)
+    topics, leaves = topic_ranks(user, text)
     lists = {
         name: [row[2] for row in fetch(user, text, SearchFilters(), WHERE_DEPTH, SearchResults(text))]
         for name, fetch in (("vector", _vector_candidates), ("keyword", _keyword_candidates))
@@ -852,13 +861,34 @@ def missed_evidence(user, dataset: Dataset, query: dict) -> list[dict]:
                "fused": fused.index(turn) + 1 if turn in fused else None, "text": dataset.turns[turn],
                "shares": sorted(in_text), "context_shares": sorted(in_context - in_text),
                "near": any(n in first and _session(n) == session for n in near),
-               "by_named": ("yes" if dataset.speakers.get(turn) in named else "no") if named else "-"}
+               "by_named": ("yes" if dataset.speakers.get(turn) in named else "no") if named else "-",
+               "topic": topics.get(turn), "topics": leaves}
         for name, ids in lists.items():
             order_of = ranked(ids)
             row[name] = order_of.index(turn) + 1 if turn in order_of else None
             row[f"{name}_pool"] = turn in ranked(ids[:CANDIDATES])
         rows.append(row)
     return rows
+
+
+def topic_ranks(user, text: str) -> tuple[dict[str, int], int]:
+    """({external id: the best place of its leaf topics among the owner's leaves, nearest the
+    question's vector first}, the number of leaves): whether memory's topic tree holds a turn
+    with others about what is asked. A turn in no leaf yet (topics lag behind) has no place."""
+    vector = vector_literal(get_embedder().embed_query(text))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "WITH leaves AS (SELECT t.id, rank() OVER (ORDER BY t.centroid <=> %s::vector) AS place "
+            "FROM memory_topic t WHERE t.owner_id = %s AND t.centroid IS NOT NULL AND NOT EXISTS "
+            "(SELECT 1 FROM memory_topic c WHERE c.parent_id = t.id)) "
+            "SELECT m.external_id, min(l.place), (SELECT count(*) FROM leaves) FROM leaves l "
+            "JOIN memory_topicmembership tm ON tm.topic_id = l.id "
+            "JOIN memory_message m ON m.id = tm.message_id "
+            "WHERE tm.owner_id = %s AND m.external_id IS NOT NULL GROUP BY m.external_id",
+            [vector, user.pk, user.pk],
+        )
+        rows = cursor.fetchall()
+    return {row[0]: row[1] for row in rows}, rows[0][2] if rows else 0
 
 
 def _lexemes(text: str) -> set[str]:
