@@ -54,14 +54,6 @@ ROW_TAIL = (
     "p.role, p.conversation_id, p.periods, CASE WHEN right(p.context, 1) = ':' THEN "
     "substring(right(p.context, 62) from '(?:^|\n)([^\n:]{1,60}):$') END"
 )
-# With `vectors`, a last column: the passage's vector as pgvector's binary halfvec (a 4-byte
-# header, then big-endian float16s), for fusion's smoothing by meaning (memory.finding.fusion);
-# half the bytes of the full vector, and precise enough for a cosine between two passages.
-VECTOR_TAIL = f", halfvec_send(p.embedding::halfvec({settings.EMBEDDING_DIMENSIONS}))"
-
-
-def row_tail(vectors: bool) -> str:
-    return ROW_TAIL + (VECTOR_TAIL if vectors else "")
 
 
 def vector_literal(vector) -> str:
@@ -97,11 +89,9 @@ def release_connections() -> None:
         job.result()
 
 
-def _timed_vector_candidates(
-    owner, query, filters, k, results, query_vector, vectors: bool = False
-) -> list[tuple]:
+def _timed_vector_candidates(owner, query, filters, k, results, query_vector) -> list[tuple]:
     started = time.perf_counter()
-    rows = _vector_candidates(owner, query, filters, k, results, query_vector, vectors=vectors)
+    rows = _vector_candidates(owner, query, filters, k, results, query_vector)
     results.timings_ms["vector"] = round((time.perf_counter() - started) * 1000, 2)
     return rows
 
@@ -166,13 +156,10 @@ _LARGE_MEMORIES: dict[tuple, tuple[float, Any]] = {}
 _LARGE_MEMORY_TTL = 60.0
 
 
-def _vector_candidates(
-    owner, query, filters, k, results, query_vector=None, *, again=False, vectors: bool = False
-) -> list[tuple]:
+def _vector_candidates(owner, query, filters, k, results, query_vector=None, *, again=False) -> list[tuple]:
     """query_vector: the query's vector, or a callable that waits for it (asked for once the
     rows it will be compared with are counted), or None to embed the query here. again: the
-    read on a new connection after the first one was found broken. vectors: each row ends with
-    its passage's vector (row_tail)."""
+    read on a new connection after the first one was found broken."""
     embedder = get_embedder()
     where, params = filters.sql(owner.pk)
     searchable = (
@@ -182,7 +169,7 @@ def _vector_candidates(
     )
     sql = (
         "SELECT p.message_id, p.tool_call_id, p.logical_message_id, p.text, "
-        "1 - (p.embedding <=> %s::vector) AS similarity, p.timestamp, " + row_tail(vectors) + " "
+        "1 - (p.embedding <=> %s::vector) AS similarity, p.timestamp, " + ROW_TAIL + " "
         + searchable
         + f" ORDER BY {HALFVEC} LIMIT %s"
     )
@@ -261,8 +248,7 @@ def _vector_candidates(
         if not again and not connection.in_atomic_block and not connection.is_usable():
             # The connection broke since its last use (a restarted server): a new one reads.
             connection.close()
-            return _vector_candidates(owner, query, filters, k, results, query_vector, again=True,
-                                      vectors=vectors)
+            return _vector_candidates(owner, query, filters, k, results, query_vector, again=True)
         logger.warning("vector search fell back: %s", exc)
         results.fallbacks.append(
             {
@@ -392,7 +378,7 @@ def query_lexemes(query: str) -> list[str]:
         return [r[0] for r in cursor.fetchall()]
 
 
-def _keyword_candidates(owner, query, filters, k, results, *, vectors: bool = False) -> list[tuple]:
+def _keyword_candidates(owner, query, filters, k, results) -> list[tuple]:
     words = _query_words(query)
     if not words:
         return []
@@ -448,7 +434,7 @@ def _keyword_candidates(owner, query, filters, k, results, *, vectors: bool = Fa
         parts.append(branch(common, "p.timestamp DESC", RECENT_WINDOW))
     sql = (
         "SELECT p.message_id, p.tool_call_id, p.logical_message_id, p.text, c.score, p.timestamp, "
-        + row_tail(vectors) + " "
+        + ROW_TAIL + " "
         "FROM (SELECT u.id, max(u.score) AS score FROM ("
         + " UNION ALL ".join(f"({part})" for part, _ in parts)
         + ") u GROUP BY u.id ORDER BY score DESC LIMIT %s) c "

@@ -17,13 +17,11 @@ import heapq
 import json
 import math
 import re
-import time
 from collections import Counter
 from dataclasses import dataclass
 from itertools import chain
 from typing import Any
 
-import numpy as np
 from django.conf import settings
 from django.db import connection
 from django.db.utils import OperationalError
@@ -76,29 +74,6 @@ SESSION_GAP = dt.timedelta(hours=3)
 LINK_SHARE = 0.5
 LINK_SEEDS = 3
 LINK_POOL = 100
-# Smoothing by meaning (cluster hypothesis; Diaz 2005, Kurland & Lee): the evidence of a question
-# about one subject resembles itself more than it resembles the question, and the first hits hold
-# some of it. Among the SMOOTH_POOL best candidates (their passages' own vectors, passage to
-# passage cosine), each gains SMOOTH_SHARE of the mean of cosine x z (z over the pool) of its
-# SMOOTH_K nearest others (the lifts centred over the pool); or, with SMOOTH_SEEDS, SMOOTH_SHARE
-# times its mean cosine to the SMOOTH_SEEDS best, standardised over the pool. CLUSTER_SHARE: the
-# pool is cut into clusters (single link, cosine at least CLUSTER_COSINE) and each member gains
-# that share of the best z of the other members of its cluster, when positive. SMOOTH_NAMED: when
-# the question names one of the candidates' speakers, only that person's turns gain (2: the pool,
-# seeds and centring are theirs only). 0: off.
-SMOOTH_SHARE = 0.0
-SMOOTH_POOL = 100
-SMOOTH_K = 5
-SMOOTH_SEEDS = 0
-CLUSTER_SHARE = 0.0
-CLUSTER_COSINE = 0.9
-SMOOTH_NAMED = 0
-# 1: the cosines are of the vectors less the pool's mean vector (what every candidate shares: the
-# speaker's name and the chat's manner in its context) - what sets each apart from the others.
-SMOOTH_CENTRED = 0
-# 1: smoothed after the neighbours' shares (the last score before the newest's lift and the order
-# across chats), not before the neighbours join.
-SMOOTH_LAST = 0
 # Evidence spread over chats: in the final order, a turn loses DIVERSITY_SHIFT for each turn of its
 # own conversation already placed above it, so another chat's best turn can take a place.
 DIVERSITY_SHIFT = 1.0
@@ -183,7 +158,7 @@ def _standardised(values: dict[Any, float]) -> tuple[dict[Any, float], float]:
 
 def fuse(
     owner, vector_rows, keyword_rows, limit, boosts: QueryBoosts | None = None, expand=None,
-    fallbacks: list[dict[str, Any]] | None = None, timings: dict[str, float] | None = None,
+    fallbacks: list[dict[str, Any]] | None = None,
 ) -> tuple[list[tuple[tuple[str, str], float]], dict[tuple[str, str], dict[str, Any]]]:
     """Fuse per unit (message, chunk or tool call): each list's best score per unit, as z-scores
     over that list's candidates, weighted and summed; then the period boost; then the turns two
@@ -222,8 +197,6 @@ def fuse(
                 entry.setdefault("periods", _periods(row[8]))
             if len(row) > 9:
                 entry.setdefault("speaker", row[9])
-            if len(row) > 10 and row[10] is not None:
-                entry.setdefault("vector", row[10])
     z_vector, floor_vector = _standardised(raw["vector"])
     z_keyword, floor_keyword = _standardised(raw["keyword"])
     scores: dict[tuple[str, str], float] = {}
@@ -241,16 +214,6 @@ def fuse(
     if boosts is not None:
         _link_first_hits(boosts.text, scores, info)
     _share_session_scores(scores, info)
-
-    def smooth() -> None:
-        if boosts is not None and smooths_by_meaning():
-            started = time.perf_counter()
-            _smooth_by_meaning(boosts.text, scores, info)
-            if timings is not None:
-                timings["smooth"] = round((time.perf_counter() - started) * 1000, 3)
-
-    if not SMOOTH_LAST:
-        smooth()
     try:
         neighbours, chains = _neighbours_and_chains(owner, scores, expand)
     except OperationalError as exc:
@@ -270,18 +233,9 @@ def fuse(
             else 0.0
         )
     _share_neighbour_scores(scores, chains)
-    if SMOOTH_LAST:
-        smooth()
     if boosts is not None and boosts.present:
         _lift_the_newest(scores, info)
     return _diversified(scores, info, limit), info
-
-
-def _named_speaker(query: str, info: dict) -> str | None:
-    """The one speaker of the candidates (an import's) that the question names, if exactly one."""
-    speakers = {entry["speaker"] for entry in info.values() if entry.get("speaker")}
-    named = [s for s in speakers if re.search(rf"\b{re.escape(s)}\b", query, re.I)]
-    return named[0] if len(named) == 1 else None
 
 
 def _shift_other_speakers(query: str, scores: dict[tuple[str, str], float], info: dict) -> None:
@@ -289,104 +243,13 @@ def _shift_other_speakers(query: str, scores: dict[tuple[str, str], float], info
     named speakers lose SPEAKER_SHIFT: the person's own words answer what they did or think."""
     if not SPEAKER_SHIFT:
         return
-    named = _named_speaker(query, info)
-    if named is None:
+    speakers = {entry["speaker"] for entry in info.values() if entry.get("speaker")}
+    named = [s for s in speakers if re.search(rf"\b{re.escape(s)}\b", query, re.I)]
+    if len(named) != 1:
         return
     for key, entry in info.items():
-        if key in scores and entry.get("speaker") and entry["speaker"] != named:
+        if key in scores and entry.get("speaker") and entry["speaker"] != named[0]:
             scores[key] -= SPEAKER_SHIFT
-
-
-def smooths_by_meaning() -> bool:
-    """Whether fusion smooths scores by the candidates' vectors (the lists then read them)."""
-    return bool(SMOOTH_SHARE or CLUSTER_SHARE)
-
-
-def _unit_vector(value) -> np.ndarray | None:
-    """A candidate's vector from halfvec_send's bytes (a 4-byte header, big-endian float16s),
-    of unit length; None for none."""
-    if not value:
-        return None
-    vector = np.frombuffer(bytes(value), dtype=">f2", offset=4).astype(np.float32)
-    norm = float(np.linalg.norm(vector))
-    return vector / norm if norm else None
-
-
-def _smooth_by_meaning(query: str, scores: dict[tuple[str, str], float], info: dict) -> None:
-    """Each of the SMOOTH_POOL best candidates gains a share of the scores of those nearest it in
-    meaning (their passages' vectors, not the question's): SMOOTH_SHARE of its nearest ones'
-    cosine-weighted mean z, and CLUSTER_SHARE of the best z in its cluster. A turn that says
-    what several good hits say, in other words than the question's, rises."""
-    ranked = sorted(scores, key=lambda key: -scores[key])
-    named = _named_speaker(query, info) if SMOOTH_NAMED else None
-    if named is not None and SMOOTH_NAMED == 2:
-        # Only among the named person's turns: their pool, seeds and centring, so the lifts
-        # move them among themselves and not against the other speaker's.
-        ranked = [key for key in ranked if info[key].get("speaker") == named]
-    pool = ranked[:SMOOTH_POOL]
-    vectors = {key: _unit_vector(info.get(key, {}).get("vector")) for key in pool}
-    pool = [key for key in pool if vectors[key] is not None]
-    if len(pool) < 3:
-        return
-    matrix = np.stack([vectors[key] for key in pool])
-    if SMOOTH_CENTRED:
-        matrix = matrix - matrix.mean(axis=0)
-        matrix /= np.maximum(np.linalg.norm(matrix, axis=1, keepdims=True), 1e-9)
-    cosine = matrix @ matrix.T
-    np.fill_diagonal(cosine, -np.inf)
-    values = np.array([scores[key] for key in pool])
-    z = (values - values.mean()) / (values.std() or 1.0)
-    lift = np.zeros(len(pool))
-    if SMOOTH_SHARE and SMOOTH_SEEDS:
-        # How near each is to the first hits, on average (a seed to the other seeds), standardised
-        # over the pool: a turn near several of the best rises.
-        seeds = cosine[:, : min(SMOOTH_SEEDS, len(pool))]
-        finite = np.isfinite(seeds)
-        near = np.where(finite, seeds, 0.0).sum(axis=1) / np.maximum(finite.sum(axis=1), 1)
-        lift += SMOOTH_SHARE * (near - near.mean()) / (near.std() or 1.0)
-    elif SMOOTH_SHARE:
-        among = cosine.copy()
-        k = max(1, min(SMOOTH_K, len(pool) - 1))
-        nearest = np.argpartition(-among, k - 1, axis=1)[:, :k]
-        weights = np.take_along_axis(among, nearest, axis=1)
-        weights = np.where(np.isfinite(weights), np.maximum(weights, 0.0), 0.0)
-        # Not normalised by the weights: with centred cosines, how near the others are counts.
-        mean = (weights * z[nearest]).sum(axis=1) / k
-        lift += SMOOTH_SHARE * (mean - mean.mean())
-    if CLUSTER_SHARE:
-        lift += CLUSTER_SHARE * _best_in_cluster(cosine, z)
-    for at, key in enumerate(pool):
-        if named is None or info[key].get("speaker") == named:
-            scores[key] += float(lift[at])
-
-
-def _best_in_cluster(cosine: np.ndarray, z: np.ndarray) -> np.ndarray:
-    """For each candidate, the best z of the other members of its cluster (single link at
-    CLUSTER_COSINE: candidates joined by any chain of pairs at least that close), when positive;
-    0 for one alone."""
-    n = len(z)
-    parent = list(range(n))
-
-    def root(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
-    for i, j in zip(*np.nonzero(np.triu(cosine >= CLUSTER_COSINE, 1)), strict=True):
-        parent[root(int(i))] = root(int(j))
-    members: dict[int, list[int]] = {}
-    for i in range(n):
-        members.setdefault(root(i), []).append(i)
-    best = np.zeros(n)
-    for group in members.values():
-        if len(group) < 2:
-            continue
-        ranked = sorted(group, key=lambda i: -z[i])
-        for i in group:
-            other = ranked[0] if ranked[0] != i else ranked[1]
-            best[i] = max(0.0, float(z[other]))
-    return best
 
 
 _WORD = re.compile(r"\w{4,}")

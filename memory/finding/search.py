@@ -47,7 +47,7 @@ from memory.finding.candidates import (
     _vector_candidates,
     in_worker,
 )
-from memory.finding.fusion import QueryBoosts, fuse, smooths_by_meaning
+from memory.finding.fusion import QueryBoosts, fuse
 from memory.knowledge import graph
 from memory.models import Message, Passage
 
@@ -250,10 +250,9 @@ def search(
     # Both lists at once where the caller's transaction does not hide rows from another
     # connection; else keyword candidates first, so a query vector still being embedded
     # (query_vector may be a callable that waits for it) is ready when the vector search needs it.
-    vectors = smooths_by_meaning()  # the rows carry their vectors only for that step
-    vector_job = in_worker(_timed_vector_candidates, owner, query, filters, k, results, query_vector, vectors)
+    vector_job = in_worker(_timed_vector_candidates, owner, query, filters, k, results, query_vector)
     started = time.perf_counter()
-    keyword_rows = _keyword_candidates(owner, query, filters, k, results, vectors=vectors)
+    keyword_rows = _keyword_candidates(owner, query, filters, k, results)
     results.timings_ms["keyword"] = round((time.perf_counter() - started) * 1000, 2)
     boosts = QueryBoosts.of(query, now=as_of if as_of is not None else _AS_OF.get())
     if vector_job is not None:
@@ -262,13 +261,13 @@ def search(
         vector_rows = vector_job.result()
         results.timings_ms["vector_after_keyword"] = round((time.perf_counter() - started) * 1000, 2)
     else:
-        vector_rows = _timed_vector_candidates(owner, query, filters, k, results, query_vector, vectors)
+        vector_rows = _timed_vector_candidates(owner, query, filters, k, results, query_vector)
     if exclude:
         vector_rows = [r for r in vector_rows if r[2] not in exclude]
         keyword_rows = [r for r in keyword_rows if r[2] not in exclude]
 
     ranked, info = fuse(owner, vector_rows, keyword_rows, limit, boosts=boosts, expand=(filters, exclude),
-                        fallbacks=results.fallbacks, timings=results.timings_ms)
+                        fallbacks=results.fallbacks)
     results.hits = _hits(owner, ranked, info)
     return results
 
