@@ -3,6 +3,7 @@ run as a person runs it: in a scratch database of its own, next to the test data
 
 from __future__ import annotations
 
+import datetime as dt
 import io
 import json
 import os
@@ -12,6 +13,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection
+from django.utils import timezone
 
 from bench.management.commands.eval_recall import (
     ABLATIONS,
@@ -252,7 +254,15 @@ NEAR_MISSES = [
 @pytest.mark.django_db
 def test_hybrid_search_finds_a_fact_asked_in_other_words_among_near_misses(owner, conversation):
     texts = [text for pair in zip(NEAR_MISSES, [f for f, _ in FACTS], strict=True) for text in pair]
-    id_of = {m.content: m.pk for m in add_turns(owner, conversation, texts)}
+    # Every line is the person's own (add_turns alternates roles: the facts would be the
+    # assistant's, which a question about "my" dog ranks below the person's words).
+    start = timezone.now() - dt.timedelta(days=1)
+    stored = [
+        message
+        for i, text in enumerate(texts)
+        for message in add_turns(owner, conversation, [text], start=start + dt.timedelta(minutes=i))
+    ]
+    id_of = {m.content: m.pk for m in stored}
     for fact, question in FACTS:
         top = [hit.message_id for hit in search(owner, question, limit=3).hits]
         assert id_of[fact] in top, question
