@@ -63,6 +63,9 @@ WHEN_BOOST = 2.0
 # the others in proportion to their place in time (the oldest nothing).
 PRESENT_BOOST = 1.0
 PRESENT_POOL = 10
+# A request for a suggestion for the person ("Got any ideas for something to stream?"): the
+# person's turns that state a taste, habit or dislike ("I love snapper") gain TASTE_BOOST.
+TASTE_BOOST = 0.0
 # A turn gains SESSION_SHARE of its session's best score (a session: the candidates of one
 # conversation with no gap over SESSION_GAP between them): evidence spread over a session.
 SESSION_SHARE = 0.1
@@ -95,6 +98,7 @@ class QueryBoosts:
     seeks_fact: bool = False
     present: bool = False
     asks_when: bool = False
+    suggestion: bool = False
 
     @classmethod
     def of(cls, query: str, now: dt.datetime | None = None) -> QueryBoosts:
@@ -106,6 +110,7 @@ class QueryBoosts:
             seeks_fact=intent.seeks_fact(query),
             present=intent.wants_present(query),
             asks_when=intent.asks_when(query),
+            suggestion=intent.asks_suggestion(query),
         )
 
     def bonus(self, timestamp: dt.datetime | None, periods=None) -> float:
@@ -131,6 +136,8 @@ class QueryBoosts:
             moved -= QUESTION_SHIFT
         if self.asks_when and entry.get("periods"):
             moved += WHEN_BOOST
+        if self.suggestion and role == "user" and intent.states_taste(entry.get("text") or ""):
+            moved += TASTE_BOOST
         return moved
 
 

@@ -60,7 +60,7 @@ TUNABLES: dict[str, tuple[Any, Callable[[str], Any]]] = {
         (
             "KEYWORD_WEIGHT", "VECTOR_WEIGHT", "PERIOD_BOOST", "REPLY_SHARE", "NEIGHBOR_SHARE", "ROLE_SHIFT",
             "SPEAKER_SHIFT", "QUESTION_SHIFT", "PRESENT_BOOST", "SESSION_SHARE", "DIVERSITY_SHIFT",
-            "ABSENT_Z", "LINK_SHARE", "WHEN_BOOST",
+            "ABSENT_Z", "LINK_SHARE", "WHEN_BOOST", "TASTE_BOOST",
         ),
         (fusion, float),
     ),
