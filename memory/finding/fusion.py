@@ -66,8 +66,6 @@ PRESENT_POOL = 10
 # A request for a suggestion for the person ("Got any ideas for something to stream?"): the
 # person's turns that state a taste, habit or dislike ("I love snapper") gain TASTE_BOOST.
 TASTE_BOOST = 0.0
-# ...and the TASTE_CANDIDATES turns of the person nearest it join the vector list (0: none).
-TASTE_CANDIDATES = 0
 # A turn gains SESSION_SHARE of its session's best score (a session: the candidates of one
 # conversation with no gap over SESSION_GAP between them): evidence spread over a session.
 SESSION_SHARE = 0.1

@@ -41,7 +41,6 @@ from django.conf import settings
 from django.db import connection
 
 from memory.embedders import get_embedder
-from memory.finding import fusion
 from memory.finding.candidates import (
     _keyword_candidates,
     _timed_vector_candidates,
@@ -263,13 +262,6 @@ def search(
         results.timings_ms["vector_after_keyword"] = round((time.perf_counter() - started) * 1000, 2)
     else:
         vector_rows = _timed_vector_candidates(owner, query, filters, k, results, query_vector)
-    if boosts.suggestion and fusion.TASTE_CANDIDATES and filters.role in (None, "user"):
-        # A request for a suggestion: the person's own turns nearest it join the vector list (a
-        # taste said in passing ranks below the assistant's long answers, out of the list).
-        held = {r[2] for r in vector_rows}
-        mine = _vector_candidates(owner, query, replace(filters, role="user"), fusion.TASTE_CANDIDATES,
-                                  results, query_vector)
-        vector_rows = [*vector_rows, *(r for r in mine if r[2] not in held)]
     if exclude:
         vector_rows = [r for r in vector_rows if r[2] not in exclude]
         keyword_rows = [r for r in keyword_rows if r[2] not in exclude]

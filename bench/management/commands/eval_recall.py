@@ -64,9 +64,7 @@ TUNABLES: dict[str, tuple[Any, Callable[[str], Any]]] = {
         ),
         (fusion, float),
     ),
-    **dict.fromkeys(
-        ("NEIGHBOR_SEEDS", "PRESENT_POOL", "LINK_SEEDS", "LINK_POOL", "TASTE_CANDIDATES"), (fusion, int)
-    ),
+    **dict.fromkeys(("NEIGHBOR_SEEDS", "PRESENT_POOL", "LINK_SEEDS", "LINK_POOL"), (fusion, int)),
     **dict.fromkeys(("BM25_K1", "BM25_B"), (candidates, float)),
     "CONTEXT_PARENT_CHARS": (store_module, int),
     "CONTEXT_SPEAKER": (store_module, lambda v: v.lower() in ("1", "true", "yes")),
