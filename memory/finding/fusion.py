@@ -2,7 +2,8 @@
 z-scores over its own candidates, weighted and summed; the period a question names lifts what
 was said then, or what names that period; the graph boost (memory.knowledge.graph); what the
 question asks for (memory.finding.intent) moves turns: whose words answer it, statements over
-questions, turns that say when for "when", the newest for "now"; turns of a session that matches
+questions, turns that say when for "when", the newest for "now", the person's stated tastes for
+a request for a suggestion; turns of a session that matches
 share its score; turns near the best ones join the candidates and share scores with them; and in
 the final order one chat's many turns leave places to other chats' best.
 
@@ -64,8 +65,10 @@ WHEN_BOOST = 2.0
 PRESENT_BOOST = 1.0
 PRESENT_POOL = 10
 # A request for a suggestion for the person ("Got any ideas for something to stream?"): the
-# person's turns that state a taste, habit or dislike ("I love snapper") gain TASTE_BOOST.
-TASTE_BOOST = 0.0
+# person's turns that state a taste, habit or dislike ("I love snapper") gain TASTE_BOOST. On the
+# new LongMemEval preference questions (docs/evaluation.md, twelfth round (b)) 1.0 lifts two of
+# six into the first 10 and moves no other question; 2.0 lifts the same two and costs one @1.
+TASTE_BOOST = 1.0
 # A turn gains SESSION_SHARE of its session's best score (a session: the candidates of one
 # conversation with no gap over SESSION_GAP between them): evidence spread over a session.
 SESSION_SHARE = 0.1

@@ -1,5 +1,6 @@
 """What a question asks for, beyond its words: whose words answer it, whether it seeks a fact
-(so a turn that only asks about it is no answer), and whether it wants the present value.
+(so a turn that only asks about it is no answer), whether it wants the present value, and
+whether it asks for a suggestion for the person (so what they said they like answers it).
 
 Read by memory.finding.fusion when it ranks; plain rules over the question's own words, so they
 hold for any history (measured by `manage.py eval_recall` on LoCoMo and LongMemEval).

@@ -84,6 +84,7 @@ ABLATIONS: dict[str, dict[str, str]] = {
     "statements": {"QUESTION_SHIFT": "0"},
     "says when": {"WHEN_BOOST": "0"},
     "newest for now": {"PRESENT_BOOST": "0"},
+    "stated tastes": {"TASTE_BOOST": "0"},
     "session share": {"SESSION_SHARE": "0"},
     "links": {"LINK_SHARE": "0"},
     "other chats": {"DIVERSITY_SHIFT": "0"},
