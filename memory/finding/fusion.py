@@ -3,9 +3,9 @@ z-scores over its own candidates, weighted and summed; the period a question nam
 was said then, or what names that period; the graph boost (memory.knowledge.graph); what the
 question asks for (memory.finding.intent) moves turns: whose words answer it, statements over
 questions, turns that say when for "when", the newest for "now", the person's stated tastes for
-a request for a suggestion; turns of a session that matches
-share its score; turns near the best ones join the candidates and share scores with them; and in
-the final order one chat's many turns leave places to other chats' best.
+a request for a suggestion; turns of a session that matches share its score; turns near the
+best ones join the candidates and share scores with them; and in the final order one chat's
+many turns leave places to other chats' best.
 
 The weights and shares are tuned on the dev split of `manage.py eval_recall` (its --set tries
 other values: they are read from this module when a search runs).
@@ -130,7 +130,9 @@ class QueryBoosts:
 
     def shift(self, entry: dict[str, Any]) -> float:
         """What the question asks for moves a turn: down when it is the other speaker's, down
-        when it only asks and the question seeks a fact."""
+        when it only asks and the question seeks a fact, up when it says when and the question
+        asks when, up when it is the person's stated taste and the question asks for a
+        suggestion."""
         moved = 0.0
         role = entry.get("role")
         if self.speaker and role in ("user", "assistant") and role != self.speaker:
