@@ -2,9 +2,10 @@
 z-scores over its own candidates, weighted and summed; the period a question names lifts what
 was said then, or what names that period; the graph boost (memory.knowledge.graph); what the
 question asks for (memory.finding.intent) moves turns: whose words answer it, statements over
-questions, turns that say when for "when", the newest for "now"; turns of a session that matches
-share its score; turns near the best ones join the candidates and share scores with them; and in
-the final order one chat's many turns leave places to other chats' best.
+questions, turns that say when for "when", the newest for "now", the person's stated tastes for
+a request for a suggestion; turns of a session that matches share its score; turns near the
+best ones join the candidates and share scores with them; and in the final order one chat's
+many turns leave places to other chats' best.
 
 The weights and shares are tuned on the dev split of `manage.py eval_recall` (its --set tries
 other values: they are read from this module when a search runs).
@@ -69,6 +70,11 @@ WHEN_BOOST = 2.0
 # the others in proportion to their place in time (the oldest nothing).
 PRESENT_BOOST = 1.0
 PRESENT_POOL = 10
+# A request for a suggestion for the person ("Got any ideas for something to stream?"): the
+# person's turns that state a taste, habit or dislike ("I love snapper") gain TASTE_BOOST. On the
+# new LongMemEval preference questions (docs/evaluation.md, twelfth round (b)) 1.0 lifts two of
+# six into the first 10 and moves no other question; 2.0 lifts the same two and costs one @1.
+TASTE_BOOST = 1.0
 # A turn gains SESSION_SHARE of its session's best score (a session: the candidates of one
 # conversation with no gap over SESSION_GAP between them): evidence spread over a session.
 SESSION_SHARE = 0.1
@@ -101,6 +107,7 @@ class QueryBoosts:
     seeks_fact: bool = False
     present: bool = False
     asks_when: bool = False
+    suggestion: bool = False
 
     @classmethod
     def of(cls, query: str, now: dt.datetime | None = None) -> QueryBoosts:
@@ -112,6 +119,7 @@ class QueryBoosts:
             seeks_fact=intent.seeks_fact(query),
             present=intent.wants_present(query),
             asks_when=intent.asks_when(query),
+            suggestion=intent.asks_suggestion(query),
         )
 
     def bonus(self, timestamp: dt.datetime | None, periods=None) -> float:
@@ -128,7 +136,9 @@ class QueryBoosts:
 
     def shift(self, entry: dict[str, Any]) -> float:
         """What the question asks for moves a turn: down when it is the other speaker's, down
-        when it only asks and the question seeks a fact."""
+        when it only asks and the question seeks a fact, up when it says when and the question
+        asks when, up when it is the person's stated taste and the question asks for a
+        suggestion."""
         moved = 0.0
         role = entry.get("role")
         if self.speaker and role in ("user", "assistant") and role != self.speaker:
@@ -137,6 +147,8 @@ class QueryBoosts:
             moved -= QUESTION_SHIFT
         if self.asks_when and entry.get("periods"):
             moved += WHEN_BOOST
+        if self.suggestion and role == "user" and intent.states_taste(entry.get("text") or ""):
+            moved += TASTE_BOOST
         return moved
 
 

@@ -1,5 +1,6 @@
 """What a question asks for, beyond its words: whose words answer it, whether it seeks a fact
-(so a turn that only asks about it is no answer), and whether it wants the present value.
+(so a turn that only asks about it is no answer), whether it wants the present value, and
+whether it asks for a suggestion for the person (so what they said they like answers it).
 
 Read by memory.finding.fusion when it ranks; plain rules over the question's own words, so they
 hold for any history (measured by `manage.py eval_recall` on LoCoMo and LongMemEval).
@@ -123,6 +124,39 @@ _REQUEST = re.compile(
     re.I,
 )
 
+# A request for a suggestion for the person ("Any ideas for something to stream?", "Can you
+# recommend an app that would suit me?", "What should I do about it?", "a graphic novel I'd
+# like?"): what the person once said they like, avoid or want answers it, though it shares no word
+# with the request. A grammar of asking for advice, not a list of topics; "what did you recommend"
+# asks what the assistant said (speaker), and "What advice did Caroline give?" is no request.
+_ASKS_SUGGESTION = re.compile(
+    r"\b(?:can|could|would|will)\s+you\s+(?:please\s+)?(?:\w+\s+)?(?:suggest|recommend|advise|propose)\b"
+    r"|\bwhat\s+(?:would|do|could|can)\s+you\s+(?:suggest|recommend|advise|propose)\b"
+    r"|\b(?:any|some|got|have|need)\s+(?:good\s+|other\s+|more\s+)?"
+    r"(?:ideas?|suggestions?|recommendations?|tips|advice|pointers)\b"
+    r"|\b(?:what|how|where|which)\s+should\s+(?:i|we)\b|^\s*should\s+(?:i|we)\b"
+    r"|\b(?:suit|suits|fit|fits)\s+(?:me|us)\b|\bi'?d\s+(?:like|enjoy|love)\s*\?"
+    r"|\b(?:i'm|i\s+am)\s+looking\s+for\b|\brecommend\s+me\b|\bsuggest\s+me\b",
+    re.I,
+)
+# The person's own taste, habit, constraint or dislike, said in passing: "I love snapper", "I'm
+# really into indie rock", "I've been watching a lot of documentaries", "I'd prefer fewer
+# notifications", "I can't stand cilantro", "I'm allergic to nuts", "my favourite is…". First
+# person only: the assistant's "you love…" repeats it, and a request ("can you recommend…")
+# states nothing unless one of these rides along.
+_STATES_TASTE = re.compile(
+    r"\b(?:i'm|i\s+am)\s+(?:\w+\s+)?(?:into|a\s+(?:\w+\s+)?fan\s+of|interested\s+in|passionate\s+about|"
+    r"obsessed\s+with|allergic\s+to|intolerant|vegan|vegetarian|not\s+a\s+fan|not\s+into|"
+    r"trying\s+to\s+(?:avoid|cut|reduce|limit|stay|eat|save))\b"
+    r"|\bi(?:'ve|\s+have)\s+(?:\w+\s+)?been\s+(?:\w+\s+)?(?:into|loving|enjoying|craving|watching|reading|"
+    r"listening\s+to|getting\s+into|hooked|obsessed|avoiding|trying\s+to\s+avoid)\b"
+    r"|\bi\s+(?:\w+ly\s+|just\s+|also\s+|still\s+|do\s+)?(?:love|like|enjoy|adore|prefer|hate|dislike|"
+    r"loathe|avoid|crave|loved|enjoyed|liked|can't\s+stand|cannot\s+stand|don't\s+(?:like|eat|drink))\b"
+    r"|\bi(?:'d|\s+would)\s+(?:\w+\s+)?(?:prefer|rather)\b"
+    r"|\bmy\s+(?:\w+\s+)?(?:favou?rites?|go-to)\b|\bi\s+wish\b",
+    re.I,
+)
+
 
 _SENTENCES = re.compile(r"(?<=[.!?])\s+|\n+")
 
@@ -182,3 +216,15 @@ def only_asks(text: str) -> bool:
     asked = [s for s in sentences if s.endswith("?")]
     told = [s for s in sentences if not s.endswith("?") and len(s.split()) > 3]
     return bool(asked) and not told
+
+
+def asks_suggestion(query: str) -> bool:
+    """Whether `query` asks for a suggestion for the person (not what the assistant suggested)."""
+    return bool(_ASKS_SUGGESTION.search(query.strip())) and speaker(query) != "assistant"
+
+
+@functools.lru_cache(maxsize=4096)
+def states_taste(text: str) -> bool:
+    """Whether `text` says what its speaker likes, avoids, prefers or keeps doing (cached, as
+    only_asks: asked of every candidate of a request for a suggestion)."""
+    return bool(_STATES_TASTE.search(text or ""))

@@ -242,3 +242,92 @@ def test_a_turn_that_says_when_answers_a_question_asking_when(owner, conversatio
         assert first_texts(owner, asked) == ["Finally went to the dentist yesterday."], asked
     # Asked what, not when, the turn naming the dentist most still comes first.
     assert first_texts(owner, "What do I think of my dentist?") != ["Finally went to the dentist yesterday."]
+
+
+@pytest.mark.parametrize(
+    ("query", "asks"),
+    [
+        ("Got any ideas for something to stream this weekend?", True),
+        ("Can you recommend a deals or coupon app that would suit me?", True),
+        ("I always hit a slump in the afternoon. What should I do about it?", True),
+        ("Could you suggest a graphic novel I'd like?", True),
+        ("I'm hosting a dinner on Friday, any suggestions for the menu?", True),
+        ("I'm looking for a new podcast for my commute.", True),
+        ("Where should we go for our anniversary?", True),
+        # What the assistant suggested, someone's advice, a fact: no request for a suggestion.
+        ("What did you suggest for the snapper?", False),
+        ("Which restaurant did you recommend?", False),
+        ("What advice did Caroline give Melanie?", False),
+        ("Would Caroline enjoy a trip to the coast?", False),
+        ("Where do I work now?", False),
+        ("Which card do I use on the metro?", False),
+    ],
+)
+def test_it_reads_whether_a_question_asks_for_a_suggestion(query, asks):
+    assert intent.asks_suggestion(query) is asks
+
+
+@pytest.mark.parametrize(
+    ("text", "states"),
+    [
+        ("Oh, I love snapper! What are some Caribbean dishes with it?", True),
+        ("I'm really into indie rock and alternative right now.", True),
+        ("By the way, I've also been watching a lot of documentaries on space.", True),
+        ("I'd prefer if they let me choose which notifications I get.", True),
+        ("I can't stand cilantro.", True),
+        ("I'm allergic to peanuts, so keep them out.", True),
+        ("My favourite band is Wilco.", True),
+        ("Can you recommend a good laptop for travel?", False),
+        ("You love snapper, so try Escovitch fish.", False),
+        ("The train to Lisbon leaves at nine.", False),
+    ],
+)
+def test_it_reads_whether_a_turn_states_a_taste(text, states):
+    assert intent.states_taste(text) is states
+
+
+# What a person said in passing, each in a chat of its own: two tastes, a dislike, and other news.
+SAID_IN_PASSING = [
+    "Can you recommend an app for tracking my runs?",
+    "My internet connection keeps dropping in the evenings.",
+    "I finally cancelled my cable subscription last month.",
+    "We bought a bigger TV for the living room.",
+    "By the way, I love documentaries about space exploration.",
+    "I'm really into old Westerns.",
+    "Honestly I can't stand reality shows.",
+    "My sister is visiting this weekend.",
+]
+
+
+def said_in_passing(owner, conversation) -> None:
+    from memory.models import Conversation
+
+    add_turns(owner, conversation, EVERYDAY_TEXTS, start=timezone.now() - dt.timedelta(days=30))
+    for i, text in enumerate(SAID_IN_PASSING):
+        chat = Conversation.objects.create(owner=owner, title=f"chat {i}")
+        add_turns(owner, chat, [text, "Noted."], start=timezone.now() - dt.timedelta(days=20 - i))
+
+
+def test_a_request_for_a_suggestion_finds_the_taste_the_person_stated(owner, conversation, monkeypatch):
+    from memory.finding import fusion
+
+    said_in_passing(owner, conversation)
+    asked = "Any ideas for something I could watch tonight?"
+
+    def first_of_theirs() -> str:
+        return next(h.passage_text for h in search(owner, asked).hits if h.role == "user")
+
+    assert first_of_theirs() == "By the way, I love documentaries about space exploration."
+    # The rule decides: without it the news nearest the question in meaning comes first.
+    monkeypatch.setattr(fusion, "TASTE_BOOST", 0.0)
+    assert first_of_theirs() == "My internet connection keeps dropping in the evenings."
+
+
+def test_a_question_for_a_fact_is_not_moved_by_stated_tastes(owner, conversation, monkeypatch):
+    from memory.finding import fusion
+
+    said_in_passing(owner, conversation)
+    asked = "What did I cancel last month?"
+    ranked = [(h.id, h.score) for h in search(owner, asked).hits]
+    monkeypatch.setattr(fusion, "TASTE_BOOST", 0.0)
+    assert [(h.id, h.score) for h in search(owner, asked).hits] == ranked

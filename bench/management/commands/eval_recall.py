@@ -60,7 +60,7 @@ TUNABLES: dict[str, tuple[Any, Callable[[str], Any]]] = {
         (
             "KEYWORD_WEIGHT", "VECTOR_WEIGHT", "PERIOD_BOOST", "REPLY_SHARE", "NEIGHBOR_SHARE", "ROLE_SHIFT",
             "SPEAKER_SHIFT", "QUESTION_SHIFT", "PRESENT_BOOST", "SESSION_SHARE", "DIVERSITY_SHIFT",
-            "ABSENT_Z", "LINK_SHARE", "WHEN_BOOST",
+            "ABSENT_Z", "LINK_SHARE", "WHEN_BOOST", "TASTE_BOOST",
         ),
         (fusion, float),
     ),
@@ -84,6 +84,7 @@ ABLATIONS: dict[str, dict[str, str]] = {
     "statements": {"QUESTION_SHIFT": "0"},
     "says when": {"WHEN_BOOST": "0"},
     "newest for now": {"PRESENT_BOOST": "0"},
+    "stated tastes": {"TASTE_BOOST": "0"},
     "session share": {"SESSION_SHARE": "0"},
     "links": {"LINK_SHARE": "0"},
     "other chats": {"DIVERSITY_SHIFT": "0"},
