@@ -166,7 +166,6 @@ WHOLE_LINE_TOKENS = 24
 # recent last): the chat skips embedding their next message as a query. A guess only: a memory
 # that has grown since (or memory switched back on) is embedded when the plan searches it.
 _WHOLE: dict[int, bool] = {}
-_BOUND_AHEAD: dict = {}
 _WHOLE_KEEP = 10_000
 
 
@@ -355,10 +354,7 @@ def prepare_context(
         recently_used_tools,
         zones["history"] // 3,
     )
-    # THROW-AWAY (issue 37, fourteenth pass, step 1): read_ahead's result computed once per
-    # owner and reused, wrong in general; it bounds what the turn could gain if it cost nothing.
-    cached = _BOUND_AHEAD.get(owner.pk)
-    ahead_job = in_worker(_read_ahead, *ahead_args) if searching and cached is None else None
+    ahead_job = in_worker(_read_ahead, *ahead_args) if searching else None
 
     # One query vector for the search and the topic ranking (a model call each when the
     # embedding cache is off). None when the embedder fails: search then reports why.
@@ -389,11 +385,7 @@ def prepare_context(
     )
     query_vector = query_vector_when_needed() if searching else None
     t = mark("search", t)
-    if cached is not None:
-        ahead = cached
-    else:
-        ahead = ahead_job.result() if ahead_job is not None else _read_ahead(*ahead_args)
-        _BOUND_AHEAD[owner.pk] = ahead
+    ahead = ahead_job.result() if ahead_job is not None else _read_ahead(*ahead_args)
     plan.timings_ms["read_ahead"] = ahead.ms
     t = mark("read_ahead_wait", t)
 
