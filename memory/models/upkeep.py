@@ -153,6 +153,22 @@ class MemoryVersion(models.Model):
     txid = models.BigIntegerField(default=0)
 
 
+class IndexGeneration(models.Model):
+    """A number per owner that changes whenever what a turn's index reads beside its search and
+    keeps between turns changes (memory.context.kept_reads): the facts, the pinned messages, a
+    message deleted or restored, the topics, the period summaries. Written only by triggers on
+    those tables (migration 0020), in the writing transaction, from one sequence: a value is
+    never given twice, even after a rollback."""
+
+    # No foreign key: deleting a person deletes their facts, whose trigger writes this row again
+    # in the same transaction; a row left for a deleted owner is never read.
+    owner = models.OneToOneField(
+        settings.AUTH_USER_MODEL, primary_key=True, on_delete=models.DO_NOTHING, related_name="+",
+        db_constraint=False,
+    )
+    generation = models.BigIntegerField()
+
+
 class SemanticCacheEntry(models.Model):
     """A memory search's results, or a reply, kept for near-identical queries of the same owner
     and conversation at the same memory version (memory.finding.semantic_cache)."""
