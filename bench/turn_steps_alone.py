@@ -311,6 +311,20 @@ def read_ahead(rounds: int) -> None:
         "overview (periods, top topics)": lambda q: ib._overview(owner),
         "facts (current_for_index)": lambda q: facts.current_for_index(owner, q),
     }
+    try:  # kept between turns (memory.context.kept_reads), where this checkout has it
+        from memory.context import kept_reads
+    except ImportError:
+        kept_reads = None
+    if kept_reads is not None:
+        box: list = []
+        pieces |= {
+            "kept: the index generation": lambda q: box.append(kept_reads.for_turn(owner)),
+            "kept: pinned": lambda q: box[-1](
+                ("pinned", ib.settings.INDEX_PINNED_MAX), lambda: hierarchy.pinned_rows(owner)),
+            "kept: overview": lambda q: box[-1](
+                ("overview", ib.settings.TOPIC_MAX_CHILDREN), lambda: ib._overview(owner)),
+            "kept: facts": lambda q: facts.current_for_index(owner, q, kept=box[-1]),
+        }
     wall: dict[str, list[float]] = {k: [] for k in pieces}
     cpu: dict[str, float] = dict.fromkeys(pieces, 0.0)
     pg: dict[str, float] = dict.fromkeys(pieces, 0.0)
