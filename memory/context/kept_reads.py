@@ -9,7 +9,8 @@ writes them. Each turn reads the generation, one row by primary key, and uses wh
 when the generation is the one it kept it at: several server processes may serve one person, so
 a process learns of another's writes from Postgres, never from a signal. A forgotten message or
 fact changes the generation in the forgetting transaction, so no turn that starts after it
-commits shows it from here.
+commits shows it from here. A transaction changes the generation once, at its first such write:
+a turn read inside a transaction that wrote keeps nothing and uses nothing (generation()).
 
 The generation is read before what is kept, so anything kept is at least as new as the
 generation it is filed under: a write committed in between changed the generation, and the next
@@ -33,11 +34,17 @@ _KEEP_KEYS = 256  # an owner's reads: a few pieces and the facts of the subjects
 
 
 def generation(owner) -> int | None:
-    """The owner's index generation; None for an owner with no row (nothing is kept for them)."""
+    """The owner's index generation; None for an owner with no row, and while the calling
+    transaction has itself changed it (it changes once a transaction, so later writes of the same
+    transaction would leave it as it is): nothing is then kept nor used."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT generation FROM memory_indexgeneration WHERE owner_id = %s", [owner.pk])
-        row = cursor.fetchone()
-    return int(row[0]) if row else None
+        cursor.execute(
+            "SELECT (SELECT generation FROM memory_indexgeneration WHERE owner_id = %s), "
+            "current_setting(%s, true) IS NOT DISTINCT FROM '1'",
+            [owner.pk, f"recollect.index_generation_{int(owner.pk)}"],
+        )
+        value, written_here = cursor.fetchone()
+    return None if value is None or written_here else int(value)
 
 
 class Kept:

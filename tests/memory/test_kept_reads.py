@@ -15,7 +15,7 @@ from memory.knowledge import facts
 from memory.lifecycle.deleting import delete_conversation
 from memory.lifecycle.erasing import forget_everything
 from memory.lifecycle.forgetting import forget_message
-from memory.models import Fact, Message, PeriodSummary, Topic
+from memory.models import Fact, IndexGeneration, Message, PeriodSummary, Topic
 from tests.memory.test_facts import SCRIPT, tell
 
 QUESTION = "where do I live and who is Sam?"
@@ -66,7 +66,7 @@ def memory(owner, conversation):
     return messages
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)
 def test_an_unchanged_memory_is_read_once_and_shown_the_same(owner, conversation, memory):
     first, read = tables_read(owner, conversation)
     assert read == {"memory_fact", "pinned", "memory_periodsummary"}
@@ -195,7 +195,7 @@ def test_a_forgotten_message_or_fact_is_never_shown_from_what_was_kept(owner, co
     assert not {m.pk for m in a.pinned} & gone_messages
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)
 def test_a_strangers_writes_leave_the_owners_generation(
     owner, conversation, memory, stranger, stranger_conversation
 ):
@@ -211,23 +211,41 @@ def test_a_strangers_writes_leave_the_owners_generation(
 def test_a_transaction_changes_the_generation_once_and_a_rolled_back_one_never_comes_back(
     owner, conversation, memory
 ):
+    def stored() -> int:
+        return IndexGeneration.objects.get(owner=owner).generation
+
     start = kept_reads.generation(owner)
     with transaction.atomic():
         memory[2].set_pinned(True)
-        once = kept_reads.generation(owner)
+        once = stored()
         memory[3].set_pinned(True)
         Topic.objects.create(owner=owner, label="More", message_count=1)
-        assert kept_reads.generation(owner) == once != start
+        assert stored() == once != start
+        # Within the transaction that wrote, nothing is kept nor used.
+        assert kept_reads.generation(owner) is None
+    assert kept_reads.generation(owner) == once
     rolled_back = None
     with pytest.raises(RuntimeError), transaction.atomic():
         memory[3].set_pinned(False)
-        rolled_back = kept_reads.generation(owner)
-        ahead(owner, conversation)  # kept at a generation that is rolled back
+        rolled_back = stored()
+        ahead(owner, conversation)
         raise RuntimeError
     assert kept_reads.generation(owner) == once
     assert shown(ahead(owner, conversation)) == read_fresh(owner, conversation)
     memory[2].set_pinned(False)
     assert kept_reads.generation(owner) not in (once, rolled_back, start)
+
+
+@pytest.mark.django_db
+def test_a_transaction_that_writes_between_two_turns_sees_its_own_writes(owner, conversation, memory):
+    # The whole test is one transaction: the generation changed once, at its first write.
+    ahead(owner, conversation)
+    memory[2].set_pinned(True)
+    assert memory[2].pk in {m.pk for m in ahead(owner, conversation).pinned}
+    Message.objects.filter(pk=memory[2].pk).update(deleted=True)
+    assert memory[2].pk not in {m.pk for m in ahead(owner, conversation).pinned}
+    _correct_a_fact(owner, memory)
+    assert shown(ahead(owner, conversation)) == read_fresh(owner, conversation)
 
 
 def test_kept_lists_are_the_callers_own():
