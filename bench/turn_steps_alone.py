@@ -319,11 +319,11 @@ def read_ahead(rounds: int) -> None:
         box: list = []
         pieces |= {
             "kept: the index generation": lambda q: box.append(kept_reads.for_turn(owner)),
-            "kept: pinned": lambda q: box[-1](
+            "kept: pinned": lambda q: box[-1]("pins",
                 ("pinned", ib.settings.INDEX_PINNED_MAX), lambda: hierarchy.pinned_rows(owner)),
-            "kept: overview": lambda q: box[-1](
+            "kept: overview": lambda q: box[-1]("overview",
                 ("overview", ib.settings.TOPIC_MAX_CHILDREN), lambda: ib._overview(owner)),
-            "kept: facts": lambda q: facts.current_for_index(owner, q, kept=box[-1]),
+            "kept: facts": lambda q: facts.current_for_index(owner, q, kept=box[-1].of("facts")),
         }
     wall: dict[str, list[float]] = {k: [] for k in pieces}
     cpu: dict[str, float] = dict.fromkeys(pieces, 0.0)

@@ -646,7 +646,7 @@ def _read_ahead(
         else ("", {})
     )
     pinned = (
-        kept(("pinned", settings.INDEX_PINNED_MAX), lambda: hierarchy.pinned_rows(owner))
+        kept("pins", ("pinned", settings.INDEX_PINNED_MAX), lambda: hierarchy.pinned_rows(owner))
         if whole is None
         else hierarchy.pinned_of(whole)
     )
@@ -655,7 +655,7 @@ def _read_ahead(
     periods: dict[str, PeriodSummary] = {}
     top: list[Topic] = []
     if plan.strategy == "hierarchical":
-        periods, top = kept(("overview", settings.TOPIC_MAX_CHILDREN), lambda: _overview(owner))
+        periods, top = kept("overview", ("overview", settings.TOPIC_MAX_CHILDREN), lambda: _overview(owner))
     return _Ahead(
         tool_names=recently_used_tools or [],
         window=window,
@@ -664,7 +664,7 @@ def _read_ahead(
         levels=levels,
         periods=periods,
         top_topics=top,
-        facts=facts.current_for_index(owner, plan.query, kept=kept),
+        facts=facts.current_for_index(owner, plan.query, kept=kept.of("facts")),
         ms=round((time.perf_counter() - started) * 1000, 2),
     )
 

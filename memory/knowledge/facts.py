@@ -29,8 +29,9 @@ import datetime as dt
 import json
 import logging
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from django.db import connection, transaction
 from django.db.models import Q
@@ -617,7 +618,9 @@ def fact_line(fact: Fact) -> str:
     return f"- {fact.text} ({pinned}{since}{about}{before}) [msg {fact.message_id}]"
 
 
-def current_for_index(owner, text: str, limit: int = INDEX_MAX_FACTS, *, kept=None) -> list[Fact]:
+def current_for_index(
+    owner, text: str, limit: int = INDEX_MAX_FACTS, *, kept: Callable[[Hashable, Callable], Any] | None = None
+) -> list[Fact]:
     """The current facts about the people `text` names (the user first): pinned ones, then the
     exclusive attributes (home, work, partner, plans...), then the newest statements.
     kept: memory.context.kept_reads.Kept, which gives the subjects and a subject's rows as read

@@ -154,11 +154,13 @@ class MemoryVersion(models.Model):
 
 
 class IndexGeneration(models.Model):
-    """A number per owner that changes whenever what a turn's index reads beside its search and
-    keeps between turns changes (memory.context.kept_reads): the facts, the pinned messages, a
-    message deleted or restored, the topics, the period summaries. Written only by triggers on
-    those tables (migration 0020), in the writing transaction, from one sequence: a value is
-    never given twice, even after a rollback."""
+    """Numbers per owner that change whenever what a turn's index reads beside its search and
+    keeps between turns changes (memory.context.kept_reads), one for each part: `facts` (the
+    facts, or a message deleted or restored: a fact of a deleted message is not shown), `pins`
+    (a message pinned, unpinned, or a pinned one changed) and `overview` (topics, period
+    summaries: topic upkeep changes them after every stored message, the facts and the pins
+    stay). Written only by triggers on those tables (migration 0020), in the writing transaction,
+    from one sequence: a value is never given twice, even after a rollback."""
 
     # No foreign key: deleting a person deletes their facts, whose trigger writes this row again
     # in the same transaction; a row left for a deleted owner is never read.
@@ -166,7 +168,9 @@ class IndexGeneration(models.Model):
         settings.AUTH_USER_MODEL, primary_key=True, on_delete=models.DO_NOTHING, related_name="+",
         db_constraint=False,
     )
-    generation = models.BigIntegerField()
+    facts = models.BigIntegerField()
+    pins = models.BigIntegerField()
+    overview = models.BigIntegerField()
 
 
 class SemanticCacheEntry(models.Model):

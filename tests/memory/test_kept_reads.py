@@ -81,7 +81,7 @@ def test_an_unchanged_memory_is_read_once_and_shown_the_same(owner, conversation
 @pytest.mark.django_db
 def test_an_owner_without_a_generation_is_read_every_turn(owner, conversation):
     tell(owner, conversation, [(0, "hello there")])
-    assert kept_reads.generation(owner) is None
+    assert set(kept_reads.generations(owner).values()) == {None}
     tables_read(owner, conversation)
     assert tables_read(owner, conversation)[1] == {"memory_fact", "pinned", "memory_periodsummary"}
 
@@ -199,12 +199,13 @@ def test_a_forgotten_message_or_fact_is_never_shown_from_what_was_kept(owner, co
 def test_a_strangers_writes_leave_the_owners_generation(
     owner, conversation, memory, stranger, stranger_conversation
 ):
-    mine = kept_reads.generation(owner)
+    mine = kept_reads.generations(owner)
     tell(stranger, stranger_conversation, SCRIPT[:2])
     facts.extract_messages(stranger)
     Message.objects.filter(owner=stranger).first().set_pinned(True)
-    assert kept_reads.generation(owner) == mine
-    assert kept_reads.generation(stranger) not in (None, mine)
+    assert kept_reads.generations(owner) == mine
+    theirs = kept_reads.generations(stranger)
+    assert None not in theirs.values() and not set(theirs.values()) & set(mine.values())
 
 
 @pytest.mark.django_db(transaction=True)
@@ -212,28 +213,28 @@ def test_a_transaction_changes_the_generation_once_and_a_rolled_back_one_never_c
     owner, conversation, memory
 ):
     def stored() -> int:
-        return IndexGeneration.objects.get(owner=owner).generation
+        return IndexGeneration.objects.get(owner=owner).pins
 
-    start = kept_reads.generation(owner)
+    start = kept_reads.generations(owner)
     with transaction.atomic():
         memory[2].set_pinned(True)
         once = stored()
         memory[3].set_pinned(True)
         Topic.objects.create(owner=owner, label="More", message_count=1)
-        assert stored() == once != start
-        # Within the transaction that wrote, nothing is kept nor used.
-        assert kept_reads.generation(owner) is None
-    assert kept_reads.generation(owner) == once
+        assert stored() == once != start["pins"]
+        # Within the transaction that wrote, nothing of the parts it changed is kept nor used.
+        assert kept_reads.generations(owner) == {"facts": start["facts"], "pins": None, "overview": None}
+    assert kept_reads.generations(owner)["pins"] == once
     rolled_back = None
     with pytest.raises(RuntimeError), transaction.atomic():
         memory[3].set_pinned(False)
         rolled_back = stored()
         ahead(owner, conversation)
         raise RuntimeError
-    assert kept_reads.generation(owner) == once
+    assert kept_reads.generations(owner)["pins"] == once
     assert shown(ahead(owner, conversation)) == read_fresh(owner, conversation)
     memory[2].set_pinned(False)
-    assert kept_reads.generation(owner) not in (once, rolled_back, start)
+    assert kept_reads.generations(owner)["pins"] not in (once, rolled_back, start["pins"])
 
 
 @pytest.mark.django_db
@@ -248,11 +249,22 @@ def test_a_transaction_that_writes_between_two_turns_sees_its_own_writes(owner, 
     assert shown(ahead(owner, conversation)) == read_fresh(owner, conversation)
 
 
+@pytest.mark.django_db(transaction=True)
+def test_topic_upkeep_after_a_message_leaves_the_facts_and_the_pins_kept(owner, conversation, memory):
+    first, _ = tables_read(owner, conversation)
+    # What topic upkeep writes after every stored message (memory.tasks.run_upkeep).
+    Topic.objects.filter(owner=owner).update(message_count=3)
+    PeriodSummary.objects.filter(owner=owner).update(message_count=5)
+    again, read = tables_read(owner, conversation)
+    assert read == {"memory_periodsummary"}
+    assert again["facts"] == first["facts"] and again["pinned"] == first["pinned"]
+    assert again == read_fresh(owner, conversation)
+
+
 def test_kept_lists_are_the_callers_own():
-    values: dict = {}
-    kept = kept_reads.Kept(values)
-    first = kept(("k",), lambda: [1, 2])
+    kept = kept_reads.Kept({"facts": {}})
+    first = kept("facts", ("k",), lambda: [1, 2])
     first.append(3)
-    assert kept(("k",), lambda: []) == [1, 2]
-    assert kept_reads.Kept(None)(("k",), lambda: [9]) == [9]
+    assert kept.of("facts")(("k",), lambda: []) == [1, 2]
+    assert kept("pins", ("k",), lambda: [9]) == [9]  # a part with no generation: read each time
     assert index_builder.kept_reads is kept_reads
