@@ -1,4 +1,4 @@
-"""Two steps of the turn measured alone on a kept bench_scale history (issue 37, eleventh pass).
+"""Steps of the turn measured alone on a kept bench_scale history (issue 37, eleventh pass).
 
 snapshot: the snapshot step as bench_scale runs it (the plan's JSON round trip, then one
 message with the forgetting check and the INSERT, autocommit), four ways alternated row by row,
@@ -18,6 +18,10 @@ on another commit's kept history too (no migration).
 
 neighbours: the best hits' session neighbours read as a turn's index reads them (the columns an
 index line needs) and with every column, alternated call by call, the same neighbours checked.
+
+read_ahead: what a turn reads beside its search (index_builder._read_ahead), piece by piece:
+wall time, the thread's CPU and the Postgres backend's CPU; with kept_reads, the generations'
+read and the kept pieces too (fourteenth pass).
 
   RECOLLECT_PG_DIR=/work/main/.data/pg python -m bench.turn_steps_alone snapshot \
       --database recollect_bench_scale_v4
