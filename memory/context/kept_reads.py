@@ -4,11 +4,12 @@ The facts about the people a message names, the pinned messages and the hierarch
 (period summaries, top-level topics) are read on every turn (index_builder._read_ahead) and
 change far less often than turns come. Each part is kept per owner with the owner's generation
 of that part (memory.models.IndexGeneration: `facts`, `pins`, `overview`), which triggers
-change in every transaction that writes those rows, a message's deleted flag or a pinned message
+change (rows appended to a log, so no two writers wait for each other) in every
+transaction that writes those rows, a message's deleted flag or a pinned message
 (migration 0020), whatever code writes them. The parts are apart because topic upkeep rewrites
 topics and period summaries after every stored message: the facts and the pins stay kept.
 
-Each turn reads the generations, one row by primary key, and uses what it kept only at the
+Each turn reads the generations (one statement, an index descent a part), and uses what it kept only at the
 generation it kept it at: several server processes may serve one person, so a process learns of
 another's writes from Postgres, never from a signal. A forgotten message or fact changes the
 generation in the forgetting transaction, so no turn that starts after it commits shows it from
@@ -41,12 +42,19 @@ def generations(owner) -> dict[str, int | None]:
     """The owner's generation of each part; None for an owner with no row, and for a part the
     calling transaction has itself changed (it changes once a transaction, so later writes of the
     same transaction would leave it as it is): nothing of it is then kept nor used."""
+    # Each part's generation is the largest of its rows (an index descent each).
+    latest = ", ".join(
+        "(SELECT max(generation) FROM memory_indexgeneration WHERE owner_id = %s AND part = %s)"
+        for _ in PARTS
+    )
     written = ", ".join("current_setting(%s, true) IS NOT DISTINCT FROM '1'" for _ in PARTS)
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT g.facts, g.pins, g.overview, {written} "
-            "FROM (SELECT 1) one LEFT JOIN memory_indexgeneration g ON g.owner_id = %s",
-            [*(f"recollect.index_generation_{part}_{int(owner.pk)}" for part in PARTS), owner.pk],
+            f"SELECT {latest}, {written}",
+            [
+                *(value for part in PARTS for value in (owner.pk, part)),
+                *(f"recollect.index_generation_{part}_{int(owner.pk)}" for part in PARTS),
+            ],
         )
         row = cursor.fetchone()
     values, written_here = row[: len(PARTS)], row[len(PARTS):]

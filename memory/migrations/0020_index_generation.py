@@ -7,25 +7,27 @@ from django.db import migrations, models
 # by triggers, in the transaction that writes, whatever writes (the ORM, a bulk update, raw SQL, a
 # cascade): no write path can forget them. Values come from one sequence, so a value is never
 # given twice (not after a rollback, not to another owner or part), and a transaction changes a
-# part once per owner (a transaction-local setting remembers it did).
+# part once per owner (a transaction-local setting remembers it did). A part's generation is the
+# largest of its rows: each change appends a row (no two writers wait for each other).
 BUMP = """
 CREATE SEQUENCE memory_indexgeneration_seq;
 
-CREATE FUNCTION memory_index_generation_bump(owner integer, part text) RETURNS void
+CREATE FUNCTION memory_index_generation_bump(who integer, which text) RETURNS void
 LANGUAGE plpgsql AS $$
+DECLARE
+    made bigint;
 BEGIN
-    IF current_setting('recollect.index_generation_' || part || '_' || owner, true)
+    IF current_setting('recollect.index_generation_' || which || '_' || who, true)
             IS DISTINCT FROM '1' THEN
-        -- A new row: every part new.
-        INSERT INTO memory_indexgeneration (owner_id, facts, pins, overview)
-        VALUES (owner, nextval('memory_indexgeneration_seq'), nextval('memory_indexgeneration_seq'),
-                nextval('memory_indexgeneration_seq'))
-        ON CONFLICT (owner_id) DO UPDATE SET
-            facts = CASE WHEN part = 'facts' THEN EXCLUDED.facts ELSE memory_indexgeneration.facts END,
-            pins = CASE WHEN part = 'pins' THEN EXCLUDED.pins ELSE memory_indexgeneration.pins END,
-            overview = CASE WHEN part = 'overview' THEN EXCLUDED.overview
-                       ELSE memory_indexgeneration.overview END;
-        PERFORM set_config('recollect.index_generation_' || part || '_' || owner, '1', true);
+        -- Appended, never updated: no other transaction's write waits for this one's commit.
+        made := nextval('memory_indexgeneration_seq');
+        INSERT INTO memory_indexgeneration (owner_id, part, generation) VALUES (who, which, made);
+        -- The older rows of the part, but those another transaction holds (it drops them later).
+        DELETE FROM memory_indexgeneration WHERE id IN (
+            SELECT id FROM memory_indexgeneration
+            WHERE owner_id = who AND part = which AND generation < made
+            FOR UPDATE SKIP LOCKED);
+        PERFORM set_config('recollect.index_generation_' || which || '_' || who, '1', true);
     END IF;
 END $$;
 
@@ -75,10 +77,9 @@ CREATE TRIGGER memory_message_index_generation_d AFTER DELETE ON memory_message
 """
 # Owners with memory already: a generation each (an owner without a row is never kept for).
 FIRST = """
-INSERT INTO memory_indexgeneration (owner_id, facts, pins, overview)
-SELECT id, nextval('memory_indexgeneration_seq'), nextval('memory_indexgeneration_seq'),
-       nextval('memory_indexgeneration_seq')
-FROM {users};
+INSERT INTO memory_indexgeneration (owner_id, part, generation)
+SELECT u.id, p.part, nextval('memory_indexgeneration_seq')
+FROM {users} u CROSS JOIN (VALUES ('facts'), ('pins'), ('overview')) p (part);
 """
 DROP = (
     "".join(
@@ -109,11 +110,14 @@ class Migration(migrations.Migration):
         migrations.CreateModel(
             name='IndexGeneration',
             fields=[
-                ('owner', models.OneToOneField(db_constraint=False, on_delete=django.db.models.deletion.DO_NOTHING, primary_key=True, related_name='+', serialize=False, to=settings.AUTH_USER_MODEL)),
-                ('facts', models.BigIntegerField()),
-                ('pins', models.BigIntegerField()),
-                ('overview', models.BigIntegerField()),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('part', models.CharField(max_length=8)),
+                ('generation', models.BigIntegerField()),
+                ('owner', models.ForeignKey(db_constraint=False, db_index=False, on_delete=django.db.models.deletion.DO_NOTHING, related_name='+', to=settings.AUTH_USER_MODEL)),
             ],
+            options={
+                'indexes': [models.Index(fields=['owner', 'part', 'generation'], name='indexgeneration_latest')],
+            },
         ),
         migrations.RunSQL(BUMP + ROW_TRIGGERS + MESSAGE_TRIGGERS, DROP),
         migrations.RunPython(first_generations, migrations.RunPython.noop),

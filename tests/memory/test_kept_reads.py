@@ -205,7 +205,9 @@ def test_a_strangers_writes_leave_the_owners_generation(
     Message.objects.filter(owner=stranger).first().set_pinned(True)
     assert kept_reads.generations(owner) == mine
     theirs = kept_reads.generations(stranger)
-    assert None not in theirs.values() and not set(theirs.values()) & set(mine.values())
+    # Their facts and pins were written (a part never written has no generation: read each turn).
+    assert theirs["facts"] is not None and theirs["pins"] is not None and theirs["overview"] is None
+    assert not {theirs["facts"], theirs["pins"]} & set(mine.values())
 
 
 @pytest.mark.django_db(transaction=True)
@@ -213,7 +215,8 @@ def test_a_transaction_changes_the_generation_once_and_a_rolled_back_one_never_c
     owner, conversation, memory
 ):
     def stored() -> int:
-        return IndexGeneration.objects.get(owner=owner).pins
+        rows = IndexGeneration.objects.filter(owner=owner, part="pins")
+        return max(rows.values_list("generation", flat=True))
 
     start = kept_reads.generations(owner)
     with transaction.atomic():
@@ -268,3 +271,41 @@ def test_kept_lists_are_the_callers_own():
     assert kept.of("facts")(("k",), lambda: []) == [1, 2]
     assert kept("pins", ("k",), lambda: [9]) == [9]  # a part with no generation: read each time
     assert index_builder.kept_reads is kept_reads
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("part_written_first", ["overview", "pins", "facts"])
+def test_a_write_never_waits_for_another_transaction_that_changed_a_generation(
+    owner, conversation, memory, part_written_first
+):
+    """A topic rebuild (or a fact being learned, or a pin) holds its transaction open; a pin, a
+    fact's correction and a period summary on another connection go through without waiting for
+    it: the generations are appended rows, not one row per person both would update. A wait
+    would fail at once (lock_timeout counts only time spent waiting for a lock)."""
+    kept_reads.generations(owner)
+    with transaction.atomic():
+        if part_written_first == "overview":
+            Topic.objects.create(owner=owner, label="Rebuilding", message_count=3)
+        elif part_written_first == "pins":
+            memory[2].set_pinned(True)
+        else:
+            first = Fact.objects.filter(owner=owner).order_by("pk").first()
+            Fact.objects.filter(pk=first.pk).update(statement="learned meanwhile")
+        other = connections.create_connection("default")
+        try:
+            with other.cursor() as cursor:
+                cursor.execute("SET lock_timeout = '50ms'")
+                for sql in (
+                    "UPDATE memory_message SET pinned = NOT pinned WHERE id = %s",
+                    # Another fact than the one the first transaction wrote (a row it holds).
+                    "UPDATE memory_fact SET statement = statement WHERE id = (SELECT max(id) FROM "
+                    "memory_fact WHERE owner_id = %s)",
+                    "UPDATE memory_periodsummary SET message_count = message_count WHERE owner_id = %s",
+                ):
+                    key = memory[3].pk if "memory_message" in sql else owner.pk
+                    cursor.execute(sql, [key])  # autocommit: committed when it returns
+        finally:
+            other.close()
+    # Both transactions' changes count: every part moved past what the first one read.
+    after = kept_reads.generations(owner)
+    assert None not in after.values()
