@@ -1,4 +1,4 @@
-"""Two steps of the turn measured alone on a kept bench_scale history (issue 37, eleventh pass).
+"""Steps of the turn measured alone on a kept bench_scale history (issue 37, eleventh pass).
 
 snapshot: the snapshot step as bench_scale runs it (the plan's JSON round trip, then one
 message with the forgetting check and the INSERT, autocommit), four ways alternated row by row,
@@ -18,6 +18,10 @@ on another commit's kept history too (no migration).
 
 neighbours: the best hits' session neighbours read as a turn's index reads them (the columns an
 index line needs) and with every column, alternated call by call, the same neighbours checked.
+
+read_ahead: what a turn reads beside its search (index_builder._read_ahead), piece by piece:
+wall time, the thread's CPU and the Postgres backend's CPU; with kept_reads, the generations'
+read and the kept pieces too (fourteenth pass).
 
   RECOLLECT_PG_DIR=/work/main/.data/pg python -m bench.turn_steps_alone snapshot \
       --database recollect_bench_scale_v4
@@ -269,9 +273,88 @@ def neighbours(rounds: int) -> None:
         print(_median_row(label, runs, base))
 
 
+def read_ahead(rounds: int) -> None:
+    """What a turn reads beside its search (index_builder._read_ahead), piece by piece, on this
+    thread, for the bench's probe questions in the newest live conversation of a kept history:
+    each piece's wall time, this thread's CPU (Python, psycopg's decoding included) and the
+    Postgres backend's CPU (its /proc stat, summed over the rounds: ticks of 10 ms, so only the
+    average over many calls is meaningful). Only reads."""
+    from django.contrib.auth import get_user_model
+    from django.db import connection
+
+    from bench.management.commands.bench_scale import PROBES
+    from memory.context import index_builder as ib
+    from memory.context import rolling_summary
+    from memory.knowledge import facts
+    from memory.models import Conversation
+    from memory.organizing import hierarchy
+
+    owner = get_user_model().objects.get(username="bench_scale")
+    live = (Conversation.objects.filter(owner=owner, title__startswith="live at")
+            .order_by("-created_at").first())
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        backend = cursor.fetchone()[0]
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def backend_cpu() -> float:
+        with open(f"/proc/{backend}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) * 1000 / tick  # utime + stime, ms
+
+    window_box: list = []
+    pieces: dict[str, Callable] = {
+        "tools used lately": lambda q: ib._recent_tool_names(owner, live),
+        "recent window": lambda q: window_box.append(ib.recent_messages(
+            owner, live, limit=ib.settings.INDEX_RECENT_WINDOW, exclude=set())) or window_box[-1],
+        "rolling summary": lambda q: rolling_summary.for_plan(
+            owner, live, window_start=window_box[-1][-1].position if window_box[-1] else None,
+            active_message_ids=None, allowance=500),
+        "pinned": lambda q: hierarchy.pinned_rows(owner),
+        "levels' rows": lambda q: hierarchy.level_rows(owner, None),
+        "overview (periods, top topics)": lambda q: ib._overview(owner),
+        "facts (current_for_index)": lambda q: facts.current_for_index(owner, q),
+    }
+    try:  # kept between turns (memory.context.kept_reads), where this checkout has it
+        from memory.context import kept_reads
+    except ImportError:
+        kept_reads = None
+    if kept_reads is not None:
+        box: list = []
+        pieces |= {
+            "kept: the index generation": lambda q: box.append(kept_reads.for_turn(owner)),
+            "kept: pinned": lambda q: box[-1]("pins",
+                ("pinned", ib.settings.INDEX_PINNED_MAX), lambda: hierarchy.pinned_rows(owner)),
+            "kept: overview": lambda q: box[-1]("overview",
+                ("overview", ib.settings.TOPIC_MAX_CHILDREN), lambda: ib._overview(owner)),
+            "kept: facts": lambda q: facts.current_for_index(owner, q, kept=box[-1].of("facts")),
+        }
+    wall: dict[str, list[float]] = {k: [] for k in pieces}
+    cpu: dict[str, float] = dict.fromkeys(pieces, 0.0)
+    pg: dict[str, float] = dict.fromkeys(pieces, 0.0)
+    print(f"{len(PROBES)} probes x {rounds} rounds, conversation {live.pk}; load before: {_load()}")
+    for _ in range(rounds):
+        for probe in PROBES:
+            for name, piece in pieces.items():
+                b0, c0, t0 = backend_cpu(), time.thread_time(), time.perf_counter()
+                piece(probe)
+                wall[name].append((time.perf_counter() - t0) * 1000)
+                cpu[name] += (time.thread_time() - c0) * 1000
+                pg[name] += backend_cpu() - b0
+    n = rounds * len(PROBES)
+    print(f"load after: {_load()}")
+    print("| piece of read_ahead | wall median ms | this thread's CPU ms (mean) "
+          "| Postgres backend CPU ms (mean) |")
+    print("|---|---|---|---|")
+    for name in pieces:
+        print(f"| {name} | {statistics.median(wall[name]):.3f} | {cpu[name] / n:.3f} | {pg[name] / n:.3f} |")
+    print(f"| all | {sum(statistics.median(v) for v in wall.values()):.3f} | "
+          f"{sum(cpu.values()) / n:.3f} | {sum(pg.values()) / n:.3f} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("step", choices=["snapshot", "vector", "neighbours"])
+    parser.add_argument("step", choices=["snapshot", "vector", "neighbours", "read_ahead"])
     parser.add_argument("--database", required=True, help="a kept bench_scale history (not migrated here)")
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
@@ -282,7 +365,8 @@ def main() -> None:
     from django.db import connection
 
     connection.settings_dict["NAME"] = args.database
-    {"snapshot": snapshot, "vector": vector, "neighbours": neighbours}[args.step](args.rounds)
+    steps = {"snapshot": snapshot, "vector": vector, "neighbours": neighbours, "read_ahead": read_ahead}
+    steps[args.step](args.rounds)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ from typing import Any
 from django.conf import settings
 from django.db import connection
 
-from memory.context import rolling_summary
+from memory.context import kept_reads, rolling_summary
 from memory.context.index_sections import (
     STRATEGY_WRITERS,
     DeadlinePassed,
@@ -614,6 +614,8 @@ def _read_ahead(
     top-level topics."""
     started = time.perf_counter()
     whole = plan.whole
+    # The facts, the pins and the overview as an earlier turn read them, while unchanged.
+    kept = kept_reads.for_turn(owner)
     # A small memory read whole already: the window, the pins and the levels come from it, and
     # a conversation's first turn has no tools used lately nor a summary to read.
     ongoing = conversation is not None and (
@@ -643,13 +645,17 @@ def _read_ahead(
         if ongoing
         else ("", {})
     )
-    pinned = hierarchy.pinned_rows(owner) if whole is None else hierarchy.pinned_of(whole)
+    pinned = (
+        kept("pins", ("pinned", settings.INDEX_PINNED_MAX), lambda: hierarchy.pinned_rows(owner))
+        if whole is None
+        else hierarchy.pinned_of(whole)
+    )
     # Every strategy writes the levels section (it is empty while the memory is small).
     levels = hierarchy.level_rows(owner, whole)
     periods: dict[str, PeriodSummary] = {}
     top: list[Topic] = []
     if plan.strategy == "hierarchical":
-        periods, top = _overview(owner)
+        periods, top = kept("overview", ("overview", settings.TOPIC_MAX_CHILDREN), lambda: _overview(owner))
     return _Ahead(
         tool_names=recently_used_tools or [],
         window=window,
@@ -658,7 +664,7 @@ def _read_ahead(
         levels=levels,
         periods=periods,
         top_topics=top,
-        facts=facts.current_for_index(owner, plan.query),
+        facts=facts.current_for_index(owner, plan.query, kept=kept.of("facts")),
         ms=round((time.perf_counter() - started) * 1000, 2),
     )
 

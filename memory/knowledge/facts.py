@@ -29,8 +29,9 @@ import datetime as dt
 import json
 import logging
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from django.db import connection, transaction
 from django.db.models import Q
@@ -500,12 +501,16 @@ INDEX_MAX_FACTS = 24
 _WORD = re.compile(r"[\w'-]+")
 
 
-def subjects_named(owner, text: str, user_subject: str = "the user") -> list[str]:
+def subjects_named(
+    owner, text: str, user_subject: str = "the user", *, keys: list[str] | None = None
+) -> list[str]:
     """The subjects with current facts that `text` names, after the user (always first: they are
-    the one talking). Read from at most 500 distinct subjects (subject_keys)."""
+    the one talking). Read from at most 500 distinct subjects (subject_keys; `keys`: those, read
+    already)."""
     lowered = " ".join(_WORD.findall((text or "").lower()))
     user = _key(user_subject)
-    named = [k for k in subject_keys(owner) if k != user and _names(lowered, k)]
+    keys = subject_keys(owner) if keys is None else keys
+    named = [k for k in keys if k != user and _names(lowered, k)]
     return [user, *sorted(named, key=lowered.find)]
 
 
@@ -613,12 +618,21 @@ def fact_line(fact: Fact) -> str:
     return f"- {fact.text} ({pinned}{since}{about}{before}) [msg {fact.message_id}]"
 
 
-def current_for_index(owner, text: str, limit: int = INDEX_MAX_FACTS) -> list[Fact]:
+def current_for_index(
+    owner, text: str, limit: int = INDEX_MAX_FACTS, *, kept: Callable[[Hashable, Callable], Any] | None = None
+) -> list[Fact]:
     """The current facts about the people `text` names (the user first): pinned ones, then the
-    exclusive attributes (home, work, partner, plans...), then the newest statements."""
+    exclusive attributes (home, work, partner, plans...), then the newest statements.
+    kept: memory.context.kept_reads.Kept, which gives the subjects and a subject's rows as read
+    on an earlier turn while the owner's facts are unchanged."""
     chosen: list[Fact] = []
-    for subject in subjects_named(owner, text):
-        chosen += _lines_of(owner, subject, limit - len(chosen))
+    keys = kept(("fact subjects",), lambda: subject_keys(owner)) if kept is not None else None
+    for subject in subjects_named(owner, text, keys=keys):
+        n = limit - len(chosen)
+        if kept is not None:
+            chosen += kept(("facts of", _key(subject), n), lambda s=subject, n=n: _lines_of(owner, s, n))
+        else:
+            chosen += _lines_of(owner, subject, n)
         if len(chosen) >= limit:
             break
     return chosen

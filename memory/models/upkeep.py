@@ -153,6 +153,33 @@ class MemoryVersion(models.Model):
     txid = models.BigIntegerField(default=0)
 
 
+class IndexGeneration(models.Model):
+    """Numbers per owner that change whenever what a turn's index reads beside its search and
+    keeps between turns changes (memory.context.kept_reads), one for each part: `facts` (the
+    facts, or a message deleted or restored: a fact of a deleted message is not shown), `pins`
+    (a message pinned, unpinned, or a pinned one changed) and `overview` (topics, period
+    summaries: topic upkeep changes them after every stored message, the facts and the pins
+    stay). Written only by triggers on those tables (migration 0020), in the writing transaction,
+    from one sequence: a value is never given twice, even after a rollback.
+
+    A log, not a row per owner to update: a part's generation is the largest of its rows, each
+    write appends one and drops the older rows no other transaction holds (SKIP LOCKED). So two
+    transactions that change the same owner's memory never wait for each other here (a pin
+    does not wait for a topic rebuild's commit, nor a forget for a fact being learned)."""
+
+    # No foreign key: deleting a person deletes their facts, whose trigger writes a row again in
+    # the same transaction; rows left for a deleted owner are never read.
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.DO_NOTHING, related_name="+", db_constraint=False,
+        db_index=False,
+    )
+    part = models.CharField(max_length=8)  # facts | pins | overview
+    generation = models.BigIntegerField()
+
+    class Meta:
+        indexes = [models.Index(fields=["owner", "part", "generation"], name="indexgeneration_latest")]
+
+
 class SemanticCacheEntry(models.Model):
     """A memory search's results, or a reply, kept for near-identical queries of the same owner
     and conversation at the same memory version (memory.finding.semantic_cache)."""

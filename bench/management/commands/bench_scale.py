@@ -105,6 +105,12 @@ class Command(BaseCommand):
             "their own, the turn line counting the others",
         )
         parser.add_argument(
+            "--alternate-kept", action="store_true",
+            help="every other measured turn forgets what earlier turns kept of the facts, the pins "
+            "and the overview (memory.context.kept_reads) and reads them again, as before they were "
+            "kept; those turns are printed on a line of their own, the turn line counting the others",
+        )
+        parser.add_argument(
             "--window", type=int, default=0,
             help="the model's context window in tokens (default: CHAT_CONTEXT_TOKENS or CHAT_MODEL's)",
         )
@@ -397,6 +403,10 @@ class Command(BaseCommand):
         # --typed-ahead: the turns whose question was embedded before they started (cost, CPU,
         # until the model's request), apart from the others.
         ahead: dict[str, list[float]] = {"cost": [], "cpu": [], "until_request": [], "embed_wait": []}
+        # --alternate-kept: the turns that read everything again, apart from the others.
+        unkept: dict[str, list[float]] = {
+            "cost": [], "cpu": [], "until_request": [], "prepare_context": [], "read_ahead": []
+        }
         allocation = allocate(opts.get("window") or None)
         sent: dict[str, list[int]] = {}
         strategy = ""
@@ -426,6 +436,11 @@ class Command(BaseCommand):
                 if pending is not None:
                     pending.result()
             collector.counting = turn >= 0
+            reread = opts.get("alternate_kept") and turn >= 0 and turn % 2 == 1
+            if reread:
+                from memory.context import kept_reads
+
+                kept_reads._KEPT.clear()
             if turn == 0:
                 server_before = _server_counters()
             t0 = time.perf_counter()
@@ -461,6 +476,13 @@ class Command(BaseCommand):
             t4 = time.perf_counter()
             if turn < 0:
                 store_message(user, live, "assistant", "warm-up answer", embed=False)
+                continue
+            if reread:
+                for k, v in (("cost", t3 - t0), ("until_request", t2 - t0), ("cpu", c3 - c0),
+                             ("prepare_context", t_plan - t1)):
+                    unkept[k].append(v * 1000)
+                unkept["read_ahead"].append(plan.timings_ms.get("read_ahead", 0.0))
+                store_message(user, live, "assistant", f"answer {turn} about {text}", embed=False)
                 continue
             if typed_ahead:
                 ahead["cost"].append((t3 - t0) * 1000)
@@ -546,6 +568,17 @@ class Command(BaseCommand):
                 f"{_percentile(sorted(ahead['embed_wait']), 95):.1f} ms (the others: "
                 f"{statistics.median(timings.get('search_embed_wait', [0.0])):.1f} / "
                 f"{_percentile(sorted(timings.get('search_embed_wait', [0.0])), 95):.1f})"
+            )
+        if unkept["cost"]:
+            m = {k: statistics.median(v) for k, v in unkept.items()}
+            others = {k: statistics.median(timings[k]) for k in ("prepare_context", "read_ahead")}
+            self.stdout.write(
+                f"           read again ({len(unkept['cost'])} turns alternated with the {len(costs)} "
+                f"above, nothing kept between turns): turn p50 {m['cost']:.1f} ms, p95 "
+                f"{_percentile(sorted(unkept['cost']), 95):.1f} ms, cpu p50 {m['cpu']:.1f} ms; until the "
+                f"model's request p50 {m['until_request']:.1f} ms; prepare_context p50 "
+                f"{m['prepare_context']:.1f} ms (the others {others['prepare_context']:.1f}); "
+                f"read_ahead p50 {m['read_ahead']:.1f} ms (the others {others['read_ahead']:.1f})"
             )
         median = {zone: statistics.median(v) for zone, v in sent.items()}
         self.stdout.write(
