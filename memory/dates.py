@@ -34,6 +34,17 @@ _IN_MONTH = re.compile(
     rf"\b(?:in|during|from|since|of)\s+(?:early\s+|late\s+|mid-?)?({_MONTHS})\b(?:,?\s+(\d{{4}}))?", re.I
 )
 _MONTH_YEAR = re.compile(rf"\b({_MONTHS}),?\s+(\d{{4}})\b", re.I)
+_DAY_NUMBER_BEFORE = re.compile(r"\b\d{1,2}(?:st|nd|rd|th)?\s+$")
+
+
+def _in_month(text: str) -> re.Match[str] | None:
+    """The first "in March", "of March 2023"... that names a month, not the day "the 17th of July"
+    (read as that day, by spoken_period)."""
+    for m in _IN_MONTH.finditer(text):
+        if not (m[0].lower().startswith("of") and _DAY_NUMBER_BEFORE.search(text[: m.start()])):
+            return m
+    return None
+
 # Each way of writing a day with its year, and where its year, month and day are.
 _WRITTEN_DAYS = ((_ISO_DATE, (1, 2, 3)), (_DAY_MONTH_YEAR, (3, 2, 1)), (_MONTH_DAY_YEAR, (3, 1, 2)))
 # A month that qualifies a noun ("Melanie's June camping trip", "the July barbecue"): written
@@ -78,7 +89,7 @@ def _query_period(query: str, now: dt.datetime | None) -> tuple[dt.datetime, dt.
     named = _named_day(text, day) or _season(text, now)
     if named is not None:
         return named
-    if m := _IN_MONTH.search(text):
+    if m := _in_month(text):
         month = _MONTH_NAMES.index(m[1]) + 1
         year = int(m[2]) if m[2] else (now.year if month <= now.month else now.year - 1)
         return month_span(year, month)
@@ -373,7 +384,8 @@ def spoken_period(text: str, now: dt.datetime) -> tuple[dt.datetime, dt.datetime
             with contextlib.suppress(ValueError):
                 candidate = dt.date(year, month, int(number))
                 if candidate <= now.date():
-                    span = (candidate, candidate + dt.timedelta(days=1))
+                    # "the week before June 9": the days between, as with the year written.
+                    span = _with_offset(text[: m.start()], candidate, candidate + dt.timedelta(days=1))
                     break
     elif m := _DAY_OF_MONTH.search(text):
         number, day = int(m[1]), now.date()
@@ -542,7 +554,7 @@ _NUMBER_VALUES = {
 _UNIT_DAYS = {"day": 1, "week": 7, "weekend": 7, "month": 31, "year": 366}
 _OFFSET = re.compile(
     rf"\b(?:(?:the|last|that)\s+)?(?:({_NUMBER_WORDS})\s+)?(day|week|weekend|month|{_WEEKDAYS})s?\s+"
-    r"(before|after|prior\s+to|following)\s+(?:on\s+)?$",
+    r"(before|after|prior\s+to|following)\s+(?:on\s+)?(?:the\s+)?$",
     re.I,
 )
 
@@ -562,16 +574,20 @@ def _named_day(text: str, day) -> tuple[dt.datetime, dt.datetime] | None:
             continue
         year, month, number = (m[i] for i in parts)
         month = int(month) if month.isdigit() else _MONTH_NAMES.index(month) + 1
-        start, end = day(int(year), month, int(number))
-        offset = _OFFSET.search(text[: m.start()])
-        if offset is not None:
-            unit = offset[2].lower()
-            width = dt.timedelta(days=_count(offset[1]) * _UNIT_DAYS.get(unit, 7))
-            if offset[3].lower() in ("after", "following"):
-                return start, end + width
-            return start - width, end
-        return start, end
+        return _with_offset(text[: m.start()], *day(int(year), month, int(number)))
     return None
+
+
+def _with_offset(before: str, start, end):
+    """The day from `start` to `end`, or the days between it and the offset `before` ends with
+    ("the week before", "three days after"), whether or not the day was written with its year."""
+    offset = _OFFSET.search(before)
+    if offset is None:
+        return start, end
+    width = dt.timedelta(days=_count(offset[1]) * _UNIT_DAYS.get(offset[2].lower(), 7))
+    if offset[3].lower() in ("after", "following"):
+        return start, end + width
+    return start - width, end
 
 
 _SEASON_WORDS = "spring|summer|fall|autumn|winter"

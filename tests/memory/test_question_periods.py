@@ -36,6 +36,14 @@ def days(query: str, asked: dt.datetime = ASKED) -> tuple[str, str] | None:
         ("What did Kim adopt three days before 2023-08-20?", ("2023-08-17", "2023-08-21")),
         ("Where did Raj go the day after 14 March 2023?", ("2023-03-14", "2023-03-16")),
         ("What happened the Friday before September 1, 2023?", ("2023-08-25", "2023-09-02")),
+        # The same offsets before a day written without its year (its latest before the asking).
+        ("What did Omar buy the week before June 9?", ("2023-06-02", "2023-06-10")),
+        ("What did Caroline go to on the Friday before June 27th?", ("2023-06-20", "2023-06-28")),
+        ("Where did Raj go the day after 14 March?", ("2023-03-14", "2023-03-16")),
+        ("What did Maria do the weekend before the 17th of July?", ("2023-07-10", "2023-07-18")),
+        # A day and month without a year, written either way: that day, not its whole month.
+        ("Who did Maria have dinner with on the 3rd of May?", ("2023-05-03", "2023-05-04")),
+        ("Who did Maria have dinner with on May 3rd?", ("2023-05-03", "2023-05-04")),
         # The weeks up to the moment of asking, not the calendar month before.
         ("How many books have I read in the past few weeks?", ("2023-10-01", "2023-10-23")),
         ("What did I cook over the last two months?", ("2023-08-22", "2023-10-23")),
@@ -91,3 +99,18 @@ def test_a_question_about_the_summer_finds_what_was_said_then(owner, conversatio
     hits = search(owner, "When did we go kayaking during the summer?", as_of=ASKED).hits
     assert hits[0].message_id == summer.pk
     assert spring.pk in [h.message_id for h in hits]
+
+
+@pytest.mark.django_db
+def test_an_offset_before_a_day_without_its_year_finds_what_was_said_in_the_days_between(
+    owner, conversation
+):
+    add_turns(owner, conversation, EVERYDAY_TEXTS, start=ASKED - dt.timedelta(days=300))
+    picnic = ["we had a picnic under the trees"]
+    [early_july] = add_turns(owner, conversation, picnic, start=dt.datetime(2023, 7, 2, 12, tzinfo=dt.UTC))
+    [mid_july] = add_turns(owner, conversation, picnic, start=dt.datetime(2023, 7, 12, 12, tzinfo=dt.UTC))
+    # Read as the 17th alone (or as all of July), neither question would tell the two apart.
+    before = search(owner, "When did we have a picnic the week before July 17th?", as_of=ASKED).hits
+    after = search(owner, "When did we have a picnic the week after the 27th of June?", as_of=ASKED).hits
+    assert before[0].message_id == mid_july.pk
+    assert after[0].message_id == early_july.pk
