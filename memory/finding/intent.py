@@ -90,7 +90,6 @@ _PRESENT_ABOUT_ME = re.compile(
 #   "do you remember when…"); "when I started…, how many…" (a clause) and "whenever" are not;
 # - a word for a moment asked after: "what / which day, date(s), month, year, weekday…", "at what
 #   point", "the date(s) of…", "how long ago", "how many years back";
-# - the order of two events: "…before or after…", "which came first";
 # - a count of days between two moments: "how many days passed between / before / after…", "how
 #   many days was that ahead of…", "the gap in days".
 # A habit ("when do I usually go to the gym?") asks for a time of day, not a moment.
@@ -107,10 +106,7 @@ _ASKS_WHEN = re.compile(
     r"|\bhow\s+long\s+ago\b|\bhow\s+(?:many|much)\s+(?:\w+\s+)?(?:days|weeks|months|years|time)\s+(?:back|ago)\b"
     r"|\bhow\s+(?:many|much)\s+(?:days|weeks|months|years|time)\s+(?:\w+\s+){0,4}?"
     r"(?:passed|went by|elapsed|between|before|after|since|ago|ahead of|apart|earlier|later)\b"
-    r"|\bgap\s+in\s+(?:days|weeks|months|years)\b"
-    # The order of two events ("was it before or after…", "which came first"): each turn that
-    # says when answers it.
-    r"|\b(?:before\s+or\s+after|after\s+or\s+before)\b|\b(?:came|happened|occurred)\s+first\b",
+    r"|\bgap\s+in\s+(?:days|weeks|months|years)\b",
     re.I,
 )
 _HABIT = re.compile(
