@@ -30,8 +30,11 @@ _ISO_DATE = re.compile(r"\b(\d{4})-(\d{2})-(\d{2})\b")
 # "1 February, 2023", "on the 3rd of June 2023", "February 1, 2023", "Oct 13 2023" (full names).
 _DAY_MONTH_YEAR = re.compile(rf"\b(\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?({_MONTHS}),?\s+(\d{{4}})\b", re.I)
 _MONTH_DAY_YEAR = re.compile(rf"\b({_MONTHS})\s+(\d{{1,2}})(?:st|nd|rd|th)?,?\s+(\d{{4}})\b", re.I)
+# "in March", "of March 2023", and "mid-July", "early June 2023" with no word before them.
 _IN_MONTH = re.compile(
-    rf"\b(?:in|during|from|since|of)\s+(?:early\s+|late\s+|mid-?)?({_MONTHS})\b(?:,?\s+(\d{{4}}))?", re.I
+    rf"\b(?:(?:in|during|from|since|of)\s+(?:early\s+|late\s+|mid-?)?|(?:early|late)\s+|mid-?)"
+    rf"({_MONTHS})\b(?:,?\s+(\d{{4}}))?",
+    re.I,
 )
 _MONTH_YEAR = re.compile(rf"\b({_MONTHS}),?\s+(\d{{4}})\b", re.I)
 _DAY_NUMBER_BEFORE = re.compile(r"\b\d{1,2}(?:st|nd|rd|th)?\s+$")

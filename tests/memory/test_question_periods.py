@@ -44,6 +44,10 @@ def days(query: str, asked: dt.datetime = ASKED) -> tuple[str, str] | None:
         # A day and month without a year, written either way: that day, not its whole month.
         ("Who did Maria have dinner with on the 3rd of May?", ("2023-05-03", "2023-05-04")),
         ("Who did Maria have dinner with on May 3rd?", ("2023-05-03", "2023-05-04")),
+        # Part of a month with no word before it: that month.
+        ("What did Caroline do mid-July?", ("2023-07-01", "2023-08-01")),
+        ("Which class did Jon start early March?", ("2023-03-01", "2023-04-01")),
+        ("Where was Maria late August 2022?", ("2022-08-01", "2022-09-01")),
         # The weeks up to the moment of asking, not the calendar month before.
         ("How many books have I read in the past few weeks?", ("2023-10-01", "2023-10-23")),
         ("What did I cook over the last two months?", ("2023-08-22", "2023-10-23")),
