@@ -214,6 +214,15 @@ def mentioned_periods(text: str, said_at: dt.datetime) -> list[dict[str, str]]:
     return out[:_MAX_MENTIONS]
 
 
+_ITS_OWN_DAY = re.compile(r"\b(?:today|tonight|this\s+(?:morning|afternoon|evening))\b", re.I)
+
+
+def says_its_own_day(text: str) -> bool:
+    """Whether `text` says something happened the day it was said ("one replied and said yes
+    today!"): mentioned_periods leaves that day out, but the turn's own date answers "when"."""
+    return bool(_ITS_OWN_DAY.search(text or ""))
+
+
 # A year said with "in", "since", "back in"... ("I got Max in 2013"): that year.
 _A_YEAR = re.compile(
     r"\b(?:in|since|during|back in|from|around|of|until)\s+((?:19|20)\d{2})\b(?![\d.,/:-]\d)", re.I

@@ -27,7 +27,7 @@ from django.conf import settings
 from django.db import connection
 from django.db.utils import OperationalError
 
-from memory.dates import query_period
+from memory.dates import query_period, says_its_own_day
 from memory.finding import intent
 from memory.finding.candidates import local_settings_scope
 from memory.knowledge import graph
@@ -145,7 +145,7 @@ class QueryBoosts:
             moved -= ROLE_SHIFT
         if self.seeks_fact and intent.only_asks(entry.get("text") or ""):
             moved -= QUESTION_SHIFT
-        if self.asks_when and entry.get("periods"):
+        if self.asks_when and (entry.get("periods") or says_its_own_day(entry.get("text") or "")):
             moved += WHEN_BOOST
         if self.suggestion and role == "user" and intent.states_taste(entry.get("text") or ""):
             moved += TASTE_BOOST

@@ -221,7 +221,8 @@ def test_the_upgrade_reads_the_stored_periods_again_once(owner, conversation):
 @pytest.mark.django_db
 @pytest.mark.parametrize(
     "when",
-    ["last Fri", "over the weekend", "the other day", "back in 2021"],
+    # "today": the turn's own date answers it, though no other period is stored (thirteenth round).
+    ["last Fri", "over the weekend", "the other day", "back in 2021", "today", "this morning"],
 )
 def test_a_question_asking_when_finds_the_turn_that_says_when_in_its_own_words(owner, conversation, when):
     start = SAID - dt.timedelta(days=40)
