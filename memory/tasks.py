@@ -33,7 +33,7 @@ from django_tasks.signals import task_finished, task_started
 
 from memory import signals
 from memory.context import rolling_summary
-from memory.knowledge import entities, facts
+from memory.knowledge import entities, fact_refresh, facts
 from memory.lifecycle import tombstones
 from memory.models import ImportJob, Message, TaskLease, UpkeepRun
 from memory.models.knowledge import sources_lost as fact_sources_lost
@@ -216,7 +216,7 @@ def fact_upkeep(owner_id: int, message_ids: list[str]) -> dict[str, Any]:
     """Facts of new, edited and re-flagged messages (memory.knowledge.facts), after topic upkeep has
     flagged the replies that only quote memory."""
     owner = _owner(owner_id)
-    return _record(owner_id, "fact_upkeep", lambda: facts.refresh_messages(owner, message_ids))
+    return _record(owner_id, "fact_upkeep", lambda: fact_refresh.refresh_messages(owner, message_ids))
 
 
 @_never_fails("fact upkeep")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from memory.knowledge import facts
+from memory.knowledge import fact_refresh, facts
 from memory.models import Fact
 from tests.chat.conftest import llm_server_instance, scripted_llm  # noqa: F401 - fixtures
 from tests.memory.test_facts import tell
@@ -38,7 +38,7 @@ def test_the_model_proposes_facts_tied_to_their_messages(owner, conversation, sc
         "[2] the user | mood | happy | Not an attribute facts keep.\n"
         "Some chatter the model added."
     )}, match=PROMPT)
-    result = facts.refresh_messages(owner, [m.pk for m in messages])
+    result = fact_refresh.refresh_messages(owner, [m.pk for m in messages])
     [request] = [r for r in scripted_llm.requests if PROMPT in r["last_user"]]
     assert request["model"] == "facts-model" and not request["stream"]
     assert "[2] the user (2024-01-11): Big news: after eight years in accounting" in request["last_user"]
@@ -53,7 +53,7 @@ def test_the_model_proposes_facts_tied_to_their_messages(owner, conversation, sc
     assert not rules.exists()
     assert result["proposed"] == 2
     # Upkeep running again on the same messages asks the model nothing more.
-    facts.refresh_messages(owner, [m.pk for m in messages])
+    fact_refresh.refresh_messages(owner, [m.pk for m in messages])
     assert len([r for r in scripted_llm.requests if PROMPT in r["last_user"]]) == 1
     assert Fact.objects.owned_by(owner).filter(origin="model").count() == 2
 
@@ -61,11 +61,11 @@ def test_the_model_proposes_facts_tied_to_their_messages(owner, conversation, sc
 def test_a_proposed_fact_supersedes_the_current_one(owner, conversation, scripted_llm):  # noqa: F811
     first = tell(owner, conversation, [(0, "Ghent is home now, I love the canals.")])
     scripted_llm.script({"text": "[1] the user | lives in | Ghent | I live in Ghent."}, match=PROMPT)
-    facts.refresh_messages(owner, [m.pk for m in first])
+    fact_refresh.refresh_messages(owner, [m.pk for m in first])
     later = tell(owner, conversation, [HISTORY[2]])
     answer = "[1] the user | lives in | Antwerp | I settled in Antwerp."
     scripted_llm.script({"text": answer}, match=PROMPT)
-    facts.refresh_messages(owner, [m.pk for m in later])
+    fact_refresh.refresh_messages(owner, [m.pk for m in later])
     ghent, antwerp = Fact.objects.owned_by(owner).filter(attribute="lives in").order_by("valid_from")
     assert (ghent.value, ghent.superseded_by_id, ghent.valid_to) == ("Ghent", antwerp.pk, antwerp.valid_from)
     assert antwerp.is_current and antwerp.message_id == later[0].pk
@@ -74,7 +74,7 @@ def test_a_proposed_fact_supersedes_the_current_one(owner, conversation, scripte
 def test_a_provider_failure_keeps_the_rules_facts(owner, conversation, scripted_llm):  # noqa: F811
     messages = tell(owner, conversation, [(0, "I moved to Lisbon.")])
     scripted_llm.script({"status": 500}, {"status": 500}, {"status": 500}, match=PROMPT, repeat=True)
-    result = facts.refresh_messages(owner, [m.pk for m in messages])
+    result = fact_refresh.refresh_messages(owner, [m.pk for m in messages])
     assert result["failed_batches"] == 1
     assert [(f.value, f.origin) for f in Fact.objects.owned_by(owner)] == [("Lisbon", "rules")]
 
@@ -82,16 +82,16 @@ def test_a_provider_failure_keeps_the_rules_facts(owner, conversation, scripted_
 def test_without_a_model_nothing_is_asked(owner, conversation, settings):
     settings.OPENAI_API_KEY = settings.OPENAI_BASE_URL = ""
     messages = tell(owner, conversation, [(0, "I moved to Lisbon.")])
-    assert facts.refresh_messages(owner, [m.pk for m in messages])["proposed"] == 0
+    assert fact_refresh.refresh_messages(owner, [m.pk for m in messages])["proposed"] == 0
 
 
 def test_the_models_duplicates_merge_the_same_way(owner, conversation, scripted_llm):  # noqa: F811
     first = tell(owner, conversation, [(0, "Note for later: I'm lactose intolerant.")])
     scripted_llm.script({"text": "[1] the user | about | | I'm lactose intolerant."}, match=PROMPT)
-    facts.refresh_messages(owner, [m.pk for m in first])
+    fact_refresh.refresh_messages(owner, [m.pk for m in first])
     again = tell(owner, conversation, [(9, "As I said before, I'm lactose intolerant, so no cheese.")])
     answer = "[1] the user | about | | I'm lactose intolerant, so no cheese."
     scripted_llm.script({"text": answer}, match=PROMPT)
-    facts.refresh_messages(owner, [m.pk for m in again])
+    fact_refresh.refresh_messages(owner, [m.pk for m in again])
     [fact] = Fact.objects.owned_by(owner).live().filter(wording__icontains="lactose")
     assert fact.message_id == first[0].pk and list(fact.also_in.all()) == [again[0]]

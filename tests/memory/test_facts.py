@@ -7,7 +7,7 @@ import datetime as dt
 
 import pytest
 
-from memory.knowledge import facts, wording
+from memory.knowledge import fact_refresh, facts, wording
 from memory.lifecycle import deleting, forgetting
 from memory.models import Fact
 from memory.storage import store
@@ -158,7 +158,7 @@ def test_an_edited_message_has_its_facts_drawn_again(owner, conversation):
     messages = tell(owner, conversation, SCRIPT[:1])
     facts.extract_messages(owner)
     store.update_message(owner, messages[0].pk, "I live in Leeds.")
-    facts.refresh_messages(owner, [messages[0].pk])
+    fact_refresh.refresh_messages(owner, [messages[0].pk])
     assert [f.value for f in Fact.objects.owned_by(owner)] == ["Leeds"]
 
 
